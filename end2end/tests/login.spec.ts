@@ -1,0 +1,64 @@
+import { test, expect, Page } from "@playwright/test";
+
+const adminPassword = process.env.GPUQ_E2E_ADMIN_PASSWORD ?? "e2e-admin-password";
+
+// The server is started by the test command just before this runs: wait until it answers.
+async function waitForServer(page: Page) {
+  const deadline = Date.now() + 60_000;
+  for (;;) {
+    try {
+      const res = await page.request.get("/readyz");
+      if (res.ok()) return;
+    } catch {
+      // not listening yet
+    }
+    if (Date.now() > deadline) throw new Error("gpuq did not become ready within 60 s");
+    await page.waitForTimeout(250);
+  }
+}
+
+test("sign in, see the dashboard, use a hydrated control, sign out", async ({ page }) => {
+  await waitForServer(page);
+
+  // A stranger is sent to the sign-in page.
+  await page.goto("/");
+  await expect(page).toHaveURL(/\/login$/);
+  await expect(page.getByRole("heading", { name: "Sign in" })).toBeVisible();
+
+  // A wrong password is refused with a message, and we stay on the page.
+  await page.getByLabel("Username").fill("admin");
+  await page.getByLabel("Password").fill("wrong password");
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await expect(page.getByRole("alert")).toContainText("wrong username or password");
+  await expect(page).toHaveURL(/\/login$/);
+
+  await page.getByLabel("Password").fill(adminPassword);
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await expect(page).toHaveURL(/\/$/);
+  await expect(page.getByRole("heading", { name: "Welcome, admin" })).toBeVisible();
+  await expect(page.locator(".who")).toContainText("admin");
+  await page.screenshot({ path: "screenshots/dashboard.png", fullPage: true });
+
+  // Only the running WASM bundle can answer this button: it proves hydration.
+  await expect(page.locator("#status-result")).toHaveText("Not checked yet.");
+  await page.getByRole("button", { name: "Check now" }).click();
+  await expect(page.locator("#status-result")).toContainText("Database: ok");
+
+  // Admins see the users list, filled by a role-checked server function.
+  await expect(page.getByRole("cell", { name: "admin", exact: true }).first()).toBeVisible();
+
+  await page.getByRole("button", { name: "Sign out" }).click();
+  await expect(page).toHaveURL(/\/login$/);
+  await page.goto("/");
+  await expect(page).toHaveURL(/\/login$/);
+});
+
+test("a cross-site form post is refused", async ({ page, request }) => {
+  await waitForServer(page);
+  const res = await request.post("/api/logout", {
+    headers: { Origin: "http://evil.example", "Content-Type": "application/x-www-form-urlencoded" },
+    data: "",
+  });
+  expect(res.status()).toBe(403);
+  expect((await res.json()).kind).toBe("cross_site");
+});

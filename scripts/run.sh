@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The run command (`make run`): installs what is missing, builds gpuq (release, optimised WASM) and
+# serves it on the embedded Postgres under ./gpuq-data.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/deps.sh
+export PATH="$PWD/end2end/node_modules/.bin:$PATH"   # binaryen's wasm-opt, for the release bundle
+export SQLX_OFFLINE=true
+cargo leptos build --release
+LISTEN=${GPUQ_LISTEN:-127.0.0.1:3000}
+cat <<MSG
+
+gpuq is starting on http://$LISTEN
+Sign in as \`admin\`: on the first start the password is GPUQ_BOOTSTRAP_ADMIN_PASSWORD if you set
+it, otherwise a random one printed once in the log below ("created user \`admin\` with password …").
+Stop with Ctrl-C (the embedded Postgres stops with it).
+
+MSG
+exec target/release/gpuq serve --listen "$LISTEN" --site-root target/site "$@"

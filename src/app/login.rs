@@ -1,0 +1,45 @@
+//! The sign-in page. A plain form that also works before (or without) the WASM bundle.
+
+use super::Auth;
+use leptos::prelude::*;
+use leptos_meta::Title;
+
+/// `/login`
+#[component]
+pub fn LoginPage() -> impl IntoView {
+    let auth = expect_context::<Auth>();
+    let login = auth.login;
+    let error = move || {
+        login
+            .value()
+            .get()
+            .and_then(|r| r.err())
+            .map(|e| view! { <p class="error" role="alert">{e.to_string()}</p> })
+    };
+    view! {
+        <Title text="Sign in · gpuq" />
+        <section class="card narrow">
+            <h1>"Sign in"</h1>
+            <ActionForm action=login>
+                <div class="field">
+                    <label for="username">"Username"</label>
+                    <input id="username" type="text" name="username" autocomplete="username" required />
+                </div>
+                <div class="field">
+                    <label for="password">"Password"</label>
+                    <input
+                        id="password"
+                        type="password"
+                        name="password"
+                        autocomplete="current-password"
+                        required
+                    />
+                </div>
+                <button type="submit" disabled=move || login.pending().get()>
+                    "Sign in"
+                </button>
+            </ActionForm>
+            {error}
+        </section>
+    }
+}

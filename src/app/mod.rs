@@ -1,0 +1,113 @@
+//! The Leptos UI: the document shell, the router and the pages. No SQL or Docker here: pages call
+//! server functions in `crate::api`.
+
+mod dashboard;
+mod login;
+
+use crate::api::{whoami, Login, Logout};
+use crate::model::{AppError, UserView};
+use dashboard::DashboardPage;
+use leptos::prelude::*;
+use leptos_meta::{provide_meta_context, MetaTags, Stylesheet, Title};
+use leptos_router::components::{Route, Router, Routes, A};
+use leptos_router::{path, SsrMode};
+use login::LoginPage;
+
+/// The HTML document around the app, rendered on the server.
+pub fn shell(options: LeptosOptions) -> impl IntoView {
+    view! {
+        <!DOCTYPE html>
+        <html lang="en">
+            <head>
+                <meta charset="utf-8" />
+                <meta name="viewport" content="width=device-width, initial-scale=1" />
+                <HydrationScripts options />
+                <link rel="icon" type="image/svg+xml" href="/favicon.svg" />
+                <MetaTags />
+            </head>
+            <body>
+                <App />
+            </body>
+        </html>
+    }
+}
+
+/// Sign-in state shared by the header and the pages.
+#[derive(Clone, Copy)]
+pub struct Auth {
+    /// The sign-in action (its version moves on every attempt).
+    pub login: ServerAction<Login>,
+    /// The sign-out action.
+    pub logout: ServerAction<Logout>,
+    /// The signed-in user, refetched after sign-in and sign-out.
+    pub user: Resource<Result<Option<UserView>, AppError>>,
+}
+
+/// The application: header, routes, and the sign-in state they share.
+#[component]
+pub fn App() -> impl IntoView {
+    provide_meta_context();
+    let login = ServerAction::<Login>::new();
+    let logout = ServerAction::<Logout>::new();
+    let user = Resource::new(
+        move || (login.version().get(), logout.version().get()),
+        |_| whoami(),
+    );
+    provide_context(Auth {
+        login,
+        logout,
+        user,
+    });
+
+    view! {
+        <Stylesheet id="leptos" href="/pkg/gpuq.css" />
+        <Title text="gpuq" />
+        <Router>
+            <Header />
+            <main id="content">
+                <Routes fallback=|| view! { <p class="card">"Page not found."</p> }>
+                    // Async: the sign-in check decides between the page and a redirect before any byte is sent.
+                    <Route path=path!("/") view=DashboardPage ssr=SsrMode::Async />
+                    <Route path=path!("/login") view=LoginPage />
+                </Routes>
+            </main>
+        </Router>
+    }
+}
+
+#[component]
+fn Header() -> impl IntoView {
+    let auth = expect_context::<Auth>();
+    view! {
+        <header class="topbar">
+            <a class="brand" href="/">
+                "gpuq"
+            </a>
+            <nav aria-label="Main">
+                <A href="/">"Dashboard"</A>
+            </nav>
+            <div class="account">
+                <Transition fallback=|| ()>
+                    {move || Suspend::new(async move {
+                        match auth.user.await {
+                            Ok(Some(user)) => {
+                                view! {
+                                    <span class="who">
+                                        {user.username} <span class="role">{user.role.as_str()}</span>
+                                    </span>
+                                    <ActionForm action=auth.logout>
+                                        <button type="submit" class="link">
+                                            "Sign out"
+                                        </button>
+                                    </ActionForm>
+                                }
+                                    .into_any()
+                            }
+                            _ => view! { <A href="/login">"Sign in"</A> }.into_any(),
+                        }
+                    })}
+                </Transition>
+            </div>
+        </header>
+    }
+}

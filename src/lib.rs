@@ -1,0 +1,19 @@
+//! gpuq: GPU job admission and isolation for shared multi-GPU servers.
+//!
+//! The crate builds twice: with `ssr` as the server binary (axum, Postgres, scheduler, Docker) and with
+//! `hydrate` as the browser bundle. Everything server-only lives behind the one `server` module wall.
+
+pub mod api;
+pub mod app;
+pub mod model;
+
+#[cfg(feature = "ssr")]
+pub mod server;
+
+/// Entry point of the browser bundle: attaches the reactive system to the server-rendered page.
+#[cfg(feature = "hydrate")]
+#[wasm_bindgen::prelude::wasm_bindgen]
+pub fn hydrate() {
+    console_error_panic_hook::set_once();
+    leptos::mount::hydrate_body(app::App);
+}

@@ -1,0 +1,34 @@
+//! The `gpuq` binary: parse the command line and hand over.
+
+#[cfg(feature = "ssr")]
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    use clap::Parser;
+    use gpuq::server::config::{Cli, Command, UserCommand};
+    use gpuq::server::serve;
+
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("GPUQ_LOG")
+                .unwrap_or_else(|_| "info,sqlx=warn,tower_sessions=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Serve(args) => serve::serve(args).await,
+        Command::User(UserCommand::Add(args)) => serve::user_add(args).await,
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("gpuq: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(not(feature = "ssr"))]
+fn main() {
+    // The browser bundle starts from `hydrate()` in lib.rs; this binary needs the `ssr` feature.
+}

@@ -1,0 +1,111 @@
+//! The one error type that crosses the wire from server functions and the REST API.
+//!
+//! Internal errors (database, I/O) never travel as their text: the server logs them and sends
+//! `Internal`, so a user sees a safe message and an operator finds the cause in the log.
+
+use leptos::server_fn::codec::JsonEncoding;
+use leptos::server_fn::error::{FromServerFnError, ServerFnErrorErr};
+use serde::{Deserialize, Serialize};
+
+/// Why a request was refused or failed, in words a user can act on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[serde(tag = "kind", content = "detail", rename_all = "snake_case")]
+pub enum AppError {
+    /// No valid session or token.
+    #[error("not signed in")]
+    Unauthorized,
+    /// Signed in, but the role or ownership does not allow it.
+    #[error("not allowed: {0}")]
+    Forbidden(String),
+    /// Wrong username or password (never says which).
+    #[error("wrong username or password")]
+    BadCredentials,
+    /// Too many failed logins for this name; wait before trying again.
+    #[error("too many failed sign-in attempts; try again in {retry_after_s} s")]
+    Throttled {
+        /// Seconds until another attempt is accepted.
+        retry_after_s: u64,
+    },
+    /// A field of the request is invalid.
+    #[error("{field}: {message}")]
+    Invalid {
+        /// The field at fault.
+        field: String,
+        /// What is wrong, in plain words.
+        message: String,
+    },
+    /// The thing asked for does not exist (or is not visible to the caller).
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// The request conflicts with the current state (for example a duplicate name).
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// A cross-site request was refused.
+    #[error("cross-site request refused")]
+    CrossSite,
+    /// Something failed on the server; the details are in its log.
+    #[error("internal error; see the server log")]
+    Internal,
+    /// The call itself failed in transport (network, encoding).
+    #[error("request failed: {0}")]
+    Transport(String),
+}
+
+impl AppError {
+    /// Shorthand for a refusal naming the field at fault.
+    pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
+        AppError::Invalid {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+
+    /// The field at fault, when the error is about one.
+    pub fn field(&self) -> Option<&str> {
+        match self {
+            AppError::Invalid { field, .. } => Some(field),
+            _ => None,
+        }
+    }
+
+    /// The HTTP status this error is answered with.
+    pub fn status(&self) -> u16 {
+        match self {
+            AppError::Unauthorized | AppError::BadCredentials => 401,
+            AppError::Forbidden(_) | AppError::CrossSite => 403,
+            AppError::Throttled { .. } => 429,
+            AppError::Invalid { .. } => 400,
+            AppError::NotFound(_) => 404,
+            AppError::Conflict(_) => 409,
+            AppError::Internal => 500,
+            AppError::Transport(_) => 502,
+        }
+    }
+}
+
+impl FromServerFnError for AppError {
+    type Encoder = JsonEncoding;
+
+    fn from_server_fn_error(value: ServerFnErrorErr) -> Self {
+        match value {
+            ServerFnErrorErr::Args(msg) | ServerFnErrorErr::MissingArg(msg) => {
+                AppError::invalid("request", msg)
+            }
+            other => AppError::Transport(other.to_string()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_round_trip_as_json() {
+        let err = AppError::invalid("username", "must not be empty");
+        let json = serde_json::to_string(&err).unwrap();
+        assert_eq!(serde_json::from_str::<AppError>(&json).unwrap(), err);
+        assert_eq!(err.status(), 400);
+        assert_eq!(err.to_string(), "username: must not be empty");
+    }
+}

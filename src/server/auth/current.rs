@@ -1,0 +1,135 @@
+//! Who is calling: a bearer token or a session cookie, checked against the database on every request
+//! so that disabling a user or revoking a token takes effect at once.
+
+use super::service;
+use crate::model::{AppError, Role, UserView};
+use crate::server::db::users::{self, UserRow};
+use crate::server::http::{ApiError, OrInternal};
+use crate::server::AppState;
+use axum::extract::{FromRequestParts, OptionalFromRequestParts};
+use axum::http::header::AUTHORIZATION;
+use axum::http::request::Parts;
+use tower_sessions::Session;
+use uuid::Uuid;
+
+/// Session key holding the signed-in user's id.
+pub const SESSION_USER_KEY: &str = "user_id";
+
+/// The authenticated caller.
+#[derive(Debug, Clone)]
+pub struct CurrentUser {
+    /// User id.
+    pub id: Uuid,
+    /// Login name.
+    pub username: String,
+    /// Role at the time of this request.
+    pub role: Role,
+    /// Authenticated by an API token rather than a session cookie.
+    pub via_token: bool,
+}
+
+impl CurrentUser {
+    fn from_row(row: &UserRow, via_token: bool) -> Result<Self, AppError> {
+        Ok(CurrentUser {
+            id: row.id,
+            username: row.username.clone(),
+            role: row.role().or_internal("reading a user's role")?,
+            via_token,
+        })
+    }
+
+    /// Refuses callers whose role is below `min`.
+    pub fn require(&self, min: Role) -> Result<(), AppError> {
+        if self.role.at_least(min) {
+            Ok(())
+        } else {
+            Err(AppError::Forbidden(format!(
+                "this needs the {min} role; you are {}",
+                self.role
+            )))
+        }
+    }
+
+    /// The wire view of the caller.
+    pub fn view(&self) -> UserView {
+        UserView {
+            id: self.id,
+            username: self.username.clone(),
+            role: self.role,
+        }
+    }
+
+    /// Resolves the caller of a request, if any. A malformed or unknown credential is no caller.
+    pub async fn resolve(parts: &Parts, state: &AppState) -> Result<Option<Self>, AppError> {
+        if let Some(value) = parts.headers.get(AUTHORIZATION) {
+            let Some(token) = value.to_str().ok().and_then(|v| v.strip_prefix("Bearer ")) else {
+                return Ok(None);
+            };
+            let row = service::user_for_token(&state.pool, token.trim()).await?;
+            return row.map(|r| Self::from_row(&r, true)).transpose();
+        }
+        let Some(session) = parts.extensions.get::<Session>() else {
+            return Ok(None);
+        };
+        let id: Option<Uuid> = session
+            .get(SESSION_USER_KEY)
+            .await
+            .or_internal("reading the session")?;
+        let Some(id) = id else {
+            return Ok(None);
+        };
+        let row = users::active_by_id(&state.pool, id)
+            .await
+            .or_internal("looking up the session's user")?;
+        row.map(|r| Self::from_row(&r, false)).transpose()
+    }
+}
+
+impl FromRequestParts<AppState> for CurrentUser {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        Self::resolve(parts, state)
+            .await?
+            .ok_or(ApiError(AppError::Unauthorized))
+    }
+}
+
+impl OptionalFromRequestParts<AppState> for CurrentUser {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Option<Self>, ApiError> {
+        Ok(Self::resolve(parts, state).await?)
+    }
+}
+
+/// For server functions: the shared state and the caller of the request being served.
+pub async fn server_fn_caller() -> Result<(AppState, Option<CurrentUser>), AppError> {
+    let state = leptos::prelude::use_context::<AppState>()
+        .ok_or("application state missing from the server-function context")
+        .or_internal("serving a server function")?;
+    let parts = leptos::prelude::use_context::<Parts>()
+        .ok_or("request parts missing from the server-function context")
+        .or_internal("serving a server function")?;
+    let user = CurrentUser::resolve(&parts, &state).await?;
+    Ok((state, user))
+}
+
+/// For server functions that need a signed-in caller with at least `min` role.
+pub async fn server_fn_require(min: Role) -> Result<(AppState, CurrentUser), AppError> {
+    let (state, user) = server_fn_caller().await?;
+    let user = user.ok_or(AppError::Unauthorized)?;
+    user.require(min)?;
+    Ok((state, user))
+}
+
+/// For server functions: the session of the request being served.
+pub fn server_fn_session() -> Result<Session, AppError> {
+    leptos::prelude::use_context::<Parts>()
+        .and_then(|p| p.extensions.get::<Session>().cloned())
+        .ok_or("session layer missing")
+        .or_internal("serving a server function")
+}

@@ -1,0 +1,65 @@
+//! The database: connection (external URL or embedded cluster), migrations, repositories.
+
+pub mod embedded;
+pub mod users;
+
+use crate::server::config::DbArgs;
+use anyhow::{Context, Result};
+use embedded::EmbeddedPg;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::PgPool;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// An open pool and, when gpuq runs its own cluster, the handle that stops it.
+pub struct Database {
+    /// Pooled connections for every request and task.
+    pub pool: PgPool,
+    /// The embedded cluster, when no URL was given.
+    pub embedded: Option<EmbeddedPg>,
+}
+
+/// Connects to the configured database (starting the embedded cluster if needed) and migrates it.
+pub async fn open(args: &DbArgs) -> Result<Database> {
+    let (options, embedded) = match &args.database_url {
+        Some(url) => (
+            PgConnectOptions::from_str(url).context("parsing --database-url")?,
+            None,
+        ),
+        None => {
+            let data_dir = args.data_dir.clone();
+            let pg_user = args.pg_user.clone();
+            let pg = tokio::task::spawn_blocking(move || EmbeddedPg::start(&data_dir, &pg_user))
+                .await
+                .context("embedded Postgres start-up task")?
+                .context("starting the embedded Postgres")?;
+            (pg.connect_options("gpuq"), Some(pg))
+        }
+    };
+    let pool = PgPoolOptions::new()
+        .max_connections(args.db_max_connections)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect_with(options)
+        .await
+        .context("connecting to Postgres")?;
+    migrate(&pool).await?;
+    Ok(Database { pool, embedded })
+}
+
+/// Brings the schema up to date. Any failure is fatal: gpuq never runs on a schema it does not know.
+pub async fn migrate(pool: &PgPool) -> Result<()> {
+    sqlx::migrate!("./migrations")
+        .run(pool)
+        .await
+        .context("running database migrations")?;
+    session_store(pool)
+        .migrate()
+        .await
+        .context("creating the session store table")?;
+    Ok(())
+}
+
+/// The Postgres-backed session store (its own schema, `tower_sessions`).
+pub fn session_store(pool: &PgPool) -> tower_sessions_sqlx_store::PostgresStore {
+    tower_sessions_sqlx_store::PostgresStore::new(pool.clone())
+}

@@ -1,0 +1,60 @@
+//! How errors become HTTP answers: a JSON body with a safe message, the field at fault, the right
+//! status. Internal causes are logged here and never sent.
+
+use crate::model::AppError;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::json;
+use std::fmt::Display;
+
+/// An [`AppError`] answered over HTTP.
+#[derive(Debug)]
+pub struct ApiError(pub AppError);
+
+impl From<AppError> for ApiError {
+    fn from(e: AppError) -> Self {
+        ApiError(e)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let err = self.0;
+        let status =
+            StatusCode::from_u16(err.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let mut body = json!({ "error": err.to_string(), "kind": kind(&err) });
+        if let Some(field) = err.field() {
+            body["field"] = json!(field);
+        }
+        let mut res = (status, Json(body)).into_response();
+        if let AppError::Throttled { retry_after_s } = err {
+            if let Ok(v) = HeaderValue::from_str(&retry_after_s.to_string()) {
+                res.headers_mut().insert(header::RETRY_AFTER, v);
+            }
+        }
+        res
+    }
+}
+
+fn kind(err: &AppError) -> String {
+    serde_json::to_value(err)
+        .ok()
+        .and_then(|v| v.get("kind").and_then(|k| k.as_str().map(str::to_owned)))
+        .unwrap_or_else(|| "internal".into())
+}
+
+/// Turns any error into [`AppError::Internal`], logging the cause with what was being done.
+pub trait OrInternal<T> {
+    /// Logs the error with `doing` and answers `Internal`.
+    fn or_internal(self, doing: &str) -> Result<T, AppError>;
+}
+
+impl<T, E: Display> OrInternal<T> for Result<T, E> {
+    fn or_internal(self, doing: &str) -> Result<T, AppError> {
+        self.map_err(|e| {
+            tracing::error!(error = %e, "{doing}");
+            AppError::Internal
+        })
+    }
+}

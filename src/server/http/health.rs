@@ -1,0 +1,37 @@
+//! Liveness and readiness probes.
+
+use crate::server::AppState;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::Json;
+use serde_json::{json, Value};
+use std::time::Duration;
+
+/// `GET /healthz`: the process is alive and answering.
+pub async fn healthz() -> Json<Value> {
+    Json(json!({ "status": "ok" }))
+}
+
+/// `GET /readyz`: the process can do its work (the database answers).
+pub async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Value>) {
+    let db = tokio::time::timeout(
+        Duration::from_secs(2),
+        sqlx::query_scalar::<_, i32>("SELECT 1").fetch_one(&state.pool),
+    )
+    .await;
+    let database = match db {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(format!("database error: {e}")),
+        Err(_) => Err("database did not answer within 2 s".to_owned()),
+    };
+    match database {
+        Ok(()) => (
+            StatusCode::OK,
+            Json(json!({ "status": "ready", "checks": { "database": "ok" } })),
+        ),
+        Err(reason) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({ "status": "not ready", "checks": { "database": reason } })),
+        ),
+    }
+}

@@ -1,0 +1,55 @@
+//! The HTTP surface: pages, server functions, REST v1, probes; and the layers around them.
+
+mod csrf;
+mod error;
+mod health;
+mod json;
+mod v1;
+
+pub use error::{ApiError, OrInternal};
+pub use json::ApiJson;
+
+use crate::app::{shell, App};
+use crate::server::db::session_store;
+use crate::server::AppState;
+use axum::routing::get;
+use axum::Router;
+use leptos_axum::{generate_route_list, LeptosRoutes};
+use tower_http::limit::RequestBodyLimitLayer;
+use tower_sessions::cookie::SameSite;
+use tower_sessions::{Expiry, SessionManagerLayer};
+
+/// Name of the session cookie.
+pub const SESSION_COOKIE: &str = "gpuq_session";
+/// Largest request body accepted anywhere (job specs are small).
+pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+
+/// Options of the HTTP layer that are not part of the shared state.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HttpOptions {
+    /// Mark the session cookie `Secure` (HTTPS deployments).
+    pub secure_cookies: bool,
+}
+
+/// Builds the whole application router. Binding a port is the caller's business, so tests drive
+/// this directly.
+pub fn app(state: AppState, opts: HttpOptions) -> Router {
+    let sessions = SessionManagerLayer::new(session_store(&state.pool))
+        .with_name(SESSION_COOKIE)
+        .with_http_only(true)
+        .with_same_site(SameSite::Strict)
+        .with_secure(opts.secure_cookies)
+        .with_expiry(Expiry::OnInactivity(time::Duration::hours(12)));
+    let routes = generate_route_list(App);
+    let leptos_options = state.leptos_options.clone();
+    Router::new()
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .nest("/api/v1", v1::router())
+        .leptos_routes(&state, routes, move || shell(leptos_options.clone()))
+        .fallback(leptos_axum::file_and_error_handler::<AppState, _>(shell))
+        .layer(sessions)
+        .layer(axum::middleware::from_fn(csrf::same_origin_only))
+        .layer(RequestBodyLimitLayer::new(MAX_BODY_BYTES))
+        .with_state(state)
+}

@@ -1,0 +1,112 @@
+//! The subcommands that run on the server side: `gpuq serve` and `gpuq user add`.
+
+use crate::model::Role;
+use crate::server::auth::service;
+use crate::server::config::{ServeArgs, UserAddArgs};
+use crate::server::db::{self, session_store, Database};
+use crate::server::http::{app, HttpOptions};
+use crate::server::AppState;
+use anyhow::{anyhow, Context, Result};
+use leptos::config::LeptosOptions;
+use std::io::BufRead;
+use std::net::SocketAddr;
+use tower_sessions::ExpiredDeletion;
+
+/// Runs the server until SIGINT/SIGTERM, then stops what it started.
+pub async fn serve(args: ServeArgs) -> Result<()> {
+    if let Some(pw) = &args.bootstrap_admin_password {
+        crate::server::auth::password::check_policy(pw)
+            .map_err(|e| anyhow!("GPUQ_BOOTSTRAP_ADMIN_PASSWORD: {e}"))?;
+    }
+    let mut database = db::open(&args.db).await?;
+    let result = run(&args, &database).await;
+    database.pool.close().await;
+    if let Some(mut pg) = database.embedded.take() {
+        tokio::task::spawn_blocking(move || pg.stop()).await??;
+    }
+    result
+}
+
+async fn run(args: &ServeArgs, database: &Database) -> Result<()> {
+    let pool = database.pool.clone();
+    match service::bootstrap_admin(&pool, args.bootstrap_admin_password.as_deref()).await {
+        Ok(Some(password)) => tracing::warn!(
+            "created user `admin` with password `{password}`: sign in and change it; \
+             this password is not shown again"
+        ),
+        Ok(None) => {}
+        Err(e) => return Err(anyhow!("creating the first admin: {e}")),
+    }
+    let leptos_options = LeptosOptions::builder()
+        .output_name("gpuq")
+        .site_root(args.site_root.to_string_lossy().as_ref())
+        .site_pkg_dir("pkg")
+        .site_addr(args.listen)
+        .build();
+    let state = AppState {
+        pool: pool.clone(),
+        leptos_options,
+    };
+    let router = app(
+        state,
+        HttpOptions {
+            secure_cookies: args.secure_cookies,
+        },
+    );
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("listening on {}", args.listen))?;
+    let addr = listener.local_addr()?;
+    let sweeper = tokio::spawn(
+        session_store(&pool).continuously_delete_expired(tokio::time::Duration::from_secs(300)),
+    );
+    tracing::info!("gpuq listening on http://{addr}");
+    let served = axum::serve(
+        listener,
+        router.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown_signal())
+    .await;
+    sweeper.abort();
+    served.context("serving HTTP")
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await
+            }
+        }
+    };
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+    tracing::info!("shutting down");
+}
+
+/// `gpuq user add NAME --role ROLE`, password on standard input.
+pub async fn user_add(args: UserAddArgs) -> Result<()> {
+    let role: Role = args.role.parse().map_err(|e: String| anyhow!(e))?;
+    let mut password = String::new();
+    std::io::stdin()
+        .lock()
+        .read_line(&mut password)
+        .context("reading the password from standard input")?;
+    let password = password.trim_end_matches(['\r', '\n']);
+    let mut database = db::open(&args.db).await?;
+    let created = service::add_user(&database.pool, &args.name, role, password).await;
+    database.pool.close().await;
+    if let Some(mut pg) = database.embedded.take() {
+        tokio::task::spawn_blocking(move || pg.stop()).await??;
+    }
+    let row = created.map_err(|e| anyhow!("{e}"))?;
+    println!("created user `{}` with role {}", row.username, role);
+    Ok(())
+}

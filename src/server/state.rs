@@ -1,0 +1,20 @@
+//! What every handler, server function and task shares.
+
+use axum::extract::FromRef;
+use leptos::config::LeptosOptions;
+use sqlx::PgPool;
+
+/// Shared application state (cheap to clone: everything inside is a handle).
+#[derive(Clone, Debug)]
+pub struct AppState {
+    /// The database.
+    pub pool: PgPool,
+    /// Where the browser bundle is and how pages are rendered.
+    pub leptos_options: LeptosOptions,
+}
+
+impl FromRef<AppState> for LeptosOptions {
+    fn from_ref(state: &AppState) -> Self {
+        state.leptos_options.clone()
+    }
+}

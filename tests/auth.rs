@@ -1,0 +1,493 @@
+//! Sign-in, tokens, throttling, disabled users, roles and the cross-site check, against the real
+//! router and a real Postgres database.
+
+mod common;
+
+use common::{TestApp, ORIGIN, PASSWORD};
+use gpuq::model::Role;
+use gpuq::server::auth::service::{self, MAX_FAILURES};
+use serde_json::json;
+use sqlx::PgPool;
+
+#[sqlx::test(migrations = false)]
+async fn token_authenticates_until_revoked(pool: PgPool) {
+    let app = TestApp::new(pool).await;
+    app.add_user("alice", Role::Manager).await;
+
+    let created = app.token("alice", PASSWORD).await;
+    assert_eq!(created.status, 201, "{}", created.text);
+    let body = created.json();
+    let token = body["token"].as_str().unwrap().to_owned();
+    assert_eq!(body["name"], "test");
+    let bearer = format!("Bearer {token}");
+
+    let me = app.api("GET", "/api/v1/me", Some(&bearer), None).await;
+    assert_eq!(me.status, 200);
+    assert_eq!(me.json()["username"], "alice");
+    assert_eq!(me.json()["role"], "manager");
+
+    let stored: Vec<u8> = sqlx::query_scalar("SELECT token_sha256 FROM api_tokens")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_ne!(stored, token.as_bytes(), "the token itself is never stored");
+
+    let id = body["id"].as_str().unwrap();
+    let revoked = app
+        .api(
+            "DELETE",
+            &format!("/api/v1/tokens/{id}"),
+            Some(&bearer),
+            None,
+        )
+        .await;
+    assert_eq!(revoked.status, 204, "{}", revoked.text);
+    let after = app.api("GET", "/api/v1/me", Some(&bearer), None).await;
+    assert_eq!(after.status, 401);
+    assert_eq!(after.json()["error"], "not signed in");
+}
+
+#[sqlx::test(migrations = false)]
+async fn without_credentials_the_api_answers_401_json(pool: PgPool) {
+    let app = TestApp::new(pool).await;
+    for auth in [
+        None,
+        Some("Bearer gpuq_nope"),
+        Some("Bearer "),
+        Some("gpuq_session=forged"),
+    ] {
+        let reply = app.api("GET", "/api/v1/me", auth, None).await;
+        assert_eq!(reply.status, 401, "{auth:?}");
+        assert_eq!(reply.json()["kind"], "unauthorized");
+    }
+    let unknown = app.api("GET", "/api/v1/nothing-here", None, None).await;
+    assert_eq!(unknown.status, 404);
+    assert!(unknown.json()["error"].is_string());
+}
+
+#[sqlx::test(migrations = false)]
+async fn wrong_password_and_unknown_user_look_the_same(pool: PgPool) {
+    let app = TestApp::new(pool).await;
+    app.add_user("bob", Role::Member).await;
+    let wrong = app.token("bob", "not the password").await;
+    let unknown = app.token("nobody", "not the password").await;
+    assert_eq!(wrong.status, 401);
+    assert_eq!(unknown.status, 401);
+    assert_eq!(wrong.json(), unknown.json());
+    assert_eq!(wrong.json()["error"], "wrong username or password");
+}
+
+#[sqlx::test(migrations = false)]
+async fn repeated_failures_are_throttled_for_existing_and_unknown_names(pool: PgPool) {
+    let app = TestApp::new(pool).await;
+    app.add_user("carol", Role::Member).await;
+    for name in ["carol", "ghost"] {
+        for _ in 0..MAX_FAILURES {
+            assert_eq!(app.token(name, "wrong password").await.status, 401);
+        }
+        // Now even the right password is refused until the window passes.
+        let refused = app.token(name, PASSWORD).await;
+        assert_eq!(refused.status, 429, "{name}: {}", refused.text);
+        assert_eq!(refused.json()["kind"], "throttled");
+        let retry: u64 = refused.headers["retry-after"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(retry > 0 && retry <= 15 * 60, "{retry}");
+    }
+    // Another name is unaffected.
+    app.add_user("dave", Role::Member).await;
+    assert_eq!(app.token("dave", PASSWORD).await.status, 201);
+    // After the window, carol gets in again.
+    sqlx::query("UPDATE login_failures SET at = at - interval '16 minutes'")
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(app.token("carol", PASSWORD).await.status, 201);
+}
+
+#[sqlx::test(migrations = false)]
+async fn a_success_clears_earlier_failures(pool: PgPool) {
+    let app = TestApp::new(pool).await;
+    app.add_user("erin", Role::Member).await;
+    for _ in 0..MAX_FAILURES - 1 {
+        app.token("erin", "wrong password").await;
+    }
+    assert_eq!(app.token("erin", PASSWORD).await.status, 201);
+    for _ in 0..MAX_FAILURES - 1 {
+        app.token("erin", "wrong password").await;
+    }
+    assert_eq!(app.token("erin", PASSWORD).await.status, 201);
+}
+
+#[sqlx::test(migrations = false)]
+async fn disabling_a_user_stops_sessions_and_tokens_at_once(pool: PgPool) {
+    let app = TestApp::new(pool).await;
+    app.add_user("root", Role::Admin).await;
+    let member = app.add_user("frank", Role::Member).await;
+    let admin = format!(
+        "Bearer {}",
+        app.token("root", PASSWORD).await.json()["token"]
+            .as_str()
+            .unwrap()
+    );
+    let token = format!(
+        "Bearer {}",
+        app.token("frank", PASSWORD).await.json()["token"]
+            .as_str()
+            .unwrap()
+    );
+    let cookie = app.login("frank", PASSWORD).await;
+    assert_eq!(
+        app.api("GET", "/api/v1/me", Some(&token), None)
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        app.api("GET", "/api/v1/me", Some(&cookie), None)
+            .await
+            .status,
+        200
+    );
+
+    let patch = app
+        .api(
+            "PATCH",
+            &format!("/api/v1/users/{member}"),
+            Some(&admin),
+            Some(json!({ "disabled": true })),
+        )
+        .await;
+    assert_eq!(patch.status, 204, "{}", patch.text);
+
+    assert_eq!(
+        app.api("GET", "/api/v1/me", Some(&token), None)
+            .await
+            .status,
+        401
+    );
+    assert_eq!(
+        app.api("GET", "/api/v1/me", Some(&cookie), None)
+            .await
+            .status,
+        401
+    );
+    let again = app.token("frank", PASSWORD).await;
+    assert_eq!(again.status, 403, "{}", again.text);
+    assert!(again.json()["error"].as_str().unwrap().contains("disabled"));
+
+    app.api(
+        "PATCH",
+        &format!("/api/v1/users/{member}"),
+        Some(&admin),
+        Some(json!({ "disabled": false })),
+    )
+    .await;
+    assert_eq!(
+        app.api("GET", "/api/v1/me", Some(&token), None)
+            .await
+            .status,
+        200
+    );
+}
+
+#[sqlx::test(migrations = false)]
+async fn roles_are_checked_on_the_server(pool: PgPool) {
+    let app = TestApp::new(pool).await;
+    app.add_user("gina", Role::Admin).await;
+    app.add_user("hank", Role::Manager).await;
+    app.add_user("ivy", Role::Member).await;
+
+    for (name, allowed) in [("gina", true), ("hank", false), ("ivy", false)] {
+        let bearer = format!(
+            "Bearer {}",
+            app.token(name, PASSWORD).await.json()["token"]
+                .as_str()
+                .unwrap()
+        );
+        let rest = app.api("GET", "/api/v1/users", Some(&bearer), None).await;
+        assert_eq!(
+            rest.status,
+            if allowed { 200 } else { 403 },
+            "{name}: {}",
+            rest.text
+        );
+        let create = app
+            .api(
+                "POST",
+                "/api/v1/users",
+                Some(&bearer),
+                Some(json!({ "username": format!("new-{name}"), "role": "member", "password": PASSWORD })),
+            )
+            .await;
+        assert_eq!(
+            create.status,
+            if allowed { 201 } else { 403 },
+            "{name}: {}",
+            create.text
+        );
+
+        let cookie = app.login(name, PASSWORD).await;
+        let server_fn = app.server_fn("list_users", "", Some(&cookie), &[]).await;
+        if allowed {
+            assert_eq!(server_fn.status, 200, "{}", server_fn.text);
+            assert!(server_fn.text.contains("\"hank\""));
+        } else {
+            assert!(server_fn.status.is_server_error() || server_fn.status.is_client_error());
+            assert!(server_fn.text.contains("forbidden"), "{}", server_fn.text);
+        }
+    }
+    let anonymous = app.server_fn("server_status", "", None, &[]).await;
+    assert!(
+        anonymous.text.contains("unauthorized"),
+        "{}",
+        anonymous.text
+    );
+    let listed = app.api("GET", "/api/v1/users", None, None).await;
+    assert_eq!(listed.status, 401);
+}
+
+#[sqlx::test(migrations = false)]
+async fn bad_requests_name_the_field(pool: PgPool) {
+    let app = TestApp::new(pool).await;
+    app.add_user("root", Role::Admin).await;
+    let admin = format!(
+        "Bearer {}",
+        app.token("root", PASSWORD).await.json()["token"]
+            .as_str()
+            .unwrap()
+    );
+    let cases = [
+        (
+            json!({ "username": "x", "password": "y", "name": "t", "extra": 1 }),
+            "extra",
+        ),
+        (json!({ "username": "x", "name": "t" }), "password"),
+    ];
+    for (body, field) in cases {
+        let reply = app.api("POST", "/api/v1/tokens", None, Some(body)).await;
+        assert_eq!(reply.status, 400, "{}", reply.text);
+        assert_eq!(reply.json()["field"], field, "{}", reply.text);
+    }
+    let short = app
+        .api(
+            "POST",
+            "/api/v1/users",
+            Some(&admin),
+            Some(json!({ "username": "kim", "role": "member", "password": "short" })),
+        )
+        .await;
+    assert_eq!(short.status, 400);
+    assert_eq!(short.json()["field"], "password");
+    let bad_name = app
+        .api(
+            "POST",
+            "/api/v1/users",
+            Some(&admin),
+            Some(json!({ "username": "Kim Smith", "role": "member", "password": PASSWORD })),
+        )
+        .await;
+    assert_eq!(bad_name.json()["field"], "username");
+    let bad_role = app
+        .api(
+            "POST",
+            "/api/v1/users",
+            Some(&admin),
+            Some(json!({ "username": "kim", "role": "root", "password": PASSWORD })),
+        )
+        .await;
+    assert_eq!(bad_role.status, 400);
+    let dup = app
+        .api(
+            "POST",
+            "/api/v1/users",
+            Some(&admin),
+            Some(json!({ "username": "root", "role": "member", "password": PASSWORD })),
+        )
+        .await;
+    assert_eq!(dup.status, 409);
+}
+
+#[sqlx::test(migrations = false)]
+async fn login_sets_a_strict_http_only_cookie_and_rotates_the_session(pool: PgPool) {
+    let app = TestApp::new(pool).await;
+    app.add_user("jane", Role::Member).await;
+    let first = app
+        .server_fn(
+            "login",
+            &format!("username=jane&password={}", PASSWORD.replace(' ', "+")),
+            None,
+            &[],
+        )
+        .await;
+    let flags = first.set_cookie_header();
+    assert!(flags.contains("HttpOnly"), "{flags}");
+    assert!(flags.contains("SameSite=Strict"), "{flags}");
+    let cookie = first.session_cookie().unwrap();
+
+    let second = app
+        .server_fn(
+            "login",
+            &format!("username=jane&password={}", PASSWORD.replace(' ', "+")),
+            Some(&cookie),
+            &[],
+        )
+        .await;
+    let rotated = second
+        .session_cookie()
+        .expect("a new session id at sign-in");
+    assert_ne!(rotated, cookie);
+    // The old id no longer authenticates; the new one does.
+    assert_eq!(
+        app.api("GET", "/api/v1/me", Some(&cookie), None)
+            .await
+            .status,
+        401
+    );
+    assert_eq!(
+        app.api("GET", "/api/v1/me", Some(&rotated), None)
+            .await
+            .status,
+        200
+    );
+
+    let out = app.server_fn("logout", "", Some(&rotated), &[]).await;
+    assert!(out.status.as_u16() < 400, "{}", out.text);
+    assert_eq!(
+        app.api("GET", "/api/v1/me", Some(&rotated), None)
+            .await
+            .status,
+        401
+    );
+}
+
+#[sqlx::test(migrations = false)]
+async fn cross_site_state_changes_are_refused(pool: PgPool) {
+    let app = TestApp::new(pool).await;
+    app.add_user("kate", Role::Member).await;
+    let cookie = app.login("kate", PASSWORD).await;
+
+    let evil_origin = app
+        .server_fn(
+            "logout",
+            "",
+            Some(&cookie),
+            &[("origin", "http://evil.example")],
+        )
+        .await;
+    assert_eq!(evil_origin.status, 403, "{}", evil_origin.text);
+    assert_eq!(evil_origin.json()["kind"], "cross_site");
+    let cross_site = app
+        .server_fn(
+            "logout",
+            "",
+            Some(&cookie),
+            &[("sec-fetch-site", "cross-site"), ("origin", ORIGIN)],
+        )
+        .await;
+    assert_eq!(cross_site.status, 403);
+    let no_proof = app
+        .server_fn("logout", "", Some(&cookie), &[("x-none", "1")])
+        .await;
+    assert_eq!(no_proof.status, 403);
+    // The session survived every refused attempt.
+    assert_eq!(
+        app.api("GET", "/api/v1/me", Some(&cookie), None)
+            .await
+            .status,
+        200
+    );
+
+    // A login forged from another site is refused too.
+    let forged_login = app
+        .server_fn(
+            "login",
+            &format!("username=kate&password={}", PASSWORD.replace(' ', "+")),
+            None,
+            &[("origin", "http://evil.example")],
+        )
+        .await;
+    assert_eq!(forged_login.status, 403);
+
+    // Same origin by Origin header alone is accepted.
+    let same = app
+        .server_fn("logout", "", Some(&cookie), &[("origin", ORIGIN)])
+        .await;
+    assert!(same.status.as_u16() < 400, "{}", same.text);
+}
+
+#[sqlx::test(migrations = false)]
+async fn first_start_creates_one_admin(pool: PgPool) {
+    let app = TestApp::new(pool).await;
+    let generated = service::bootstrap_admin(&app.pool, None).await.unwrap();
+    let password = generated.expect("a generated password on first start");
+    assert!(password.len() >= 16);
+    assert_eq!(app.token("admin", &password).await.status, 201);
+    // Second start: nothing is created or printed.
+    assert_eq!(
+        service::bootstrap_admin(&app.pool, Some("another-password"))
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(app.token("admin", "another-password").await.status, 401);
+}
+
+#[sqlx::test(migrations = false)]
+async fn configured_bootstrap_password_is_used(pool: PgPool) {
+    let app = TestApp::new(pool).await;
+    assert_eq!(
+        service::bootstrap_admin(&app.pool, Some("s3cret-admin-pw"))
+            .await
+            .unwrap(),
+        None
+    );
+    let me = app.token("admin", "s3cret-admin-pw").await;
+    assert_eq!(me.status, 201);
+    let bearer = format!("Bearer {}", me.json()["token"].as_str().unwrap());
+    assert_eq!(
+        app.api("GET", "/api/v1/me", Some(&bearer), None)
+            .await
+            .json()["role"],
+        "admin"
+    );
+}
+
+#[sqlx::test(migrations = false)]
+async fn probes_report_health_and_readiness(pool: PgPool) {
+    let app = TestApp::new(pool).await;
+    let health = app.api("GET", "/healthz", None, None).await;
+    assert_eq!(health.status, 200);
+    assert_eq!(health.json()["status"], "ok");
+    let ready = app.api("GET", "/readyz", None, None).await;
+    assert_eq!(ready.status, 200);
+    assert_eq!(ready.json()["checks"]["database"], "ok");
+    app.pool.close().await;
+    let down = app.api("GET", "/readyz", None, None).await;
+    assert_eq!(down.status, 503);
+    assert_eq!(down.json()["status"], "not ready");
+}
+
+#[sqlx::test(migrations = false)]
+async fn pages_render_on_the_server(pool: PgPool) {
+    let app = TestApp::new(pool).await;
+    app.add_user("lena", Role::Member).await;
+    let login = app.page("/login", None).await;
+    assert_eq!(login.status, 200);
+    assert!(login.text.contains("<h1>Sign in</h1>"), "{}", login.text);
+    // The dashboard sends strangers to the sign-in page.
+    let anonymous = app.page("/", None).await;
+    assert!(
+        anonymous.status.is_redirection(),
+        "{} {}",
+        anonymous.status,
+        anonymous.text
+    );
+    assert_eq!(anonymous.headers["location"], "/login");
+    let cookie = app.login("lena", PASSWORD).await;
+    let dash = app.page("/", Some(&cookie)).await;
+    assert_eq!(dash.status, 200);
+    assert!(dash.text.contains("Welcome, lena"), "{}", dash.text);
+}
