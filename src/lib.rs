@@ -7,6 +7,9 @@ pub mod api;
 pub mod app;
 pub mod model;
 
+/// The `gpuq` command-line client (speaks the REST API); native only, built with the server.
+#[cfg(feature = "ssr")]
+pub mod client;
 #[cfg(feature = "ssr")]
 pub mod server;
 

@@ -18,6 +18,7 @@ async fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Serve(args) => serve::serve(args).await,
         Command::User(UserCommand::Add(args)) => serve::user_add(args).await,
+        Command::Client(cmd) => gpuq::client::run(cmd, cli.conn).await,
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

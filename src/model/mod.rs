@@ -1,9 +1,16 @@
 //! Types shared by the browser and the server: what crosses the wire.
 
 mod error;
+mod gpu;
+mod job;
+mod policy;
+pub mod spec;
 mod status;
 mod user;
 
 pub use error::AppError;
+pub use gpu::{gpu_id, parse_gpu_id, GpuHolder, GpuView, ManifestView, WorkloadView};
+pub use job::{AssignedGpu, JobAck, JobPage, JobStatus, JobView};
+pub use policy::{glob_match, LaunchPolicy, VolumeRule};
 pub use status::StatusView;
 pub use user::{Role, UserView, Username};

@@ -11,6 +11,9 @@ pub struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+    /// Server and token for the client subcommands.
+    #[command(flatten)]
+    pub conn: crate::client::ConnArgs,
 }
 
 /// The subcommands.
@@ -21,6 +24,9 @@ pub enum Command {
     /// Manage users directly in the database (for scripts and first set-up).
     #[command(subcommand)]
     User(UserCommand),
+    /// Client subcommands: talk to a gpuq server over its REST API.
+    #[command(flatten)]
+    Client(crate::client::ClientCommand),
 }
 
 /// Where the database is: an external server, or the embedded cluster under the data directory.
@@ -55,6 +61,27 @@ pub struct ServeArgs {
     /// Password for the `admin` user created on first start; random (printed once) when unset.
     #[arg(long, env = "GPUQ_BOOTSTRAP_ADMIN_PASSWORD", hide_env_values = true)]
     pub bootstrap_admin_password: Option<String>,
+    /// Name of this node: the cards this process manages and the containers it runs belong to it.
+    #[arg(long, env = "GPUQ_NODE", default_value_t = default_node())]
+    pub node: String,
+    /// Where cards come from: `auto` (simulated if --sim-gpus is given, else NVML), `nvml`, `sim`.
+    #[arg(long = "gpus", env = "GPUQ_GPUS", default_value = "auto")]
+    pub gpu_mode: String,
+    /// Simulated cards, e.g. `3x24576:NVIDIA GeForce RTX 3090,1x81920:NVIDIA A100 80GB`.
+    #[arg(long, env = "GPUQ_SIM_GPUS")]
+    pub sim_gpus: Option<String>,
+    /// VRAM kept free on every card (MiB) for the driver and fragmentation.
+    #[arg(long, env = "GPUQ_VRAM_HEADROOM_MIB", default_value_t = 256)]
+    pub vram_headroom_mib: i64,
+    /// A job queued longer than this (seconds) holds the cards it waits for.
+    #[arg(long, env = "GPUQ_STARVATION_AFTER_S", default_value_t = 1800)]
+    pub starvation_after_s: u64,
+    /// Backstop interval of admission passes (milliseconds); NOTIFY triggers them sooner.
+    #[arg(long, env = "GPUQ_PASS_INTERVAL_MS", default_value_t = 2000)]
+    pub pass_interval_ms: u64,
+    /// How often the GPU inventory is re-read (seconds).
+    #[arg(long, env = "GPUQ_GPU_REFRESH_S", default_value_t = 10)]
+    pub gpu_refresh_s: u64,
     /// Mark the session cookie `Secure` (set when served over HTTPS).
     #[arg(long, env = "GPUQ_SECURE_COOKIES", default_value_t = false)]
     pub secure_cookies: bool,
@@ -78,4 +105,12 @@ pub struct UserAddArgs {
     /// Database location.
     #[command(flatten)]
     pub db: DbArgs,
+}
+
+fn default_node() -> String {
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned())
 }

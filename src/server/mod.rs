@@ -1,10 +1,14 @@
 //! Everything that only the server runs: configuration, database, authentication, HTTP.
 //! This module is the one `ssr` wall; nothing below it is compiled into the browser bundle.
 
+pub mod admission;
 pub mod auth;
 pub mod config;
 pub mod db;
+pub mod gpu;
 pub mod http;
+pub mod jobs;
+pub mod manifest;
 pub mod serve;
 pub mod state;
 

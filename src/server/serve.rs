@@ -1,15 +1,21 @@
 //! The subcommands that run on the server side: `gpuq serve` and `gpuq user add`.
 
 use crate::model::Role;
+use crate::server::admission::{scheduler, PassConfig};
 use crate::server::auth::service;
 use crate::server::config::{ServeArgs, UserAddArgs};
 use crate::server::db::{self, session_store, Database};
+use crate::server::gpu::{self, GpuInventory, GpuMode};
 use crate::server::http::{app, HttpOptions};
 use crate::server::AppState;
 use anyhow::{anyhow, Context, Result};
 use leptos::config::LeptosOptions;
 use std::io::BufRead;
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
 use tower_sessions::ExpiredDeletion;
 
 /// Runs the server until SIGINT/SIGTERM, then stops what it started.
@@ -43,9 +49,40 @@ async fn run(args: &ServeArgs, database: &Database) -> Result<()> {
         .site_pkg_dir("pkg")
         .site_addr(args.listen)
         .build();
+    let pass = PassConfig {
+        headroom_mib: args.vram_headroom_mib,
+        starvation_after: Duration::from_secs(args.starvation_after_s),
+        cpu_node: args.node.clone(),
+    };
+    let mode: GpuMode = args.gpu_mode.parse().map_err(|e| anyhow!("--gpus: {e}"))?;
+    let inventory: Arc<dyn GpuInventory> = Arc::from(gpu::from_config(
+        mode,
+        args.sim_gpus.as_deref(),
+        &args.node,
+    )?);
+    tracing::info!(node = %args.node, kind = ?inventory.kind(), "GPU inventory");
+    gpu::sync::refresh(&pool, &inventory, &args.node)
+        .await
+        .context("first GPU inventory refresh")?;
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut tasks = JoinSet::new();
+    tasks.spawn(scheduler::run(
+        pool.clone(),
+        pass.clone(),
+        Duration::from_millis(args.pass_interval_ms.max(50)),
+        stop_rx.clone(),
+    ));
+    tasks.spawn(gpu::sync::run(
+        pool.clone(),
+        inventory,
+        args.node.clone(),
+        Duration::from_secs(args.gpu_refresh_s.max(1)),
+        stop_rx,
+    ));
     let state = AppState {
         pool: pool.clone(),
         leptos_options,
+        pass,
     };
     let router = app(
         state,
@@ -68,6 +105,8 @@ async fn run(args: &ServeArgs, database: &Database) -> Result<()> {
     .with_graceful_shutdown(shutdown_signal())
     .await;
     sweeper.abort();
+    let _ = stop_tx.send(true);
+    while tasks.join_next().await.is_some() {}
     served.context("serving HTTP")
 }
 

@@ -1,5 +1,6 @@
 //! What every handler, server function and task shares.
 
+use crate::server::admission::PassConfig;
 use axum::extract::FromRef;
 use leptos::config::LeptosOptions;
 use sqlx::PgPool;
@@ -11,6 +12,8 @@ pub struct AppState {
     pub pool: PgPool,
     /// Where the browser bundle is and how pages are rendered.
     pub leptos_options: LeptosOptions,
+    /// Admission settings (also used by the read side's dry runs and submit-time checks).
+    pub pass: PassConfig,
 }
 
 impl FromRef<AppState> for LeptosOptions {

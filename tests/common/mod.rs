@@ -19,6 +19,15 @@ pub const ORIGIN: &str = "http://127.0.0.1:3000";
 /// The password every test user gets unless a test says otherwise.
 pub const PASSWORD: &str = "correct horse battery";
 
+/// Admission settings of the tests: no headroom, so figures are exact.
+pub fn pass_config() -> gpuq::server::admission::PassConfig {
+    gpuq::server::admission::PassConfig {
+        headroom_mib: 0,
+        starvation_after: std::time::Duration::from_secs(3600),
+        cpu_node: "test-node".into(),
+    }
+}
+
 /// The application under test.
 pub struct TestApp {
     pub pool: PgPool,
@@ -67,6 +76,7 @@ impl TestApp {
         let state = AppState {
             pool: pool.clone(),
             leptos_options,
+            pass: pass_config(),
         };
         TestApp {
             pool,
@@ -188,4 +198,123 @@ impl TestApp {
         );
         reply.session_cookie().expect("login sets a session cookie")
     }
+}
+
+impl TestApp {
+    /// Registers simulated cards of `node` (e.g. `2x24576:RTX,1x81920:A100`); returns their ids in
+    /// index order.
+    pub async fn sim_cards(&self, spec: &str, node: &str) -> Vec<uuid::Uuid> {
+        use gpuq::server::gpu::{self, GpuInventory, GpuMode};
+        let inv: std::sync::Arc<dyn GpuInventory> = std::sync::Arc::from(
+            gpu::from_config(GpuMode::Sim, Some(spec), node).expect("sim spec"),
+        );
+        gpu::sync::refresh(&self.pool, &inv, node)
+            .await
+            .expect("inventory");
+        sqlx::query_scalar("SELECT uuid FROM gpus WHERE node = $1 ORDER BY idx")
+            .bind(node)
+            .fetch_all(&self.pool)
+            .await
+            .unwrap()
+    }
+
+    /// A user of `role` and a bearer header for them.
+    pub async fn bearer(&self, name: &str, role: Role) -> String {
+        self.add_user(name, role).await;
+        let t = self.token(name, PASSWORD).await;
+        assert_eq!(t.status, 201, "{}", t.text);
+        format!("Bearer {}", t.json()["token"].as_str().unwrap())
+    }
+
+    /// Submits a job spec; returns the reply.
+    pub async fn submit(&self, bearer: &str, spec: Value) -> Reply {
+        self.api("POST", "/api/v1/jobs", Some(bearer), Some(spec))
+            .await
+    }
+
+    /// Submits a job that must be accepted; returns its id.
+    pub async fn submit_ok(&self, bearer: &str, spec: Value) -> uuid::Uuid {
+        let r = self.submit(bearer, spec).await;
+        assert_eq!(r.status, 201, "{}", r.text);
+        r.json()["job_id"].as_str().unwrap().parse().unwrap()
+    }
+
+    /// One admission pass now.
+    pub async fn pass(&self) -> gpuq::server::admission::PassOutcome {
+        gpuq::server::admission::run_pass(&self.pool, &pass_config(), chrono::Utc::now())
+            .await
+            .expect("pass")
+    }
+
+    /// A job as the API shows it to `bearer`.
+    pub async fn job(&self, bearer: &str, id: uuid::Uuid) -> Value {
+        let r = self
+            .api("GET", &format!("/api/v1/jobs/{id}"), Some(bearer), None)
+            .await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        r.json()
+    }
+
+    /// Defines a workload type directly (as an admin would through the API).
+    pub async fn workload(&self, admin: &str, name: &str, needs: Value) {
+        let r = self
+            .api(
+                "PUT",
+                &format!("/api/v1/manifest/{name}"),
+                Some(admin),
+                Some(serde_json::json!({ "vram_mib": needs })),
+            )
+            .await;
+        assert_eq!(r.status, 200, "{}", r.text);
+    }
+}
+
+/// The ledger invariants: every card's `reserved_mib` equals the sum of its live reservations and
+/// stays within its size; an exclusive card holds nothing else; no job was admitted twice or holds
+/// a number of live cards other than it asked for. Returns the violations found.
+pub async fn ledger_violations(pool: &PgPool) -> Vec<String> {
+    let mut bad: Vec<String> = sqlx::query_scalar(
+        "SELECT format('card %s: reserved_mib %s but live reservations sum to %s (total %s)', \
+                       g.uuid, g.reserved_mib, coalesce(s.sum, 0), g.total_mib) \
+         FROM gpus g LEFT JOIN (SELECT gpu_uuid, sum(vram_mib) AS sum FROM reservations \
+                                WHERE released_at IS NULL GROUP BY gpu_uuid) s ON s.gpu_uuid = g.uuid \
+         WHERE g.reserved_mib <> coalesce(s.sum, 0) OR coalesce(s.sum, 0) > g.total_mib",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    bad.extend(
+        sqlx::query_scalar::<_, String>(
+            "SELECT format('card %s: exclusive job shares it with %s other reservation(s)', gpu_uuid, count(*) - 1) \
+             FROM reservations WHERE released_at IS NULL GROUP BY gpu_uuid \
+             HAVING bool_or(exclusive) AND count(*) > 1",
+        )
+        .fetch_all(pool)
+        .await
+        .unwrap(),
+    );
+    bad.extend(
+        sqlx::query_scalar::<_, String>(
+            "SELECT format('job %s admitted %s times', job_id, count(*)) FROM job_events \
+             WHERE kind = 'admitted' GROUP BY job_id HAVING count(*) > 1",
+        )
+        .fetch_all(pool)
+        .await
+        .unwrap(),
+    );
+    bad.extend(
+        sqlx::query_scalar::<_, String>(
+            "SELECT format('job %s (%s) holds %s live cards, asked for %s', j.id, j.status, \
+                           count(r.id), j.gpu_count) \
+             FROM jobs j LEFT JOIN reservations r ON r.job_id = j.id AND r.released_at IS NULL \
+             GROUP BY j.id \
+             HAVING (j.status IN ('admitted', 'starting', 'running') AND count(r.id) <> j.gpu_count) \
+                 OR (j.released_at IS NOT NULL AND count(r.id) > 0) \
+                 OR (j.status = 'queued' AND count(r.id) > 0)",
+        )
+        .fetch_all(pool)
+        .await
+        .unwrap(),
+    );
+    bad
 }

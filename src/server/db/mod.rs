@@ -1,6 +1,11 @@
 //! The database: connection (external URL or embedded cluster), migrations, repositories.
 
 pub mod embedded;
+pub mod events;
+pub mod gpus;
+pub mod jobs;
+pub mod manifest;
+pub mod settings;
 pub mod users;
 
 use crate::server::config::DbArgs;

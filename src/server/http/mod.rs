@@ -1,8 +1,10 @@
 //! The HTTP surface: pages, server functions, REST v1, probes; and the layers around them.
 
+mod cluster;
 mod csrf;
 mod error;
 mod health;
+mod jobs;
 mod json;
 mod v1;
 
@@ -45,7 +47,10 @@ pub fn app(state: AppState, opts: HttpOptions) -> Router {
     Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
-        .nest("/api/v1", v1::router())
+        .nest(
+            "/api/v1",
+            v1::router().merge(jobs::router()).merge(cluster::router()),
+        )
         .leptos_routes(&state, routes, move || shell(leptos_options.clone()))
         .fallback(leptos_axum::file_and_error_handler::<AppState, _>(shell))
         .layer(sessions)

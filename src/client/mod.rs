@@ -1,0 +1,293 @@
+//! `gpuq` client subcommands: talk to a gpuq server over its REST API.
+//!
+//! The host binary flattens [`ConnArgs`] into its top-level parser, adds
+//! [`ClientCommand`]'s variants to its subcommands and calls [`run`].
+
+pub mod api;
+pub mod credentials;
+pub mod model;
+pub mod render;
+pub mod request;
+
+#[cfg(test)]
+mod tests;
+
+use std::io::{BufRead, IsTerminal, Write};
+
+use anyhow::{bail, Context, Result};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use api::ApiClient;
+use credentials::Credentials;
+use model::{GpuList, JobList, JobStatusResponse, JobView, TokenResponse};
+
+/// Where the gpuq server is and how to authenticate to it.
+#[derive(Clone, clap::Args)]
+pub struct ConnArgs {
+    /// Server URL
+    #[arg(
+        long,
+        env = "GPUQ_URL",
+        default_value = "http://127.0.0.1:3000",
+        global = true
+    )]
+    pub url: String,
+    /// API token (else the one saved by `gpuq login`)
+    #[arg(long, env = "GPUQ_TOKEN", global = true, hide_env_values = true)]
+    pub token: Option<String>,
+}
+
+impl std::fmt::Debug for ConnArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnArgs")
+            .field("url", &self.url)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+/// The client subcommands.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum ClientCommand {
+    /// Sign in: create an API token and save it for later commands
+    Login(LoginArgs),
+    /// Submit a job
+    Submit(SubmitArgs),
+    /// List jobs
+    Jobs(JobsArgs),
+    /// Show one job in detail
+    Show(ShowArgs),
+    /// Cancel a job
+    Cancel(CancelArgs),
+    /// List GPUs and what they hold
+    Gpus(GpusArgs),
+}
+
+/// Arguments of `gpuq login`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct LoginArgs {
+    /// User name (the password is read from stdin, or prompted for on a terminal)
+    pub username: String,
+    /// Name of the token to create [default: gpuq-cli-<UTC time>]
+    #[arg(long, value_name = "NAME")]
+    pub token_name: Option<String>,
+}
+
+/// Arguments of `gpuq submit`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SubmitArgs {
+    /// Container image
+    #[arg(long, value_name = "IMG", required_unless_present = "file")]
+    pub image: Option<String>,
+    /// Number of GPUs
+    #[arg(long, value_name = "N")]
+    pub gpus: Option<u32>,
+    /// Workload profile that sets the VRAM needed per GPU
+    #[arg(long, value_name = "W", conflicts_with = "vram_mib")]
+    pub workload: Option<String>,
+    /// Minimum free VRAM per GPU, MiB
+    #[arg(long, value_name = "N")]
+    pub vram_mib: Option<u64>,
+    /// Environment variable for the job (repeatable)
+    #[arg(long, value_name = "K=V")]
+    pub env: Vec<String>,
+    /// Volume mount (repeatable)
+    #[arg(long, value_name = "H:C[:ro]")]
+    pub volume: Vec<String>,
+    /// Job name
+    #[arg(long, value_name = "N")]
+    pub name: Option<String>,
+    /// Run-time limit in seconds
+    #[arg(long, value_name = "S")]
+    pub timeout: Option<u64>,
+    /// Scheduling priority
+    #[arg(long, value_name = "P", allow_negative_numbers = true)]
+    pub priority: Option<i64>,
+    /// Ask for the GPUs exclusively
+    #[arg(long)]
+    pub exclusive: bool,
+    /// Print the server's JSON answer
+    #[arg(long)]
+    pub json: bool,
+    /// Job spec as a JSON request body (`-` = stdin), instead of the flags
+    #[arg(long, value_name = "PATH", conflicts_with_all = [
+        "image", "gpus", "workload", "vram_mib", "env", "volume", "name",
+        "timeout", "priority", "exclusive", "command",
+    ])]
+    pub file: Option<String>,
+    /// Command and its arguments, after `--`
+    #[arg(last = true, value_name = "CMD", required_unless_present = "file")]
+    pub command: Vec<String>,
+}
+
+/// Arguments of `gpuq jobs`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct JobsArgs {
+    /// Only jobs in these statuses (comma separated)
+    #[arg(long, value_name = "S[,S]", value_delimiter = ',')]
+    pub status: Vec<String>,
+    /// Only jobs of this user
+    #[arg(long, value_name = "U")]
+    pub owner: Option<String>,
+    /// Only my jobs
+    #[arg(long)]
+    pub mine: bool,
+    /// Page number (from 1)
+    #[arg(long, value_name = "N")]
+    pub page: Option<u32>,
+    /// Jobs per page
+    #[arg(long, value_name = "N")]
+    pub per_page: Option<u32>,
+    /// Print the server's JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Arguments of `gpuq show`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ShowArgs {
+    /// Job ID (or a unique prefix of it)
+    pub id: String,
+    /// Print the server's JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Arguments of `gpuq cancel`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct CancelArgs {
+    /// Job ID (or a unique prefix of it)
+    pub id: String,
+}
+
+/// Arguments of `gpuq gpus`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct GpusArgs {
+    /// Print the server's JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs one client subcommand against the server named by `conn`, printing
+/// its result on standard output.
+pub async fn run(cmd: ClientCommand, conn: ConnArgs) -> Result<()> {
+    if let ClientCommand::Login(args) = cmd {
+        return login(args, &conn).await;
+    }
+    let token = credentials::token_for(conn.token.as_deref(), &conn.url)?;
+    let api = ApiClient::new(&conn.url, Some(token))?;
+    let now = chrono::Utc::now();
+    let text = match cmd {
+        ClientCommand::Login(_) => String::new(),
+        ClientCommand::Submit(args) => {
+            let body = match &args.file {
+                Some(path) => request::read_spec(path)?,
+                None => request::submit_body(&args)?,
+            };
+            let answer = api.submit(&body).await?;
+            if args.json {
+                pretty(&answer)?
+            } else {
+                let r: JobStatusResponse = typed(answer)?;
+                format!("submitted {} ({})\n", r.job_id, r.status)
+            }
+        }
+        ClientCommand::Jobs(args) => {
+            let answer = api.list_jobs(&request::jobs_query(&args)).await?;
+            if args.json {
+                pretty(&answer)?
+            } else {
+                render::jobs_table(&typed::<JobList>(answer)?, now)
+            }
+        }
+        ClientCommand::Show(args) => {
+            let id = api.resolve_job_id(&args.id).await?;
+            let answer = api.get_job(id).await?;
+            if args.json {
+                pretty(&answer)?
+            } else {
+                render::job_details(&typed::<JobView>(answer)?, now)
+            }
+        }
+        ClientCommand::Cancel(args) => {
+            let id = api.resolve_job_id(&args.id).await?;
+            let r: JobStatusResponse = typed(api.cancel_job(id).await?)?;
+            format!("{}: {}\n", r.job_id, r.status)
+        }
+        ClientCommand::Gpus(args) => {
+            let answer = api.gpus().await?;
+            if args.json {
+                pretty(&answer)?
+            } else {
+                render::gpus_table(&typed::<GpuList>(answer)?)
+            }
+        }
+    };
+    emit(&text)
+}
+
+async fn login(args: LoginArgs, conn: &ConnArgs) -> Result<()> {
+    let dir = credentials::config_dir()?;
+    let prompt = format!("Password for {} at {}: ", args.username, conn.url);
+    let password = read_password(&prompt)?;
+    let name = args
+        .token_name
+        .unwrap_or_else(|| format!("gpuq-cli-{}", chrono::Utc::now().format("%Y%m%dT%H%M%SZ")));
+    let api = ApiClient::new(&conn.url, None)?;
+    let answer = api.create_token(&args.username, &password, &name).await?;
+    let r: TokenResponse = typed(answer)?;
+    if r.token.is_empty() {
+        bail!("the server returned no token");
+    }
+    let creds = Credentials {
+        url: conn.url.clone(),
+        token: r.token,
+    };
+    let path = credentials::save(&dir, &creds)?;
+    emit(&format!(
+        "signed in to {} as {}; token saved to {}\n",
+        conn.url,
+        args.username,
+        path.display()
+    ))
+}
+
+/// One line from stdin when it is not a terminal, else a prompt without echo.
+fn read_password(prompt: &str) -> Result<String> {
+    let stdin = std::io::stdin();
+    if stdin.is_terminal() {
+        return rpassword::prompt_password(prompt).context("cannot read the password");
+    }
+    let mut line = String::new();
+    let n = stdin
+        .lock()
+        .read_line(&mut line)
+        .context("cannot read the password from stdin")?;
+    if n == 0 {
+        bail!("no password on standard input");
+    }
+    let trimmed = line.strip_suffix('\n').unwrap_or(&line);
+    Ok(trimmed.strip_suffix('\r').unwrap_or(trimmed).to_owned())
+}
+
+fn typed<T: DeserializeOwned>(value: Value) -> Result<T> {
+    serde_json::from_value(value).context("unexpected answer from the server")
+}
+
+fn pretty(value: &Value) -> Result<String> {
+    let mut text = serde_json::to_string_pretty(value)?;
+    text.push('\n');
+    Ok(text)
+}
+
+/// Writes to stdout; a closed pipe (`gpuq jobs | head`) is not an error.
+fn emit(text: &str) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(e).context("cannot write to stdout")
+        }
+        _ => Ok(()),
+    }
+}

@@ -1,0 +1,309 @@
+//! Human-readable rendering of API responses. All functions are pure: the
+//! current time is passed in.
+
+use chrono::{DateTime, SecondsFormat, Utc};
+
+use super::model::{GpuList, GpuView, JobList, JobView};
+
+/// Width the jobs table is kept within (by truncating the WAIT column).
+pub const MAX_WIDTH: usize = 120;
+/// Longest job name shown in the jobs table.
+pub const MAX_NAME: usize = 32;
+/// Narrowest the WAIT column is squeezed to.
+const MIN_WAIT: usize = 12;
+
+/// Compact age of `then` at `now`: `5s`, `3m`, `2h`, `4d` (rounded down;
+/// times in the future count as `0s`).
+pub fn format_age(then: DateTime<Utc>, now: DateTime<Utc>) -> String {
+    let s = (now - then).num_seconds().max(0);
+    match s {
+        0..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m", s / 60),
+        3600..=86_399 => format!("{}h", s / 3600),
+        _ => format!("{}d", s / 86_400),
+    }
+}
+
+/// Cuts `text` to at most `max` characters, ending in `…` when cut.
+pub fn truncate(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_owned();
+    }
+    let mut out: String = text.chars().take(max.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
+
+/// Aligned plain-text table: columns separated by two spaces, columns whose
+/// index is in `right` right-aligned, no trailing whitespace.
+pub fn table(headers: &[&str], rows: &[Vec<String>], right: &[usize]) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (i, cell) in row.iter().enumerate() {
+            if let Some(w) = widths.get_mut(i) {
+                *w = (*w).max(cell.chars().count());
+            }
+        }
+    }
+    let header: Vec<String> = headers.iter().map(|h| (*h).to_owned()).collect();
+    let mut out = String::new();
+    for row in std::iter::once(&header).chain(rows) {
+        let mut line = String::new();
+        for (i, cell) in row.iter().enumerate() {
+            let width = widths.get(i).copied().unwrap_or(0);
+            let pad = " ".repeat(width.saturating_sub(cell.chars().count()));
+            if i > 0 {
+                line.push_str("  ");
+            }
+            if right.contains(&i) {
+                line.push_str(&pad);
+                line.push_str(cell);
+            } else {
+                line.push_str(cell);
+                line.push_str(&pad);
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+fn short_id(id: &uuid::Uuid) -> String {
+    id.to_string().chars().take(8).collect()
+}
+
+fn or_dash(value: Option<&str>) -> String {
+    match value {
+        Some(v) if !v.is_empty() => v.to_owned(),
+        _ => "-".to_owned(),
+    }
+}
+
+fn gpus_cell(job: &JobView) -> String {
+    if job.assigned_gpus.is_empty() {
+        return job.gpu_count.to_string();
+    }
+    let idx: Vec<String> = job
+        .assigned_gpus
+        .iter()
+        .map(|g| g.index.to_string())
+        .collect();
+    format!("{} [{}]", job.gpu_count, idx.join(","))
+}
+
+fn wait_cell(job: &JobView) -> String {
+    let reason = job.wait_reason.as_deref().filter(|r| !r.is_empty());
+    match (job.queue_position, reason) {
+        (Some(p), Some(r)) => format!("#{p} {r}"),
+        (Some(p), None) => format!("#{p}"),
+        (None, Some(r)) => r.to_owned(),
+        (None, None) => String::new(),
+    }
+}
+
+/// The `gpuq jobs` table and its `page X of Y (N jobs)` footer.
+pub fn jobs_table(list: &JobList, now: DateTime<Utc>) -> String {
+    let mut rows: Vec<Vec<String>> = list
+        .jobs
+        .iter()
+        .map(|job| {
+            vec![
+                short_id(&job.id),
+                truncate(&or_dash(job.name.as_deref()), MAX_NAME),
+                or_dash(Some(&job.owner)),
+                job.status.clone(),
+                gpus_cell(job),
+                job.created_at
+                    .map_or_else(|| "-".to_owned(), |t| format_age(t, now)),
+            ]
+        })
+        .collect();
+    let mut headers = vec!["ID", "NAME", "OWNER", "STATUS", "GPUS", "AGE"];
+    let any_queued = list.jobs.iter().any(|j| j.status == "queued");
+    if any_queued {
+        // Width of the columns before WAIT, separators included.
+        let mut used = 0;
+        for (i, h) in headers.iter().enumerate() {
+            let w = rows
+                .iter()
+                .map(|r| r[i].chars().count())
+                .fold(h.chars().count(), usize::max);
+            used += w + 2;
+        }
+        let room = MAX_WIDTH.saturating_sub(used).max(MIN_WAIT);
+        for (row, job) in rows.iter_mut().zip(&list.jobs) {
+            let wait = if job.status == "queued" {
+                truncate(&wait_cell(job), room)
+            } else {
+                String::new()
+            };
+            row.push(wait);
+        }
+        headers.push("WAIT");
+    }
+    let mut out = if rows.is_empty() {
+        "no jobs\n".to_owned()
+    } else {
+        table(&headers, &rows, &[])
+    };
+    out.push_str(&page_footer(list));
+    out.push('\n');
+    out
+}
+
+/// `page X of Y (N jobs)`.
+pub fn page_footer(list: &JobList) -> String {
+    let pages = if list.per_page == 0 {
+        1
+    } else {
+        list.total.div_ceil(list.per_page).max(1)
+    };
+    let noun = if list.total == 1 { "job" } else { "jobs" };
+    format!(
+        "page {} of {pages} ({} {noun})",
+        list.page.max(1),
+        list.total
+    )
+}
+
+fn gpu_jobs_cell(gpu: &GpuView) -> String {
+    if gpu.jobs.is_empty() {
+        return "-".to_owned();
+    }
+    let names: Vec<String> = gpu
+        .jobs
+        .iter()
+        .map(|j| match j.name.as_deref() {
+            Some(n) if !n.is_empty() => n.to_owned(),
+            _ => short_id(&j.id),
+        })
+        .collect();
+    names.join(", ")
+}
+
+/// The `gpuq gpus` table, sorted by node and index; memory in MiB.
+pub fn gpus_table(list: &GpuList) -> String {
+    if list.gpus.is_empty() {
+        return "no GPUs\n".to_owned();
+    }
+    let mut gpus: Vec<&GpuView> = list.gpus.iter().collect();
+    gpus.sort_by(|a, b| (&a.node, a.index).cmp(&(&b.node, b.index)));
+    let rows: Vec<Vec<String>> = gpus
+        .iter()
+        .map(|g| {
+            vec![
+                g.node.clone(),
+                g.index.to_string(),
+                g.model.clone(),
+                g.state.clone(),
+                g.total_mib.to_string(),
+                g.reserved_mib.to_string(),
+                g.external_mib.to_string(),
+                g.free_mib.to_string(),
+                gpu_jobs_cell(g),
+            ]
+        })
+        .collect();
+    let headers = [
+        "NODE", "IDX", "MODEL", "STATE", "TOTAL", "RESERVED", "EXTERNAL", "FREE", "JOBS",
+    ];
+    table(&headers, &rows, &[4, 5, 6, 7])
+}
+
+/// Quotes an argv element for display when it is not shell-safe.
+fn shell_quote(arg: &str) -> String {
+    let safe = !arg.is_empty()
+        && arg
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,@%+".contains(c));
+    if safe {
+        arg.to_owned()
+    } else {
+        format!("'{}'", arg.replace('\'', r"'\''"))
+    }
+}
+
+fn time_cell(t: Option<DateTime<Utc>>, now: DateTime<Utc>) -> String {
+    match t {
+        Some(t) => format!(
+            "{} ({} ago)",
+            t.to_rfc3339_opts(SecondsFormat::Secs, true),
+            format_age(t, now)
+        ),
+        None => "-".to_owned(),
+    }
+}
+
+/// The `gpuq show` key: value listing of one job.
+pub fn job_details(job: &JobView, now: DateTime<Utc>) -> String {
+    let opt = |v: Option<String>| v.unwrap_or_else(|| "-".to_owned());
+    let status = match job.status_reason.as_deref().filter(|r| !r.is_empty()) {
+        Some(r) => format!("{} ({r})", job.status),
+        None => job.status.clone(),
+    };
+    let command: Vec<String> = job.command.iter().map(|a| shell_quote(a)).collect();
+    let mut lines: Vec<(&str, String)> = vec![
+        ("ID", job.id.to_string()),
+        ("Seq", job.seq.to_string()),
+        ("Name", or_dash(job.name.as_deref())),
+        ("Owner", or_dash(Some(&job.owner))),
+        ("Status", status),
+        ("Image", or_dash(Some(&job.image))),
+        ("Command", command.join(" ")),
+        ("GPUs", job.gpu_count.to_string()),
+        ("Workload", or_dash(job.workload.as_deref())),
+        ("Min VRAM", opt(job.min_vram_mb.map(|m| format!("{m} MB")))),
+        (
+            "Exclusive",
+            if job.exclusive { "yes" } else { "no" }.to_owned(),
+        ),
+        ("Priority", job.priority.to_string()),
+        ("Timeout", opt(job.timeout_s.map(|t| format!("{t}s")))),
+    ];
+    let env = job.env.as_ref().filter(|e| !e.is_empty());
+    match env {
+        Some(env) => lines.extend(env.iter().map(|(k, v)| ("Env", format!("{k}={v}")))),
+        None => lines.push(("Env", "-".to_owned())),
+    }
+    if job.volumes.is_empty() {
+        lines.push(("Volumes", "-".to_owned()));
+    }
+    lines.extend(job.volumes.iter().map(|v| ("Volumes", v.clone())));
+    lines.push(("Node", or_dash(job.node.as_deref())));
+    if job.assigned_gpus.is_empty() {
+        lines.push(("Assigned GPUs", "-".to_owned()));
+    }
+    lines.extend(job.assigned_gpus.iter().map(|g| {
+        let text = format!("#{} {} {} ({} MiB)", g.index, g.uuid, g.model, g.vram_mib);
+        ("Assigned GPUs", text)
+    }));
+    lines.extend([
+        ("Exit code", opt(job.exit_code.map(|c| c.to_string()))),
+        ("Created", time_cell(job.created_at, now)),
+        ("Admitted", time_cell(job.admitted_at, now)),
+        ("Started", time_cell(job.started_at, now)),
+        ("Finished", time_cell(job.finished_at, now)),
+        ("Released", time_cell(job.released_at, now)),
+        (
+            "Queue position",
+            opt(job.queue_position.map(|p| p.to_string())),
+        ),
+        ("Wait reason", or_dash(job.wait_reason.as_deref())),
+    ]);
+    let width = lines.iter().map(|(k, _)| k.len() + 1).max().unwrap_or(0);
+    let mut out = String::new();
+    let mut previous = "";
+    for (key, value) in lines {
+        // Repeated keys (several env vars, volumes, GPUs) are shown once.
+        let label = if key == previous {
+            String::new()
+        } else {
+            format!("{key}:")
+        };
+        previous = key;
+        out.push_str(format!("{label:<width$}  {value}").trim_end());
+        out.push('\n');
+    }
+    out
+}

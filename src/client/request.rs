@@ -1,0 +1,114 @@
+//! Pure mapping of command-line arguments to request bodies and queries.
+
+use std::collections::BTreeMap;
+
+use anyhow::{bail, Context, Result};
+use serde_json::{Map, Value};
+
+use super::{JobsArgs, SubmitArgs};
+
+/// Parses one `--env K=V` value. The split is at the first `=`, so values may
+/// contain `=`; the name must be non-empty.
+pub fn parse_env(item: &str) -> Result<(String, String)> {
+    match item.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
+        Some(_) => bail!("--env {item:?}: the variable name is empty (expected K=V)"),
+        None => bail!("--env {item:?}: expected K=V"),
+    }
+}
+
+/// The `POST /api/v1/jobs` body for flag-style `gpuq submit`: only the fields
+/// the user gave, with the command argv exactly as given after `--`.
+pub fn submit_body(args: &SubmitArgs) -> Result<Value> {
+    let mut body = Map::new();
+    let Some(image) = &args.image else {
+        bail!("--image is required (or use --file)");
+    };
+    if args.command.is_empty() {
+        bail!("a command is required after `--` (or use --file)");
+    }
+    body.insert("image".into(), Value::from(image.as_str()));
+    body.insert("command".into(), Value::from(args.command.clone()));
+    if let Some(n) = args.gpus {
+        body.insert("gpu_count".into(), Value::from(n));
+    }
+    if let Some(w) = &args.workload {
+        body.insert("workload".into(), Value::from(w.as_str()));
+    }
+    if let Some(mib) = args.vram_mib {
+        body.insert("min_vram_mb".into(), Value::from(mib));
+    }
+    if !args.env.is_empty() {
+        let mut env = BTreeMap::new();
+        for item in &args.env {
+            let (k, v) = parse_env(item)?;
+            env.insert(k, Value::from(v));
+        }
+        body.insert("env".into(), Value::Object(env.into_iter().collect()));
+    }
+    if !args.volume.is_empty() {
+        body.insert("volumes".into(), Value::from(args.volume.clone()));
+    }
+    if let Some(name) = &args.name {
+        body.insert("name".into(), Value::from(name.as_str()));
+    }
+    if let Some(t) = args.timeout {
+        body.insert("timeout_s".into(), Value::from(t));
+    }
+    if let Some(p) = args.priority {
+        body.insert("priority".into(), Value::from(p));
+    }
+    if args.exclusive {
+        body.insert("exclusive".into(), Value::Bool(true));
+    }
+    Ok(Value::Object(body))
+}
+
+/// Parses the text of a `--file` job spec; it is sent as is, but must be a
+/// JSON object.
+pub fn parse_spec(text: &str, origin: &str) -> Result<Value> {
+    let value: Value =
+        serde_json::from_str(text).with_context(|| format!("{origin} is not valid JSON"))?;
+    if !value.is_object() {
+        bail!("{origin}: the job spec must be a JSON object");
+    }
+    Ok(value)
+}
+
+/// Reads the `--file` job spec from `path` (`-` = standard input).
+pub fn read_spec(path: &str) -> Result<Value> {
+    if path == "-" {
+        let text = std::io::read_to_string(std::io::stdin()).context("cannot read stdin")?;
+        parse_spec(&text, "standard input")
+    } else {
+        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {path}"))?;
+        parse_spec(&text, path)
+    }
+}
+
+/// Query parameters of `GET /api/v1/jobs` for `gpuq jobs`: only those given.
+pub fn jobs_query(args: &JobsArgs) -> Vec<(&'static str, String)> {
+    let mut query = Vec::new();
+    let statuses: Vec<&str> = args
+        .status
+        .iter()
+        .map(|s| s.trim())
+        .filter(|s| !s.is_empty())
+        .collect();
+    if !statuses.is_empty() {
+        query.push(("status", statuses.join(",")));
+    }
+    if let Some(owner) = &args.owner {
+        query.push(("owner", owner.clone()));
+    }
+    if args.mine {
+        query.push(("mine", "true".to_owned()));
+    }
+    if let Some(page) = args.page {
+        query.push(("page", page.to_string()));
+    }
+    if let Some(per_page) = args.per_page {
+        query.push(("per_page", per_page.to_string()));
+    }
+    query
+}

@@ -1,0 +1,234 @@
+use chrono::{Duration, TimeZone, Utc};
+use serde_json::json;
+
+use super::now;
+use crate::client::model::{GpuList, JobList, JobView};
+use crate::client::render::{
+    format_age, gpus_table, job_details, jobs_table, page_footer, table, truncate, MAX_WIDTH,
+};
+
+fn jobs_fixture() -> JobList {
+    serde_json::from_str(include_str!("fixtures/jobs.json")).expect("fixture parses")
+}
+
+fn queued(id: &str, name: &str, position: u64, reason: &str) -> JobView {
+    serde_json::from_value(json!({
+        "id": id, "seq": 1, "name": name, "owner": "dave", "status": "queued",
+        "image": "x", "command": ["y"], "gpu_count": 4, "created_at": "2025-01-01T11:59:55Z",
+        "queue_position": position, "wait_reason": reason
+    }))
+    .expect("job parses")
+}
+
+#[test]
+fn age_formatting() {
+    let now = now();
+    assert_eq!(format_age(now, now), "0s");
+    assert_eq!(format_age(now - Duration::seconds(5), now), "5s");
+    assert_eq!(format_age(now - Duration::seconds(59), now), "59s");
+    assert_eq!(format_age(now - Duration::seconds(60), now), "1m");
+    assert_eq!(format_age(now - Duration::seconds(3 * 60 + 59), now), "3m");
+    assert_eq!(format_age(now - Duration::hours(2), now), "2h");
+    assert_eq!(format_age(now - Duration::seconds(86_399), now), "23h");
+    assert_eq!(format_age(now - Duration::days(4), now), "4d");
+    assert_eq!(format_age(now - Duration::days(400), now), "400d");
+    // Clock skew: a time in the future is "0s", not negative.
+    assert_eq!(format_age(now + Duration::seconds(30), now), "0s");
+}
+
+#[test]
+fn truncation_counts_characters() {
+    assert_eq!(truncate("short", 10), "short");
+    assert_eq!(truncate("exactly10!", 10), "exactly10!");
+    assert_eq!(truncate("abcdefghijk", 5), "abcd…");
+    assert_eq!(truncate("ééééé", 3), "éé…");
+}
+
+#[test]
+fn generic_table_alignment() {
+    let rows = vec![
+        vec!["a".to_owned(), "1".to_owned(), "".to_owned()],
+        vec!["long".to_owned(), "1000".to_owned(), "x".to_owned()],
+    ];
+    let text = table(&["K", "N", "LAST"], &rows, &[1]);
+    assert_eq!(text, "K        N  LAST\na        1\nlong  1000  x\n");
+}
+
+#[test]
+fn jobs_table_exact() {
+    let text = jobs_table(&jobs_fixture(), now());
+    let expected = "\
+ID        NAME         OWNER  STATUS     GPUS     AGE
+3f2b9c1e  train-llama  alice  running    2 [0,3]  3m
+a1b2c3d4  eval         bob    succeeded  1        4d
+page 1 of 3 (5 jobs)
+";
+    assert_eq!(text, expected);
+}
+
+#[test]
+fn jobs_table_wait_column_for_queued_jobs() {
+    let mut list = jobs_fixture();
+    list.jobs.insert(
+        0,
+        queued(
+            "0badc0de-0000-4000-8000-000000000003",
+            "sweep",
+            3,
+            "needs 4 GPUs",
+        ),
+    );
+    let text = jobs_table(&list, now());
+    let expected = "\
+ID        NAME         OWNER  STATUS     GPUS     AGE  WAIT
+0badc0de  sweep        dave   queued     4        5s   #3 needs 4 GPUs
+3f2b9c1e  train-llama  alice  running    2 [0,3]  3m
+a1b2c3d4  eval         bob    succeeded  1        4d
+page 1 of 3 (5 jobs)
+";
+    assert_eq!(text, expected);
+}
+
+#[test]
+fn jobs_table_truncates_long_wait_reasons_to_fit() {
+    let reason = "waiting for 4 GPUs with at least 40000 MiB free each on one node; \
+                  node-a has 2 such GPUs, node-b is draining, node-c is offline";
+    let list = JobList {
+        jobs: vec![queued(
+            "0badc0de-0000-4000-8000-000000000003",
+            "sweep",
+            12,
+            reason,
+        )],
+        page: 1,
+        per_page: 50,
+        total: 1,
+    };
+    let text = jobs_table(&list, now());
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3);
+    for line in &lines {
+        assert!(line.chars().count() <= MAX_WIDTH, "too wide: {line:?}");
+    }
+    assert_eq!(lines[1].chars().count(), MAX_WIDTH);
+    assert!(lines[1].contains("#12 waiting for 4 GPUs"));
+    assert!(lines[1].ends_with('…'));
+    assert_eq!(lines[2], "page 1 of 1 (1 job)");
+}
+
+#[test]
+fn jobs_table_long_names_are_cut() {
+    let name = "a-very-long-job-name-that-goes-on-and-on-and-on";
+    let list = JobList {
+        jobs: vec![queued("0badc0de-0000-4000-8000-000000000003", name, 1, "x")],
+        page: 1,
+        per_page: 50,
+        total: 1,
+    };
+    let text = jobs_table(&list, now());
+    assert!(text.contains("a-very-long-job-name-that-goes-…"));
+}
+
+#[test]
+fn empty_job_list() {
+    let list = JobList {
+        jobs: vec![],
+        page: 1,
+        per_page: 50,
+        total: 0,
+    };
+    assert_eq!(jobs_table(&list, now()), "no jobs\npage 1 of 1 (0 jobs)\n");
+}
+
+#[test]
+fn footer_page_count() {
+    let mut list = JobList {
+        jobs: vec![],
+        page: 1,
+        per_page: 50,
+        total: 123,
+    };
+    assert_eq!(page_footer(&list), "page 1 of 3 (123 jobs)");
+    list.total = 100;
+    list.page = 2;
+    assert_eq!(page_footer(&list), "page 2 of 2 (100 jobs)");
+    list.per_page = 0;
+    assert_eq!(page_footer(&list), "page 2 of 1 (100 jobs)");
+}
+
+#[test]
+fn gpus_table_exact() {
+    let list: GpuList =
+        serde_json::from_str(include_str!("fixtures/gpus.json")).expect("fixture parses");
+    let expected = "\
+NODE    IDX  MODEL      STATE     TOTAL  RESERVED  EXTERNAL   FREE  JOBS
+node-a  0    H100       online    81559     80000         0   1559  train-llama, deadbeef
+node-a  3    H100       online    81559     40000         0  41559  train-llama
+node-b  0    A100-80GB  draining  81920         0       512  81408  -
+";
+    assert_eq!(gpus_table(&list), expected);
+    assert_eq!(gpus_table(&GpuList::default()), "no GPUs\n");
+}
+
+#[test]
+fn show_lists_everything() {
+    let mut job = jobs_fixture().jobs.remove(0);
+    job.env = Some(
+        [
+            ("A".to_owned(), "1".to_owned()),
+            ("B".to_owned(), "x y".to_owned()),
+        ]
+        .into(),
+    );
+    job.volumes = vec!["/data:/data:ro".to_owned()];
+    job.command = vec![
+        "sh".to_owned(),
+        "-c".to_owned(),
+        "echo 'hi' there".to_owned(),
+    ];
+    job.exit_code = Some(137);
+    job.finished_at = Some(Utc.with_ymd_and_hms(2025, 1, 1, 11, 59, 0).unwrap());
+    let text = job_details(&job, now());
+    let expected = "\
+ID:              3f2b9c1e-8d4a-4b6f-9a01-2c3d4e5f6a7b
+Seq:             42
+Name:            train-llama
+Owner:           alice
+Status:          running
+Image:           pytorch:2.4
+Command:         sh -c 'echo '\\''hi'\\'' there'
+GPUs:            2
+Workload:        llm-7b
+Min VRAM:        -
+Exclusive:       no
+Priority:        0
+Timeout:         3600s
+Env:             A=1
+                 B=x y
+Volumes:         /data:/data:ro
+Node:            node-a
+Assigned GPUs:   #0 GPU-aaaa H100 (40000 MiB)
+                 #3 GPU-bbbb H100 (40000 MiB)
+Exit code:       137
+Created:         2025-01-01T11:57:00Z (3m ago)
+Admitted:        2025-01-01T11:57:01Z (2m ago)
+Started:         2025-01-01T11:57:05Z (2m ago)
+Finished:        2025-01-01T11:59:00Z (1m ago)
+Released:        -
+Queue position:  -
+Wait reason:     -
+";
+    assert_eq!(text, expected);
+}
+
+#[test]
+fn show_queued_job_wait_reason_and_status_reason() {
+    let mut job = queued("0badc0de-0000-4000-8000-000000000003", "s", 2, "no room");
+    job.status_reason = Some("held by admin".to_owned());
+    let text = job_details(&job, now());
+    assert!(text.contains("\nStatus:          queued (held by admin)\n"));
+    assert!(text.contains("\nQueue position:  2\n"));
+    assert!(text.contains("\nWait reason:     no room\n"));
+    assert!(text.contains("\nAssigned GPUs:   -\n"));
+    assert!(text.contains("\nEnv:             -\n"));
+}

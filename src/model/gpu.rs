@@ -1,0 +1,77 @@
+//! Cards and the manifest as the UI, the REST API and the CLI see them.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use uuid::Uuid;
+
+/// A job holding part of a card.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuHolder {
+    /// Job id.
+    pub id: Uuid,
+    /// Job name.
+    pub name: String,
+    /// Owner's login name.
+    pub owner: String,
+    /// VRAM reserved on this card.
+    pub vram_mib: i64,
+}
+
+/// One physical card and what holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuView {
+    /// NVML-style id (`GPU-…`).
+    pub uuid: String,
+    /// Host.
+    pub node: String,
+    /// Device index on the host.
+    pub index: u32,
+    /// Model name.
+    pub model: String,
+    /// `online`, `draining` or `offline`.
+    pub state: String,
+    /// Physical memory.
+    pub total_mib: i64,
+    /// Committed to gpuq jobs.
+    pub reserved_mib: i64,
+    /// Used by processes gpuq does not manage.
+    pub external_mib: i64,
+    /// Last observed use, when known.
+    pub used_mib: Option<i64>,
+    /// What a new job could get now (total − headroom − reserved − external).
+    pub free_mib: i64,
+    /// A simulated card (no NVIDIA driver).
+    pub simulated: bool,
+    /// Jobs holding it.
+    pub jobs: Vec<GpuHolder>,
+}
+
+/// A workload type and its VRAM need per GPU model.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkloadView {
+    /// Name used in job specs.
+    pub name: String,
+    /// What it is.
+    pub description: String,
+    /// MiB per card, by model name. A model not listed cannot run it.
+    pub vram_mib: BTreeMap<String, i64>,
+}
+
+/// The whole manifest and the models present, for the editor grid.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ManifestView {
+    /// Workload types by name.
+    pub workloads: Vec<WorkloadView>,
+    /// Models of the cards gpuq knows.
+    pub models_present: Vec<String>,
+}
+
+/// Renders a card id the way NVML and Docker name it.
+pub fn gpu_id(uuid: &Uuid) -> String {
+    format!("GPU-{uuid}")
+}
+
+/// Parses `GPU-<uuid>` (or a bare uuid).
+pub fn parse_gpu_id(text: &str) -> Option<Uuid> {
+    Uuid::parse_str(text.strip_prefix("GPU-").unwrap_or(text)).ok()
+}

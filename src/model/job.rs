@@ -1,0 +1,202 @@
+//! Jobs as the UI, the REST API and the CLI see them.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+use uuid::Uuid;
+
+/// Where a job is in its life. Stored as text CHECKed by the database; this enum mirrors it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobStatus {
+    /// Waiting for cards.
+    Queued,
+    /// Cards reserved; the runner has not started the container yet.
+    Admitted,
+    /// The runner is creating and starting the container.
+    Starting,
+    /// The container runs.
+    Running,
+    /// Exited 0.
+    Succeeded,
+    /// Exited non-zero, or could not be launched.
+    Failed,
+    /// Cancelled by its owner or an admin.
+    Cancelled,
+    /// Ran past its deadline and was stopped.
+    TimedOut,
+    /// Refused at submission: it could never run here.
+    Rejected,
+}
+
+impl JobStatus {
+    /// Every status, in life order.
+    pub const ALL: [JobStatus; 9] = [
+        JobStatus::Queued,
+        JobStatus::Admitted,
+        JobStatus::Starting,
+        JobStatus::Running,
+        JobStatus::Succeeded,
+        JobStatus::Failed,
+        JobStatus::Cancelled,
+        JobStatus::TimedOut,
+        JobStatus::Rejected,
+    ];
+
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobStatus::Queued => "queued",
+            JobStatus::Admitted => "admitted",
+            JobStatus::Starting => "starting",
+            JobStatus::Running => "running",
+            JobStatus::Succeeded => "succeeded",
+            JobStatus::Failed => "failed",
+            JobStatus::Cancelled => "cancelled",
+            JobStatus::TimedOut => "timed_out",
+            JobStatus::Rejected => "rejected",
+        }
+    }
+
+    /// Whether the job has ended (its capacity is to be given back).
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            JobStatus::Succeeded
+                | JobStatus::Failed
+                | JobStatus::Cancelled
+                | JobStatus::TimedOut
+                | JobStatus::Rejected
+        )
+    }
+}
+
+impl fmt::Display for JobStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for JobStatus {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        JobStatus::ALL
+            .into_iter()
+            .find(|st| st.as_str() == s)
+            .ok_or_else(|| {
+                let all: Vec<_> = JobStatus::ALL.iter().map(|s| s.as_str()).collect();
+                format!("unknown status `{s}`: expected one of {}", all.join(", "))
+            })
+    }
+}
+
+/// A card granted to a job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AssignedGpu {
+    /// NVML-style id (`GPU-…`).
+    pub uuid: String,
+    /// Device index on its node.
+    pub index: u32,
+    /// Model name.
+    pub model: String,
+    /// VRAM reserved for the job on this card.
+    pub vram_mib: i64,
+}
+
+/// Everything a viewer may know about a job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobView {
+    /// Job id.
+    pub id: Uuid,
+    /// Submit order.
+    pub seq: i64,
+    /// Display name.
+    pub name: String,
+    /// Owner's login name.
+    pub owner: String,
+    /// Current status.
+    pub status: JobStatus,
+    /// Why it is in that status, when there is something to say.
+    pub status_reason: Option<String>,
+    /// Container image.
+    pub image: String,
+    /// argv.
+    pub command: Vec<String>,
+    /// Cards asked for.
+    pub gpu_count: u32,
+    /// Workload type, when the need comes from the manifest.
+    pub workload: Option<String>,
+    /// Explicit MiB per card, otherwise.
+    pub min_vram_mb: Option<i64>,
+    /// Whole cards.
+    pub exclusive: bool,
+    /// Higher runs first.
+    pub priority: i32,
+    /// Run-time limit.
+    pub timeout_s: i64,
+    /// Environment: only for the owner, managers and admins.
+    pub env: Option<BTreeMap<String, String>>,
+    /// `host:container[:ro]` mounts.
+    pub volumes: Vec<String>,
+    /// Node it was placed on.
+    pub node: Option<String>,
+    /// Cards it holds or held.
+    pub assigned_gpus: Vec<AssignedGpu>,
+    /// Container exit code.
+    pub exit_code: Option<i32>,
+    /// Submitted.
+    pub created_at: DateTime<Utc>,
+    /// Cards reserved.
+    pub admitted_at: Option<DateTime<Utc>>,
+    /// Container started.
+    pub started_at: Option<DateTime<Utc>>,
+    /// Ended.
+    pub finished_at: Option<DateTime<Utc>>,
+    /// Capacity given back.
+    pub released_at: Option<DateTime<Utc>>,
+    /// 1-based place in the queue, for queued jobs.
+    pub queue_position: Option<i64>,
+    /// Plain words on why a queued job waits.
+    pub wait_reason: Option<String>,
+}
+
+/// One page of jobs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobPage {
+    /// Newest first.
+    pub jobs: Vec<JobView>,
+    /// 1-based page number.
+    pub page: i64,
+    /// Page size.
+    pub per_page: i64,
+    /// Jobs matching the filter.
+    pub total: i64,
+}
+
+/// Answer to a submission or cancellation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobAck {
+    /// The job.
+    pub job_id: Uuid,
+    /// Its status after the request.
+    pub status: JobStatus,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_round_trip() {
+        for s in JobStatus::ALL {
+            assert_eq!(s.as_str().parse::<JobStatus>(), Ok(s));
+            assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
+        }
+        assert!("done".parse::<JobStatus>().is_err());
+        assert!(JobStatus::TimedOut.is_terminal());
+        assert!(!JobStatus::Running.is_terminal());
+    }
+}

@@ -1,0 +1,8 @@
+//! Admission: the pure planner, the advisory-locked pass that applies its decisions, and the
+//! scheduler loop that runs passes on NOTIFY and on a timer.
+
+pub mod pass;
+pub mod planner;
+pub mod scheduler;
+
+pub use pass::{run_pass, PassConfig, PassOutcome};

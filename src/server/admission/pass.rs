@@ -1,0 +1,298 @@
+//! The admission pass: one transaction under a transaction-scoped advisory lock that reclaims the
+//! capacity of finished jobs, reads cards and queue, plans with the pure planner, and writes the
+//! reservations, the ledger, job statuses and audit events before a NOTIFY and the commit.
+//!
+//! The steps are public so tests can interleave them deliberately (and show what the lock
+//! prevents); [`run_pass`] is the only correct composition.
+
+use super::planner::{self, Card, Need, Plan, PlanInput, QueuedJob};
+use crate::server::db::gpus::GpuRow;
+use crate::server::db::{events, gpus, manifest};
+use anyhow::{bail, Context, Result};
+use chrono::{DateTime, Utc};
+use serde_json::json;
+use sqlx::{PgPool, Postgres, Transaction};
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+use uuid::Uuid;
+
+/// The advisory-lock key of the admission pass: "gpuq" in ASCII, then pass number 1.
+pub const ADMISSION_LOCK: i64 = 0x6770_7571_0000_0001;
+
+/// Settings of a pass.
+#[derive(Debug, Clone)]
+pub struct PassConfig {
+    /// VRAM kept free on every card (driver, fragmentation).
+    pub headroom_mib: i64,
+    /// A queued job waiting longer than this holds the cards it waits for.
+    pub starvation_after: Duration,
+    /// Node given to jobs that need no GPU.
+    pub cpu_node: String,
+}
+
+/// What a pass did.
+#[derive(Debug, Clone, Default)]
+pub struct PassOutcome {
+    /// Finished jobs whose capacity was given back.
+    pub reclaimed: u64,
+    /// Jobs admitted.
+    pub admitted: usize,
+    /// Jobs still waiting.
+    pub waiting: usize,
+    /// Time spent in the pure planner.
+    pub plan_time: Duration,
+    /// Whole pass, lock to commit.
+    pub total_time: Duration,
+}
+
+/// What the planner needs, read inside the pass's transaction.
+#[derive(Debug, Clone)]
+pub struct PassState {
+    /// The planner's input.
+    pub input: PlanInput,
+    /// Card details by id, for events.
+    pub cards: HashMap<Uuid, (String, u32)>,
+}
+
+/// Runs one pass. Safe to call from any number of processes at once: they take turns.
+pub async fn run_pass(pool: &PgPool, cfg: &PassConfig, now: DateTime<Utc>) -> Result<PassOutcome> {
+    let started = Instant::now();
+    let mut tx = pool.begin().await.context("beginning the pass")?;
+    lock(&mut tx).await?;
+    let reclaimed = reclaim(&mut tx).await?;
+    let state = read_state(&mut tx, cfg, now).await?;
+    let planned = Instant::now();
+    let plan = planner::plan(&state.input);
+    let plan_time = planned.elapsed();
+    let admitted = apply(&mut tx, cfg, &state, &plan).await?;
+    if reclaimed > 0 || admitted > 0 {
+        let payload = json!({ "kind": "pass", "admitted": admitted, "reclaimed": reclaimed });
+        events::notify(&mut *tx, events::EVENTS_CHANNEL, &payload.to_string()).await?;
+    }
+    tx.commit().await.context("committing the pass")?;
+    Ok(PassOutcome {
+        reclaimed,
+        admitted,
+        waiting: plan.waiting.len(),
+        plan_time,
+        total_time: started.elapsed(),
+    })
+}
+
+/// Takes the admission lock for the rest of the transaction (released by commit, rollback or a
+/// lost connection: never a session lock on a pooled connection).
+pub async fn lock(tx: &mut Transaction<'_, Postgres>) -> Result<()> {
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(ADMISSION_LOCK)
+        .execute(&mut **tx)
+        .await
+        .context("taking the admission lock")?;
+    Ok(())
+}
+
+/// Gives back the reservations of jobs that ended and have not been released yet.
+/// Data-modifying CTEs run to completion whether or not the final SELECT reads them.
+pub async fn reclaim(tx: &mut Transaction<'_, Postgres>) -> Result<u64> {
+    let released: i64 = sqlx::query_scalar(
+        "WITH done AS ( \
+           UPDATE jobs SET released_at = now() \
+           WHERE released_at IS NULL \
+             AND status IN ('succeeded', 'failed', 'cancelled', 'timed_out', 'rejected') \
+           RETURNING id), \
+         rel AS ( \
+           UPDATE reservations r SET released_at = now() FROM done \
+           WHERE r.job_id = done.id AND r.released_at IS NULL RETURNING r.gpu_uuid, r.vram_mib), \
+         ledger AS ( \
+           UPDATE gpus g SET reserved_mib = g.reserved_mib - s.total \
+           FROM (SELECT gpu_uuid, sum(vram_mib) AS total FROM rel GROUP BY gpu_uuid) s \
+           WHERE g.uuid = s.gpu_uuid RETURNING 1), \
+         ev AS ( \
+           INSERT INTO job_events (job_id, actor, kind) SELECT id, 'scheduler', 'released' FROM done \
+           RETURNING 1) \
+         SELECT count(*) FROM done",
+    )
+    .fetch_one(&mut **tx)
+    .await
+    .context("reclaiming finished jobs")?;
+    Ok(released as u64)
+}
+
+/// A card row as the planner sees it (draining and offline cards admit nothing).
+pub fn to_planner_card(g: &GpuRow) -> Card {
+    Card {
+        uuid: g.uuid,
+        node: g.node.clone(),
+        index: g.idx as u32,
+        model: g.model.clone(),
+        total_mib: g.total_mib,
+        reserved_mib: g.reserved_mib,
+        external_mib: g.external_mib,
+        online: g.state == "online",
+        exclusive_held: g.exclusive_held,
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct QueueRow {
+    id: Uuid,
+    seq: i64,
+    priority: i32,
+    gpu_count: i32,
+    workload: Option<String>,
+    min_vram_mib: Option<i64>,
+    exclusive: bool,
+    created_at: DateTime<Utc>,
+}
+
+/// Reads cards, manifest and queue.
+pub async fn read_state(
+    tx: &mut Transaction<'_, Postgres>,
+    cfg: &PassConfig,
+    now: DateTime<Utc>,
+) -> Result<PassState> {
+    let rows = gpus::list(&mut **tx).await.context("reading cards")?;
+    let manifest = manifest::load(tx).await.context("reading the manifest")?;
+    let queue: Vec<QueueRow> = sqlx::query_as(
+        "SELECT id, seq, priority, gpu_count, workload, min_vram_mib, exclusive, created_at \
+         FROM jobs WHERE status = 'queued' ORDER BY priority DESC, seq",
+    )
+    .fetch_all(&mut **tx)
+    .await
+    .context("reading the queue")?;
+    let cards = rows.iter().map(to_planner_card).collect();
+    let queue = queue
+        .into_iter()
+        .map(|q| QueuedJob {
+            id: q.id,
+            seq: q.seq,
+            priority: q.priority,
+            gpu_count: q.gpu_count as u32,
+            need: match (&q.workload, q.min_vram_mib) {
+                (Some(w), _) => Need::PerModel(manifest.needs.get(w).cloned().unwrap_or_default()),
+                (None, Some(mib)) => Need::Fixed(mib),
+                (None, None) => Need::Fixed(0),
+            },
+            exclusive: q.exclusive,
+            queued_at_ms: q.created_at.timestamp_millis(),
+        })
+        .collect();
+    Ok(PassState {
+        input: PlanInput {
+            cards,
+            queue,
+            headroom_mib: cfg.headroom_mib,
+            starvation_after_ms: cfg.starvation_after.as_millis() as i64,
+            now_ms: now.timestamp_millis(),
+        },
+        cards: rows
+            .iter()
+            .map(|g| (g.uuid, (g.node.clone(), g.idx as u32)))
+            .collect(),
+    })
+}
+
+/// Writes a plan: reservations, the ledger, job statuses and events. Every job update is guarded
+/// by `status = 'queued'`, so a stale plan changes nothing and the transaction fails instead.
+pub async fn apply(
+    tx: &mut Transaction<'_, Postgres>,
+    cfg: &PassConfig,
+    state: &PassState,
+    plan: &Plan,
+) -> Result<usize> {
+    if plan.admitted.is_empty() {
+        return Ok(0);
+    }
+    let exclusive: HashMap<Uuid, bool> = state
+        .input
+        .queue
+        .iter()
+        .map(|q| (q.id, q.exclusive))
+        .collect();
+    let (mut r_job, mut r_gpu, mut r_mib, mut r_excl) = (vec![], vec![], vec![], vec![]);
+    let (mut j_id, mut j_node, mut j_detail) = (vec![], vec![], vec![]);
+    for p in &plan.admitted {
+        let excl = exclusive.get(&p.job_id).copied().unwrap_or(false);
+        let node = p
+            .cards
+            .first()
+            .and_then(|c| state.cards.get(&c.uuid))
+            .map(|(n, _)| n.clone())
+            .unwrap_or_else(|| cfg.cpu_node.clone());
+        let mut granted = Vec::new();
+        for c in &p.cards {
+            r_job.push(p.job_id);
+            r_gpu.push(c.uuid);
+            r_mib.push(c.vram_mib);
+            r_excl.push(excl);
+            let index = state.cards.get(&c.uuid).map(|(_, i)| *i);
+            granted.push(json!({ "uuid": crate::model::gpu_id(&c.uuid), "index": index, "vram_mib": c.vram_mib }));
+        }
+        j_id.push(p.job_id);
+        j_detail.push(json!({ "node": node, "gpus": granted }));
+        j_node.push(node);
+    }
+    sqlx::query(
+        "INSERT INTO reservations (job_id, gpu_uuid, vram_mib, exclusive) \
+         SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::bigint[], $4::bool[])",
+    )
+    .bind(&r_job)
+    .bind(&r_gpu)
+    .bind(&r_mib)
+    .bind(&r_excl)
+    .execute(&mut **tx)
+    .await
+    .context("writing reservations")?;
+    sqlx::query(
+        "UPDATE gpus g SET reserved_mib = g.reserved_mib + s.total \
+         FROM (SELECT u, sum(v) AS total FROM unnest($1::uuid[], $2::bigint[]) AS t(u, v) GROUP BY u) s \
+         WHERE g.uuid = s.u",
+    )
+    .bind(&r_gpu)
+    .bind(&r_mib)
+    .execute(&mut **tx)
+    .await
+    .context("updating the ledger")?;
+    let updated = sqlx::query(
+        "UPDATE jobs j SET status = 'admitted', admitted_at = now(), node = t.node, status_reason = NULL \
+         FROM unnest($1::uuid[], $2::text[]) AS t(id, node) \
+         WHERE j.id = t.id AND j.status = 'queued'",
+    )
+    .bind(&j_id)
+    .bind(&j_node)
+    .execute(&mut **tx)
+    .await
+    .context("marking jobs admitted")?;
+    if updated.rows_affected() != j_id.len() as u64 {
+        bail!(
+            "stale plan: {} of {} jobs were no longer queued",
+            j_id.len() as u64 - updated.rows_affected(),
+            j_id.len()
+        );
+    }
+    sqlx::query(
+        "INSERT INTO job_events (job_id, actor, kind, detail) \
+         SELECT id, 'scheduler', 'admitted', d FROM unnest($1::uuid[], $2::jsonb[]) AS t(id, d)",
+    )
+    .bind(&j_id)
+    .bind(&j_detail)
+    .execute(&mut **tx)
+    .await
+    .context("recording admissions")?;
+    Ok(j_id.len())
+}
+
+/// Plans without writing (a read-only snapshot): queue positions and wait reasons for the read side.
+pub async fn dry_run(
+    pool: &PgPool,
+    cfg: &PassConfig,
+    now: DateTime<Utc>,
+) -> Result<(PassState, Plan)> {
+    let mut tx = pool.begin().await?;
+    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        .execute(&mut *tx)
+        .await?;
+    let state = read_state(&mut tx, cfg, now).await?;
+    let plan = planner::plan(&state.input);
+    tx.rollback().await?;
+    Ok((state, plan))
+}

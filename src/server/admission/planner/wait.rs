@@ -1,0 +1,250 @@
+//! Why a job waits, as data for the API and as words for its owner.
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use super::{Pass, Shape};
+
+/// Names a card the way users recognise it, without the live counters.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CardRef {
+    /// Stable identity for tooling.
+    pub uuid: Uuid,
+    /// Host the card is on.
+    pub node: String,
+    /// Device index on that host, as `nvidia-smi` shows it.
+    pub index: u32,
+    /// Marketing name, so users see which model was too small.
+    pub model: String,
+}
+
+/// The card that came closest to fitting, so users can judge the gap.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BestCard {
+    /// The card.
+    pub card: CardRef,
+    /// Its free VRAM at the job's turn.
+    pub free_mib: i64,
+}
+
+/// Per-card need across the models a job can use; per-model manifests make
+/// a single number misleading.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NeedRange {
+    /// Smallest per-card need over the online models the job runs on.
+    pub min_mib: i64,
+    /// Largest per-card need over those models.
+    pub max_mib: i64,
+}
+
+/// Structured reason a job was not admitted; stable enough to store and
+/// to branch on, with `message()` for humans.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum WaitReason {
+    /// No online card is of a model the job's workload can run on.
+    NoEligibleCard,
+    /// Single-card job: no usable card has enough free VRAM.
+    InsufficientVram {
+        /// Need on the best card's model (the smallest need if none).
+        need_mib: i64,
+        /// Only idle cards count for exclusive jobs.
+        exclusive: bool,
+        /// The usable card with the smallest shortfall, if any.
+        best: Option<BestCard>,
+    },
+    /// Multi-card job: no node has enough qualifying cards at once.
+    NotEnoughCards {
+        /// Cards wanted on one node.
+        gpu_count: u32,
+        /// Per-card need over the eligible models.
+        need: NeedRange,
+        /// Only idle cards count for exclusive jobs.
+        exclusive: bool,
+        /// Node with the most qualifying cards, if any has one.
+        best_node: Option<String>,
+        /// How many qualifying cards that node has.
+        best_count: u32,
+    },
+    /// The job would fit, but on cards held for an earlier starving job.
+    HeldForOlderJob {
+        /// The job holding the cards.
+        holder: Uuid,
+    },
+    /// The job waited past the starvation limit and now holds cards, so
+    /// later jobs cannot keep taking them.
+    HoldingCards {
+        /// Why it still does not fit.
+        waiting: Box<WaitReason>,
+        /// Cards held for it, all on one node.
+        held: Vec<CardRef>,
+    },
+}
+
+impl WaitReason {
+    /// Plain words for the job's owner (CLI, web UI, notifications).
+    pub fn message(&self) -> String {
+        match self {
+            WaitReason::NoEligibleCard => {
+                "no card of a model this workload runs on is online".to_string()
+            }
+            WaitReason::InsufficientVram {
+                need_mib,
+                exclusive,
+                best,
+            } => {
+                let card = if *exclusive {
+                    "idle card (exclusive use)"
+                } else {
+                    "card"
+                };
+                match best {
+                    Some(b) => format!(
+                        "needs {need_mib} MiB on 1 {card}; best free: {} MiB on GPU {} ({}, node {})",
+                        b.free_mib, b.card.index, b.card.model, b.card.node
+                    ),
+                    None if *exclusive => format!(
+                        "needs {need_mib} MiB on 1 {card}; no card of a suitable model is idle"
+                    ),
+                    None => format!(
+                        "needs {need_mib} MiB on 1 {card}; every card of a suitable model is held by an exclusive job"
+                    ),
+                }
+            }
+            WaitReason::NotEnoughCards {
+                gpu_count,
+                need,
+                exclusive,
+                best_node,
+                best_count,
+            } => {
+                let cards = if *exclusive {
+                    "idle cards (exclusive use)"
+                } else {
+                    "cards"
+                };
+                let each = if need.min_mib == need.max_mib {
+                    format!("{} MiB each", need.min_mib)
+                } else {
+                    format!("{}-{} MiB each (by model)", need.min_mib, need.max_mib)
+                };
+                let best = match best_node {
+                    Some(node) if *best_count > 0 => {
+                        let s = if *best_count == 1 { "card" } else { "cards" };
+                        format!("{best_count} such {s} on node {node}")
+                    }
+                    _ => "no such card on any node".to_string(),
+                };
+                format!("needs {gpu_count} {cards} with {each} on one node; best: {best}")
+            }
+            WaitReason::HeldForOlderJob { holder } => {
+                format!("cards held for an older waiting job ({holder})")
+            }
+            WaitReason::HoldingCards { waiting, held } => {
+                let gpus: Vec<String> = held.iter().map(|c| c.index.to_string()).collect();
+                let node = held.first().map(|c| c.node.as_str()).unwrap_or_default();
+                format!(
+                    "{}; waited past the starvation limit, so it holds GPU {} on node {node}",
+                    waiting.message(),
+                    gpus.join(",")
+                )
+            }
+        }
+    }
+
+    /// Cards this job holds against later jobs (empty unless starving), so
+    /// callers need not match on the variant.
+    pub fn held_cards(&self) -> &[CardRef] {
+        match self {
+            WaitReason::HoldingCards { held, .. } => held,
+            _ => &[],
+        }
+    }
+}
+
+/// Explains why `s` does not fit at this point of the pass. Only called for
+/// shapes that just failed (or failed earlier, which stays true).
+pub(super) fn explain(pass: &Pass<'_>, s: &Shape) -> WaitReason {
+    let g = s.gpu_count;
+    let mut range: Option<NeedRange> = None;
+    // Usable card with the least shortfall (largest free - need).
+    let mut best: Option<(i64, usize)> = None;
+    let mut best_node: Option<(usize, usize)> = None;
+    for (n, span) in pass.nodes.iter().enumerate() {
+        let mut count = 0usize;
+        let mut holder = None;
+        for si in span.start..span.end {
+            let c = &pass.slots[si];
+            let need = s.needs[c.model];
+            if need < 0 || !c.online {
+                continue;
+            }
+            range = Some(match range {
+                None => NeedRange {
+                    min_mib: need,
+                    max_mib: need,
+                },
+                Some(r) => NeedRange {
+                    min_mib: r.min_mib.min(need),
+                    max_mib: r.max_mib.max(need),
+                },
+            });
+            if c.held || (s.exclusive && c.busy) {
+                continue;
+            }
+            let gap = c.free.saturating_sub(need);
+            if best.is_none_or(|(b, _)| gap > b) {
+                best = Some((gap, si));
+            }
+            if gap >= 0 {
+                count += 1;
+                holder = holder.or(c.blocked_by);
+            }
+        }
+        if count >= g {
+            // Enough cards ignoring holds, yet it failed: holds are the cause.
+            if let Some(holder) = holder {
+                return WaitReason::HeldForOlderJob { holder };
+            }
+        }
+        if best_node.is_none_or(|(c, _)| count > c) {
+            best_node = Some((count, n));
+        }
+    }
+    let Some(range) = range else {
+        return WaitReason::NoEligibleCard;
+    };
+    if g == 1 {
+        let (need_mib, best) = match best {
+            Some((_, si)) => {
+                let c = &pass.slots[si];
+                let card = pass.card_ref(si);
+                (
+                    s.needs[c.model],
+                    Some(BestCard {
+                        card,
+                        free_mib: c.free,
+                    }),
+                )
+            }
+            None => (range.min_mib, None),
+        };
+        return WaitReason::InsufficientVram {
+            need_mib,
+            exclusive: s.exclusive,
+            best,
+        };
+    }
+    let (count, n) = best_node.unwrap_or((0, 0));
+    let best_node = (count > 0)
+        .then(|| pass.nodes.get(n))
+        .flatten()
+        .map(|span| pass.input.cards[pass.slots[span.start].src].node.clone());
+    WaitReason::NotEnoughCards {
+        gpu_count: u32::try_from(g).unwrap_or(u32::MAX),
+        need: range,
+        exclusive: s.exclusive,
+        best_node,
+        best_count: u32::try_from(count).unwrap_or(u32::MAX),
+    }
+}

@@ -1,0 +1,176 @@
+//! Repository for cards: the inventory's upserts, the ledger columns, and what holds each card.
+
+use chrono::{DateTime, Utc};
+use sqlx::{FromRow, PgExecutor, Postgres, Transaction};
+use uuid::Uuid;
+
+/// A `gpus` row.
+#[derive(Debug, Clone, FromRow)]
+pub struct GpuRow {
+    /// Key (NVML's id without `GPU-`).
+    pub uuid: Uuid,
+    /// Host.
+    pub node: String,
+    /// Device index.
+    pub idx: i32,
+    /// Model name.
+    pub model: String,
+    /// Physical memory.
+    pub total_mib: i64,
+    /// Sum of live reservations.
+    pub reserved_mib: i64,
+    /// Last observed use.
+    pub used_mib: Option<i64>,
+    /// Used by processes gpuq does not manage.
+    pub external_mib: i64,
+    /// online / draining / offline.
+    pub state: String,
+    /// A simulated card.
+    pub simulated: bool,
+    /// An exclusive job holds it.
+    pub exclusive_held: bool,
+    /// Last refresh.
+    pub updated_at: DateTime<Utc>,
+}
+
+const COLUMNS: &str = "g.uuid, g.node, g.idx, g.model, g.total_mib, g.reserved_mib, g.used_mib, \
+    g.external_mib, g.state, g.simulated, g.updated_at, \
+    EXISTS (SELECT 1 FROM reservations r WHERE r.gpu_uuid = g.uuid AND r.released_at IS NULL \
+            AND r.exclusive) AS exclusive_held";
+
+/// Every card, by node and index.
+pub async fn list(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<GpuRow>> {
+    sqlx::query_as(&format!(
+        "SELECT {COLUMNS} FROM gpus g ORDER BY g.node, g.idx"
+    ))
+    .fetch_all(db)
+    .await
+}
+
+/// One card.
+pub async fn get(db: impl PgExecutor<'_>, uuid: Uuid) -> sqlx::Result<Option<GpuRow>> {
+    sqlx::query_as(&format!("SELECT {COLUMNS} FROM gpus g WHERE g.uuid = $1"))
+        .bind(uuid)
+        .fetch_optional(db)
+        .await
+}
+
+/// A card as the inventory observed it.
+#[derive(Debug, Clone)]
+pub struct Observed {
+    /// Key.
+    pub uuid: Uuid,
+    /// Device index.
+    pub index: u32,
+    /// Model name.
+    pub model: String,
+    /// Physical memory.
+    pub total_mib: i64,
+    /// Observed use, when known.
+    pub used_mib: Option<i64>,
+    /// Foreign use, when observed (simulated cards keep the value set through the API).
+    pub external_mib: Option<i64>,
+    /// Simulated card.
+    pub simulated: bool,
+}
+
+/// Upserts this node's cards and marks the node's cards that were not observed offline (never
+/// deleted: a card may hold reservations). Returns whether anything the scheduler cares about
+/// changed (a new card, a card gone or back, a change in size or foreign use).
+pub async fn sync_node(
+    tx: &mut Transaction<'_, Postgres>,
+    node: &str,
+    observed: &[Observed],
+) -> sqlx::Result<bool> {
+    let mut changed = false;
+    for o in observed {
+        let row: (bool,) = sqlx::query_as(
+            "WITH old AS (SELECT total_mib, external_mib, state, node, model FROM gpus WHERE uuid = $1) \
+             , up AS ( \
+               INSERT INTO gpus (uuid, node, idx, model, total_mib, used_mib, external_mib, simulated) \
+               VALUES ($1, $2, $3, $4, $5, $6, coalesce($7, 0), $8) \
+               ON CONFLICT (uuid) DO UPDATE SET node = EXCLUDED.node, idx = EXCLUDED.idx, \
+                 model = EXCLUDED.model, total_mib = EXCLUDED.total_mib, used_mib = EXCLUDED.used_mib, \
+                 external_mib = coalesce($7, gpus.external_mib), simulated = EXCLUDED.simulated, \
+                 state = CASE WHEN gpus.state = 'offline' THEN 'online' ELSE gpus.state END, \
+                 updated_at = now() \
+               RETURNING total_mib, external_mib, state, node, model) \
+             SELECT NOT EXISTS (SELECT 1 FROM old) OR EXISTS ( \
+               SELECT 1 FROM old, up WHERE (old.total_mib, old.external_mib, old.state, old.node, old.model) \
+                 IS DISTINCT FROM (up.total_mib, up.external_mib, up.state, up.node, up.model))",
+        )
+        .bind(o.uuid)
+        .bind(node)
+        .bind(o.index as i32)
+        .bind(&o.model)
+        .bind(o.total_mib)
+        .bind(o.used_mib)
+        .bind(o.external_mib)
+        .bind(o.simulated)
+        .fetch_one(&mut **tx)
+        .await?;
+        changed |= row.0;
+    }
+    let seen: Vec<Uuid> = observed.iter().map(|o| o.uuid).collect();
+    let gone = sqlx::query(
+        "UPDATE gpus SET state = 'offline', updated_at = now() \
+         WHERE node = $1 AND state <> 'offline' AND NOT (uuid = ANY($2))",
+    )
+    .bind(node)
+    .bind(&seen)
+    .execute(&mut **tx)
+    .await?;
+    Ok(changed || gone.rows_affected() > 0)
+}
+
+/// Sets the foreign memory of a simulated card. Returns the card when it exists and is simulated.
+pub async fn set_sim_external(
+    db: impl PgExecutor<'_>,
+    uuid: Uuid,
+    external_mib: i64,
+) -> sqlx::Result<Option<i64>> {
+    sqlx::query_scalar(
+        "UPDATE gpus SET external_mib = $2, updated_at = now() \
+         WHERE uuid = $1 AND simulated RETURNING external_mib",
+    )
+    .bind(uuid)
+    .bind(external_mib)
+    .fetch_optional(db)
+    .await
+}
+
+/// Sets a card's state (online / draining / offline). Returns whether the card exists.
+pub async fn set_state(db: impl PgExecutor<'_>, uuid: Uuid, state: &str) -> sqlx::Result<bool> {
+    let res = sqlx::query("UPDATE gpus SET state = $2, updated_at = now() WHERE uuid = $1")
+        .bind(uuid)
+        .bind(state)
+        .execute(db)
+        .await?;
+    Ok(res.rows_affected() == 1)
+}
+
+/// A live reservation with its job, for showing what holds each card.
+#[derive(Debug, Clone, FromRow)]
+pub struct HolderRow {
+    /// Card.
+    pub gpu_uuid: Uuid,
+    /// Job.
+    pub job_id: Uuid,
+    /// Job name.
+    pub name: String,
+    /// Owner.
+    pub owner: String,
+    /// Reserved MiB.
+    pub vram_mib: i64,
+}
+
+/// Every live reservation with its job.
+pub async fn holders(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<HolderRow>> {
+    sqlx::query_as(
+        "SELECT r.gpu_uuid, r.job_id, j.name, u.username AS owner, r.vram_mib \
+         FROM reservations r JOIN jobs j ON j.id = r.job_id JOIN users u ON u.id = j.owner_id \
+         WHERE r.released_at IS NULL ORDER BY j.seq",
+    )
+    .fetch_all(db)
+    .await
+}

@@ -1,0 +1,228 @@
+//! Repository for jobs and their reservations.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::{FromRow, PgExecutor, QueryBuilder};
+use uuid::Uuid;
+
+/// A `jobs` row with its owner's name.
+#[derive(Debug, Clone, FromRow)]
+pub struct JobRow {
+    /// Key.
+    pub id: Uuid,
+    /// Submit order.
+    pub seq: i64,
+    /// Owner.
+    pub owner_id: Uuid,
+    /// Owner's login name.
+    pub owner: String,
+    /// Display name.
+    pub name: String,
+    /// The parsed spec (its raw form).
+    pub spec: Value,
+    /// Image.
+    pub image: String,
+    /// argv.
+    pub command: Vec<String>,
+    /// Cards.
+    pub gpu_count: i32,
+    /// Workload type.
+    pub workload: Option<String>,
+    /// Explicit MiB per card.
+    pub min_vram_mib: Option<i64>,
+    /// Whole cards.
+    pub exclusive: bool,
+    /// Priority.
+    pub priority: i32,
+    /// Run-time limit.
+    pub timeout_s: i64,
+    /// Status (text mirrored by `JobStatus`).
+    pub status: String,
+    /// Why.
+    pub status_reason: Option<String>,
+    /// Node.
+    pub node: Option<String>,
+    /// Exit code.
+    pub exit_code: Option<i32>,
+    /// Submitted.
+    pub created_at: DateTime<Utc>,
+    /// Admitted.
+    pub admitted_at: Option<DateTime<Utc>>,
+    /// Started.
+    pub started_at: Option<DateTime<Utc>>,
+    /// Ended.
+    pub finished_at: Option<DateTime<Utc>>,
+    /// Capacity given back.
+    pub released_at: Option<DateTime<Utc>>,
+}
+
+const COLUMNS: &str = "j.id, j.seq, j.owner_id, u.username AS owner, j.name, j.spec, j.image, \
+    j.command, j.gpu_count, j.workload, j.min_vram_mib, j.exclusive, j.priority, j.timeout_s, \
+    j.status, j.status_reason, j.node, j.exit_code, j.created_at, j.admitted_at, j.started_at, \
+    j.finished_at, j.released_at";
+
+/// What to insert for a new job.
+#[derive(Debug, Clone)]
+pub struct NewJob<'a> {
+    /// Owner.
+    pub owner_id: Uuid,
+    /// Display name.
+    pub name: &'a str,
+    /// Raw spec as JSON.
+    pub spec: Value,
+    /// Image.
+    pub image: &'a str,
+    /// argv.
+    pub command: &'a [String],
+    /// Cards.
+    pub gpu_count: i32,
+    /// Workload type.
+    pub workload: Option<&'a str>,
+    /// Explicit MiB per card.
+    pub min_vram_mib: Option<i64>,
+    /// Whole cards.
+    pub exclusive: bool,
+    /// Priority.
+    pub priority: i32,
+    /// Run-time limit.
+    pub timeout_s: i64,
+    /// `queued` or `rejected`.
+    pub status: &'a str,
+    /// Why it was rejected.
+    pub status_reason: Option<&'a str>,
+}
+
+/// Inserts a job; returns its id.
+pub async fn insert(db: impl PgExecutor<'_>, j: &NewJob<'_>) -> sqlx::Result<Uuid> {
+    sqlx::query_scalar(
+        "INSERT INTO jobs (owner_id, name, spec, image, command, gpu_count, workload, min_vram_mib, \
+           exclusive, priority, timeout_s, status, status_reason, finished_at, released_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, \
+           CASE WHEN $12 = 'rejected' THEN now() END, CASE WHEN $12 = 'rejected' THEN now() END) \
+         RETURNING id",
+    )
+    .bind(j.owner_id)
+    .bind(j.name)
+    .bind(&j.spec)
+    .bind(j.image)
+    .bind(j.command)
+    .bind(j.gpu_count)
+    .bind(j.workload)
+    .bind(j.min_vram_mib)
+    .bind(j.exclusive)
+    .bind(j.priority)
+    .bind(j.timeout_s)
+    .bind(j.status)
+    .bind(j.status_reason)
+    .fetch_one(db)
+    .await
+}
+
+/// One job.
+pub async fn get(db: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<Option<JobRow>> {
+    sqlx::query_as(&format!(
+        "SELECT {COLUMNS} FROM jobs j JOIN users u ON u.id = j.owner_id WHERE j.id = $1"
+    ))
+    .bind(id)
+    .fetch_optional(db)
+    .await
+}
+
+/// Filter of the job list.
+#[derive(Debug, Clone, Default)]
+pub struct JobFilter {
+    /// Any of these statuses (empty: all).
+    pub statuses: Vec<String>,
+    /// Owner's login name.
+    pub owner: Option<String>,
+    /// Page size.
+    pub limit: i64,
+    /// Rows to skip.
+    pub offset: i64,
+}
+
+fn push_where(q: &mut QueryBuilder<'_, sqlx::Postgres>, f: &JobFilter) {
+    q.push(" WHERE true");
+    if !f.statuses.is_empty() {
+        q.push(" AND j.status = ANY(")
+            .push_bind(f.statuses.clone())
+            .push(")");
+    }
+    if let Some(owner) = &f.owner {
+        q.push(" AND u.username = ").push_bind(owner.clone());
+    }
+}
+
+/// A page of jobs, newest first, and the number matching.
+pub async fn list(db: &mut sqlx::PgConnection, f: &JobFilter) -> sqlx::Result<(Vec<JobRow>, i64)> {
+    let mut q = QueryBuilder::new(format!(
+        "SELECT {COLUMNS} FROM jobs j JOIN users u ON u.id = j.owner_id"
+    ));
+    push_where(&mut q, f);
+    q.push(" ORDER BY j.seq DESC LIMIT ")
+        .push_bind(f.limit)
+        .push(" OFFSET ")
+        .push_bind(f.offset);
+    let rows = q.build_query_as::<JobRow>().fetch_all(&mut *db).await?;
+    let mut c = QueryBuilder::new("SELECT count(*) FROM jobs j JOIN users u ON u.id = j.owner_id");
+    push_where(&mut c, f);
+    let total: i64 = c.build_query_scalar().fetch_one(&mut *db).await?;
+    Ok((rows, total))
+}
+
+/// A card held (or once held) by a job.
+#[derive(Debug, Clone, FromRow)]
+pub struct GrantRow {
+    /// Job.
+    pub job_id: Uuid,
+    /// Card.
+    pub gpu_uuid: Uuid,
+    /// Device index.
+    pub idx: i32,
+    /// Model.
+    pub model: String,
+    /// Reserved MiB.
+    pub vram_mib: i64,
+}
+
+/// The cards of these jobs (live or released: the history of a finished job keeps them).
+pub async fn grants_of(db: impl PgExecutor<'_>, jobs: &[Uuid]) -> sqlx::Result<Vec<GrantRow>> {
+    sqlx::query_as(
+        "SELECT r.job_id, r.gpu_uuid, g.idx, g.model, r.vram_mib FROM reservations r \
+         JOIN gpus g ON g.uuid = r.gpu_uuid WHERE r.job_id = ANY($1) ORDER BY r.job_id, g.idx",
+    )
+    .bind(jobs)
+    .fetch_all(db)
+    .await
+}
+
+/// Cancels a job that has not started: queued → cancelled (nothing to release), admitted →
+/// cancelled (its cards are reclaimed by the next pass). Returns the new status, or `None` when the
+/// job was in neither state.
+pub async fn cancel_unstarted(
+    db: impl PgExecutor<'_>,
+    id: Uuid,
+    reason: &str,
+) -> sqlx::Result<Option<String>> {
+    sqlx::query_scalar(
+        "UPDATE jobs SET status = 'cancelled', status_reason = $2, finished_at = now(), \
+           released_at = CASE WHEN status = 'queued' THEN now() END \
+         WHERE id = $1 AND status IN ('queued', 'admitted') RETURNING status",
+    )
+    .bind(id)
+    .bind(reason)
+    .fetch_optional(db)
+    .await
+}
+
+/// Asks the runner to stop a started job. Returns whether the request was recorded.
+pub async fn request_cancel(db: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<bool> {
+    let res = sqlx::query(
+        "UPDATE jobs SET cancel_requested_at = coalesce(cancel_requested_at, now()) \
+         WHERE id = $1 AND status IN ('starting', 'running')",
+    )
+    .bind(id)
+    .execute(db)
+    .await?;
+    Ok(res.rows_affected() == 1)
+}

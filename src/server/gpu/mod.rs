@@ -1,0 +1,194 @@
+//! GPU inventory: which physical cards this node has and how much of their
+//! memory is taken, so that admission can decide whether a job fits.
+//!
+//! Two back-ends exist because gpuq must run both on real GPU nodes (NVML) and
+//! on development or CI machines without any NVIDIA driver (simulation).
+
+mod nvml;
+mod sim;
+pub mod sync;
+pub mod views;
+
+#[cfg(test)]
+mod tests;
+
+pub use nvml::{external_mib_from_processes, parse_nvml_uuid, NvmlInventory};
+pub use sim::{parse_sim_spec, sim_uuid, SimCard, SimInventory, SIM_UUID_NAMESPACE};
+
+use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
+use std::fmt;
+use std::str::FromStr;
+
+/// One card as observed now; the admission logic works only from these values,
+/// so "unknown" is always `None` and never a misleading zero.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuInfo {
+    /// Stable identity of the card (NVML's `GPU-…` UUID without the prefix),
+    /// used as the database key because indexes can change across reboots.
+    pub uuid: uuid::Uuid,
+    /// Driver index, kept for `CUDA_VISIBLE_DEVICES`-style device selection.
+    pub index: u32,
+    /// Marketing name, shown to users and matched by model-specific requests.
+    pub model: String,
+    /// Installed memory in MiB (rounded down so we never promise too much).
+    pub total_mib: i64,
+    /// Memory in use by anyone, in MiB (rounded up); `None` when not observed.
+    pub used_mib: Option<i64>,
+    /// Memory used by processes that are not gpuq containers, in MiB
+    /// (rounded up), so admission can subtract foreign load; `None` = unknown.
+    pub external_mib: Option<i64>,
+    /// GPU busy percentage, informational only; `None` when not observed.
+    pub utilization_pct: Option<u32>,
+    /// True for cards from `--sim-gpus`, so they are never mistaken for real ones.
+    pub simulated: bool,
+}
+
+/// Which back-end produced the inventory, so the rest of gpuq can report it and
+/// decide whether external memory comes from observation or from the database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum InventoryKind {
+    /// Real cards observed through the NVIDIA driver.
+    Nvml,
+    /// Cards described by `--sim-gpus`; nothing is observed.
+    Simulated,
+}
+
+impl fmt::Display for InventoryKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            InventoryKind::Nvml => "nvml",
+            InventoryKind::Simulated => "simulated",
+        })
+    }
+}
+
+/// PIDs (host PID namespace) of processes that belong to gpuq's containers, so
+/// NVML can tell foreign memory from ours.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OurProcesses {
+    /// Host-namespace PIDs; NVML reports host PIDs, so container PIDs would not match.
+    pub pids: HashSet<u32>,
+}
+
+impl FromIterator<u32> for OurProcesses {
+    fn from_iter<I: IntoIterator<Item = u32>>(iter: I) -> Self {
+        OurProcesses {
+            pids: iter.into_iter().collect(),
+        }
+    }
+}
+
+/// Source of GPU observations; a trait so the scheduler is identical on real
+/// and simulated nodes and tests can substitute their own.
+///
+/// `snapshot` may block for a few milliseconds on NVML; call it from
+/// `tokio::task::spawn_blocking` in async code.
+pub trait GpuInventory: Send + Sync {
+    /// Lets callers report and branch on the back-end without downcasting.
+    fn kind(&self) -> InventoryKind;
+    /// Observes all cards now; `ours` separates gpuq's memory from foreign use.
+    fn snapshot(&self, ours: &OurProcesses) -> Result<Vec<GpuInfo>, GpuError>;
+}
+
+/// Failures are distinct variants so start-up can print actionable guidance
+/// and the poller can tell a missing driver from a transient NVML fault.
+#[derive(Debug, thiserror::Error)]
+pub enum GpuError {
+    /// The driver's shared library is absent; the fix is installing it or simulating.
+    #[error("NVIDIA driver library libnvidia-ml.so.1 could not be loaded: {0}; install the driver or use --gpus sim --sim-gpus COUNTxMiB:MODEL[,...]")]
+    LibraryMissing(String),
+    /// NVML was loaded but a call failed (driver not running, GPU lost, ...).
+    #[error("NVML (libnvidia-ml) call failed: {0}")]
+    Nvml(String),
+    /// The `--sim-gpus` text is malformed; the message names the faulty group.
+    #[error("invalid --sim-gpus spec: {0}")]
+    InvalidSimSpec(String),
+    /// Simulation was requested without saying which cards to simulate.
+    #[error("--gpus sim needs --sim-gpus COUNTxMiB:MODEL[,...], e.g. --sim-gpus \"2x24576:NVIDIA GeForce RTX 3090\"")]
+    MissingSimSpec,
+    /// Auto mode found neither a driver nor a simulation spec.
+    #[error("no GPUs available: {0}; install the NVIDIA driver, or simulate cards with --sim-gpus COUNTxMiB:MODEL[,...] (e.g. --sim-gpus \"2x24576:NVIDIA GeForce RTX 3090\")")]
+    NoGpus(String),
+    /// The `--gpus` value is not one of the known modes.
+    #[error("unknown GPU mode {0:?}: expected \"auto\", \"nvml\" or \"sim\"")]
+    InvalidMode(String),
+}
+
+/// How the operator asked gpuq to find its GPUs (`--gpus auto|nvml|sim`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GpuMode {
+    /// Simulate if a spec is given, otherwise require NVML.
+    #[default]
+    Auto,
+    /// Real cards only; a missing driver is a start-up error.
+    Nvml,
+    /// Simulated cards only, even on a node with a driver.
+    Sim,
+}
+
+impl FromStr for GpuMode {
+    type Err = GpuError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" => Ok(GpuMode::Auto),
+            "nvml" => Ok(GpuMode::Nvml),
+            "sim" => Ok(GpuMode::Sim),
+            _ => Err(GpuError::InvalidMode(s.to_string())),
+        }
+    }
+}
+
+impl fmt::Display for GpuMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            GpuMode::Auto => "auto",
+            GpuMode::Nvml => "nvml",
+            GpuMode::Sim => "sim",
+        })
+    }
+}
+
+/// Builds the inventory chosen at start-up, failing loudly rather than running
+/// a node that silently has no cards.
+///
+/// Rules:
+/// * `Nvml`: load NVML; if that fails, `LibraryMissing` (or `Nvml`) with
+///   guidance. Any `sim_spec` is ignored.
+/// * `Sim`: `sim_spec` is required (`MissingSimSpec` otherwise) and parsed;
+///   NVML is never touched.
+/// * `Auto`: a `sim_spec` given → simulated (NVML is not tried). Otherwise NVML
+///   is tried; if it cannot be loaded the reason is logged with `warn` and
+///   `NoGpus` is returned, explaining how to install the driver or simulate.
+///
+/// `node` only seeds the stable UUIDs of simulated cards.
+pub fn from_config(
+    mode: GpuMode,
+    sim_spec: Option<&str>,
+    node: &str,
+) -> Result<Box<dyn GpuInventory>, GpuError> {
+    let sim_spec = sim_spec.filter(|s| !s.trim().is_empty());
+    match (mode, sim_spec) {
+        (GpuMode::Nvml, _) => Ok(Box::new(NvmlInventory::new()?)),
+        (GpuMode::Sim, None) => Err(GpuError::MissingSimSpec),
+        (GpuMode::Sim | GpuMode::Auto, Some(spec)) => {
+            Ok(Box::new(SimInventory::from_spec(spec, node)?))
+        }
+        (GpuMode::Auto, None) => match NvmlInventory::new() {
+            Ok(inv) => Ok(Box::new(inv)),
+            Err(e) => {
+                tracing::warn!(error = %e, "GPU mode auto: NVML unavailable and no --sim-gpus given");
+                let reason = match e {
+                    GpuError::LibraryMissing(r) => {
+                        format!("libnvidia-ml.so.1 could not be loaded ({r})")
+                    }
+                    other => other.to_string(),
+                };
+                Err(GpuError::NoGpus(reason))
+            }
+        },
+    }
+}

@@ -1,0 +1,139 @@
+//! Cards as views, and the admin's changes to them.
+
+use crate::model::{gpu_id, AppError, GpuHolder, GpuView};
+use crate::server::auth::CurrentUser;
+use crate::server::db::{events, gpus};
+use crate::server::http::OrInternal;
+use crate::server::AppState;
+use serde_json::json;
+use std::collections::HashMap;
+use uuid::Uuid;
+
+/// Every card with what holds it.
+pub async fn list(state: &AppState) -> Result<Vec<GpuView>, AppError> {
+    let rows = gpus::list(&state.pool).await.or_internal("reading cards")?;
+    let holders = gpus::holders(&state.pool)
+        .await
+        .or_internal("reading holders")?;
+    let mut by_card: HashMap<Uuid, Vec<GpuHolder>> = HashMap::new();
+    for h in holders {
+        by_card.entry(h.gpu_uuid).or_default().push(GpuHolder {
+            id: h.job_id,
+            name: h.name,
+            owner: h.owner,
+            vram_mib: h.vram_mib,
+        });
+    }
+    let headroom = state.pass.headroom_mib;
+    Ok(rows
+        .into_iter()
+        .map(|g| GpuView {
+            uuid: gpu_id(&g.uuid),
+            free_mib: if g.state == "online" && !g.exclusive_held {
+                (g.total_mib - headroom - g.reserved_mib - g.external_mib).max(0)
+            } else {
+                0
+            },
+            node: g.node,
+            index: g.idx as u32,
+            model: g.model,
+            state: g.state,
+            total_mib: g.total_mib,
+            reserved_mib: g.reserved_mib,
+            external_mib: g.external_mib,
+            used_mib: g.used_mib,
+            simulated: g.simulated,
+            jobs: by_card.remove(&g.uuid).unwrap_or_default(),
+        })
+        .collect())
+}
+
+/// Sets the memory "foreign processes" use on a simulated card (admins; tests of hybrid accounting).
+pub async fn set_sim_external(
+    state: &AppState,
+    user: &CurrentUser,
+    uuid: Uuid,
+    external_mib: i64,
+) -> Result<(), AppError> {
+    let card = gpus::get(&state.pool, uuid)
+        .await
+        .or_internal("reading a card")?
+        .ok_or_else(|| AppError::NotFound(format!("no card {}", gpu_id(&uuid))))?;
+    if !card.simulated {
+        return Err(AppError::Conflict(format!(
+            "card {} is real: its foreign memory is measured, not set",
+            gpu_id(&uuid)
+        )));
+    }
+    if !(0..=card.total_mib).contains(&external_mib) {
+        return Err(AppError::invalid(
+            "external_mib",
+            format!(
+                "external_mib must be between 0 and the card's {} MiB",
+                card.total_mib
+            ),
+        ));
+    }
+    let mut tx = state
+        .pool
+        .begin()
+        .await
+        .or_internal("beginning a card edit")?;
+    gpus::set_sim_external(&mut *tx, uuid, external_mib)
+        .await
+        .or_internal("setting foreign memory")?;
+    events::audit(
+        &mut *tx,
+        &user.username,
+        "gpu.sim_external",
+        &gpu_id(&uuid),
+        json!({ "external_mib": external_mib }),
+    )
+    .await
+    .or_internal("auditing a card edit")?;
+    events::wake(&mut *tx, "cards")
+        .await
+        .or_internal("waking the scheduler")?;
+    tx.commit().await.or_internal("committing a card edit")?;
+    Ok(())
+}
+
+/// Drains, undrains or takes a card offline (admins).
+pub async fn set_state(
+    state: &AppState,
+    user: &CurrentUser,
+    uuid: Uuid,
+    new: &str,
+) -> Result<(), AppError> {
+    if !["online", "draining", "offline"].contains(&new) {
+        return Err(AppError::invalid(
+            "state",
+            "state must be online, draining or offline",
+        ));
+    }
+    let mut tx = state
+        .pool
+        .begin()
+        .await
+        .or_internal("beginning a card edit")?;
+    if !gpus::set_state(&mut *tx, uuid, new)
+        .await
+        .or_internal("setting a card's state")?
+    {
+        return Err(AppError::NotFound(format!("no card {}", gpu_id(&uuid))));
+    }
+    events::audit(
+        &mut *tx,
+        &user.username,
+        "gpu.state",
+        &gpu_id(&uuid),
+        json!({ "state": new }),
+    )
+    .await
+    .or_internal("auditing a card edit")?;
+    events::wake(&mut *tx, "cards")
+        .await
+        .or_internal("waking the scheduler")?;
+    tx.commit().await.or_internal("committing a card edit")?;
+    Ok(())
+}

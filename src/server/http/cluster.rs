@@ -1,0 +1,153 @@
+//! REST routes for cards, the manifest and the launch policy.
+
+use super::{ApiError, ApiJson};
+use crate::model::{
+    parse_gpu_id, AppError, GpuView, LaunchPolicy, ManifestView, Role, WorkloadView,
+};
+use crate::server::auth::CurrentUser;
+use crate::server::db::{events, settings};
+use crate::server::gpu::views as gpu_views;
+use crate::server::http::OrInternal;
+use crate::server::manifest::{self, WorkloadPut};
+use crate::server::AppState;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::routing::{get, patch, put};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+/// `/api/v1/gpus…`, `/api/v1/manifest…`, `/api/v1/settings…`
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/gpus", get(list_gpus))
+        .route("/gpus/{uuid}", patch(patch_gpu))
+        .route("/gpus/{uuid}/sim", put(put_sim))
+        .route("/manifest", get(get_manifest))
+        .route(
+            "/manifest/{workload}",
+            put(put_workload).delete(delete_workload),
+        )
+        .route("/settings/launch-policy", get(get_policy).put(put_policy))
+}
+
+#[derive(Serialize)]
+struct GpuList {
+    gpus: Vec<GpuView>,
+}
+
+async fn list_gpus(
+    State(state): State<AppState>,
+    _user: CurrentUser,
+) -> Result<Json<GpuList>, ApiError> {
+    Ok(Json(GpuList {
+        gpus: gpu_views::list(&state).await?,
+    }))
+}
+
+fn card_id(text: &str) -> Result<Uuid, AppError> {
+    parse_gpu_id(text)
+        .ok_or_else(|| AppError::invalid("uuid", format!("`{text}` is not a card id (GPU-…)")))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SimPut {
+    external_mib: i64,
+}
+
+async fn put_sim(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    Path(uuid): Path<String>,
+    ApiJson(body): ApiJson<SimPut>,
+) -> Result<StatusCode, ApiError> {
+    user.require(Role::Admin)?;
+    gpu_views::set_sim_external(&state, &user, card_id(&uuid)?, body.external_mib).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GpuPatch {
+    state: String,
+}
+
+async fn patch_gpu(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    Path(uuid): Path<String>,
+    ApiJson(body): ApiJson<GpuPatch>,
+) -> Result<StatusCode, ApiError> {
+    user.require(Role::Admin)?;
+    gpu_views::set_state(&state, &user, card_id(&uuid)?, &body.state).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn get_manifest(
+    State(state): State<AppState>,
+    _user: CurrentUser,
+) -> Result<Json<ManifestView>, ApiError> {
+    Ok(Json(manifest::view(&state).await?))
+}
+
+async fn put_workload(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    Path(name): Path<String>,
+    ApiJson(body): ApiJson<WorkloadPut>,
+) -> Result<Json<WorkloadView>, ApiError> {
+    user.require(Role::Admin)?;
+    Ok(Json(manifest::put(&state, &user, &name, &body).await?))
+}
+
+async fn delete_workload(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    Path(name): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    user.require(Role::Admin)?;
+    manifest::delete(&state, &user, &name).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn get_policy(
+    State(state): State<AppState>,
+    _user: CurrentUser,
+) -> Result<Json<LaunchPolicy>, ApiError> {
+    Ok(Json(
+        settings::launch_policy(&state.pool)
+            .await
+            .or_internal("reading the launch policy")?,
+    ))
+}
+
+async fn put_policy(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    ApiJson(policy): ApiJson<LaunchPolicy>,
+) -> Result<Json<LaunchPolicy>, ApiError> {
+    user.require(Role::Admin)?;
+    policy
+        .check()
+        .map_err(|(field, message)| AppError::invalid(field, message))?;
+    let mut tx = state
+        .pool
+        .begin()
+        .await
+        .or_internal("beginning a policy edit")?;
+    settings::save_launch_policy(&mut *tx, &policy)
+        .await
+        .or_internal("saving the launch policy")?;
+    events::audit(
+        &mut *tx,
+        &user.username,
+        "settings.launch_policy",
+        "launch_policy",
+        serde_json::to_value(&policy).or_internal("encoding a policy")?,
+    )
+    .await
+    .or_internal("auditing a policy edit")?;
+    tx.commit().await.or_internal("committing a policy edit")?;
+    Ok(Json(policy))
+}

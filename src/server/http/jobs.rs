@@ -1,0 +1,61 @@
+//! REST routes for jobs.
+
+use super::ApiError;
+use crate::model::{AppError, JobAck, JobPage, JobView};
+use crate::server::auth::CurrentUser;
+use crate::server::jobs::{self, ListQuery};
+use crate::server::AppState;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use uuid::Uuid;
+
+/// `/api/v1/jobs…`
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/jobs", post(submit).get(list))
+        .route("/jobs/{id}", get(show))
+        .route("/jobs/{id}/cancel", post(cancel))
+}
+
+/// `POST /api/v1/jobs`: the body is parsed by the spec parser itself, so every refusal names its
+/// field (unknown fields, wrong types, sizes).
+async fn submit(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    body: String,
+) -> Result<(StatusCode, Json<JobAck>), ApiError> {
+    let ack = jobs::submit(&state, &user, &body).await?;
+    Ok((StatusCode::CREATED, Json(ack)))
+}
+
+async fn list(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    query: Result<Query<ListQuery>, QueryRejection>,
+) -> Result<Json<JobPage>, ApiError> {
+    let Query(q) = query.map_err(|e| AppError::invalid("query", e.body_text()))?;
+    Ok(Json(jobs::list(&state, &user, &q).await?))
+}
+
+async fn show(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    Path(id): Path<String>,
+) -> Result<Json<JobView>, ApiError> {
+    Ok(Json(jobs::get(&state, &user, job_id(&id)?).await?))
+}
+
+async fn cancel(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    Path(id): Path<String>,
+) -> Result<Json<JobAck>, ApiError> {
+    Ok(Json(jobs::cancel(&state, &user, job_id(&id)?).await?))
+}
+
+fn job_id(text: &str) -> Result<Uuid, AppError> {
+    Uuid::parse_str(text).map_err(|_| AppError::invalid("id", format!("`{text}` is not a job id")))
+}

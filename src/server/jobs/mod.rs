@@ -1,0 +1,214 @@
+//! The job rules shared by the REST API and the UI: submit, list, show, cancel.
+
+pub mod views;
+pub mod volumes;
+
+use crate::model::spec::{JobSpec, SpecError, SpecLimits, VramNeed};
+use crate::model::{AppError, JobAck, JobStatus, Role};
+use crate::server::admission::planner::{never_fits, Card, Need};
+use crate::server::auth::CurrentUser;
+use crate::server::db::{events, gpus, jobs, manifest, settings};
+use crate::server::http::OrInternal;
+use crate::server::AppState;
+use serde_json::json;
+use std::collections::BTreeMap;
+use uuid::Uuid;
+
+pub use views::{get, list, ListQuery};
+
+fn spec_error(e: SpecError) -> AppError {
+    AppError::invalid(e.field, e.message)
+}
+
+/// The cards jobs could ever use (not offline), as the planner sees them.
+pub async fn usable_cards(state: &AppState) -> Result<Vec<Card>, AppError> {
+    let rows = gpus::list(&state.pool).await.or_internal("reading cards")?;
+    Ok(rows
+        .iter()
+        .filter(|g| g.state != "offline")
+        .map(crate::server::admission::pass::to_planner_card)
+        .collect())
+}
+
+/// The card count of the largest node.
+fn largest_node(cards: &[Card]) -> u32 {
+    let mut per_node: BTreeMap<&str, u32> = BTreeMap::new();
+    for c in cards {
+        *per_node.entry(c.node.as_str()).or_default() += 1;
+    }
+    per_node.values().copied().max().unwrap_or(0)
+}
+
+/// Parses, checks against policy and capacity, and queues a job. A job that could never run here
+/// is recorded as `rejected` and refused with the reason.
+pub async fn submit(state: &AppState, user: &CurrentUser, body: &str) -> Result<JobAck, AppError> {
+    let pool = &state.pool;
+    let policy = settings::launch_policy(pool)
+        .await
+        .or_internal("reading the launch policy")?;
+    let cards = usable_cards(state).await?;
+    let limits = SpecLimits {
+        max_gpu_count: largest_node(&cards),
+        max_timeout_s: policy.max_timeout_s,
+        default_timeout_s: policy.default_timeout_s,
+        ..SpecLimits::default()
+    };
+    let spec = JobSpec::from_json(body, &limits).map_err(spec_error)?;
+    if !policy.image_allowed(spec.image()) {
+        return Err(AppError::invalid(
+            "image",
+            format!(
+                "image {} is not allowed by the launch policy (allowed: {})",
+                spec.image(),
+                policy.image_allowlist.join(", ")
+            ),
+        ));
+    }
+    let vols = spec.volumes().to_vec();
+    let allow = policy.volume_allowlist.clone();
+    tokio::task::spawn_blocking(move || volumes::check(&vols, &allow))
+        .await
+        .or_internal("checking volumes")??;
+
+    let mut tx = pool.begin().await.or_internal("beginning a submission")?;
+    let (need, field) = match spec.vram() {
+        VramNeed::Workload(w) => match manifest::needs_of(&mut tx, w)
+            .await
+            .or_internal("reading the manifest")?
+        {
+            Some(map) => (Some(Need::PerModel(map)), "workload"),
+            None => {
+                let known = manifest::load(&mut tx)
+                    .await
+                    .or_internal("reading the manifest")?;
+                let names: Vec<&str> = known.needs.keys().map(String::as_str).collect();
+                return Err(AppError::invalid(
+                    "workload",
+                    format!(
+                        "unknown workload type `{w}`; known types: {}",
+                        if names.is_empty() {
+                            "none yet".to_owned()
+                        } else {
+                            names.join(", ")
+                        }
+                    ),
+                ));
+            }
+        },
+        VramNeed::PerCard(mib) => (Some(Need::Fixed(i64::from(*mib))), "min_vram_mb"),
+        VramNeed::None => (None, "gpu_count"),
+    };
+    let never = need.as_ref().and_then(|n| {
+        never_fits(
+            n,
+            spec.gpu_count(),
+            spec.exclusive(),
+            &cards,
+            state.pass.headroom_mib,
+        )
+    });
+    let status = if never.is_some() {
+        JobStatus::Rejected
+    } else {
+        JobStatus::Queued
+    };
+    let (workload, min_vram) = match spec.vram() {
+        VramNeed::Workload(w) => (Some(w.as_str()), None),
+        VramNeed::PerCard(m) => (None, Some(i64::from(*m))),
+        VramNeed::None => (None, None),
+    };
+    let id = jobs::insert(
+        &mut *tx,
+        &jobs::NewJob {
+            owner_id: user.id,
+            name: spec.name(),
+            spec: serde_json::to_value(&spec).or_internal("encoding a spec")?,
+            image: spec.image(),
+            command: spec.command(),
+            gpu_count: spec.gpu_count() as i32,
+            workload,
+            min_vram_mib: min_vram,
+            exclusive: spec.exclusive(),
+            priority: spec.priority(),
+            timeout_s: spec.timeout_s() as i64,
+            status: status.as_str(),
+            status_reason: never.as_deref(),
+        },
+    )
+    .await
+    .or_internal("storing a job")?;
+    let detail = match &never {
+        Some(reason) => json!({ "reason": reason }),
+        None => json!({}),
+    };
+    let kind = if never.is_some() {
+        "rejected"
+    } else {
+        "submitted"
+    };
+    events::job_event(&mut *tx, id, &user.username, kind, detail)
+        .await
+        .or_internal("recording a submission")?;
+    if never.is_none() {
+        events::wake(&mut *tx, "submit")
+            .await
+            .or_internal("waking the scheduler")?;
+    }
+    tx.commit().await.or_internal("committing a submission")?;
+    match never {
+        Some(reason) => Err(AppError::invalid(
+            field,
+            format!("this job can never run here: {reason}"),
+        )),
+        None => Ok(JobAck { job_id: id, status }),
+    }
+}
+
+/// Cancels a job (its owner or an admin). Queued and admitted jobs end at once; a started job is
+/// stopped by the runner of its node.
+pub async fn cancel(state: &AppState, user: &CurrentUser, id: Uuid) -> Result<JobAck, AppError> {
+    let pool = &state.pool;
+    let job = jobs::get(pool, id)
+        .await
+        .or_internal("reading a job")?
+        .ok_or_else(|| AppError::NotFound(format!("no job {id}")))?;
+    if job.owner_id != user.id && !user.role.at_least(Role::Admin) {
+        return Err(AppError::Forbidden(
+            "only the job's owner or an admin may cancel it".into(),
+        ));
+    }
+    let mut tx = pool.begin().await.or_internal("beginning a cancellation")?;
+    let reason = format!("cancelled by {}", user.username);
+    if let Some(status) = jobs::cancel_unstarted(&mut *tx, id, &reason)
+        .await
+        .or_internal("cancelling a job")?
+    {
+        events::job_event(&mut *tx, id, &user.username, "cancelled", json!({}))
+            .await
+            .or_internal("recording a cancellation")?;
+        events::wake(&mut *tx, "cancel")
+            .await
+            .or_internal("waking the scheduler")?;
+        tx.commit().await.or_internal("committing a cancellation")?;
+        let status = status.parse().unwrap_or(JobStatus::Cancelled);
+        return Ok(JobAck { job_id: id, status });
+    }
+    if jobs::request_cancel(&mut *tx, id)
+        .await
+        .or_internal("requesting a cancellation")?
+    {
+        events::job_event(&mut *tx, id, &user.username, "cancel_requested", json!({}))
+            .await
+            .or_internal("recording a cancellation")?;
+        events::notify(&mut *tx, events::EVENTS_CHANNEL, r#"{"kind":"cancel"}"#)
+            .await
+            .or_internal("notifying the runner")?;
+        tx.commit().await.or_internal("committing a cancellation")?;
+        let status = job.status.parse().unwrap_or(JobStatus::Running);
+        return Ok(JobAck { job_id: id, status });
+    }
+    Err(AppError::Conflict(format!(
+        "job {id} has already ended ({})",
+        job.status
+    )))
+}

@@ -1,0 +1,210 @@
+//! The read side: jobs as views, with queue positions and plain-words wait reasons computed by a
+//! dry run of the planner over the current state.
+
+use crate::model::spec::RawJobSpec;
+use crate::model::{gpu_id, AppError, AssignedGpu, JobPage, JobStatus, JobView, Role};
+use crate::server::admission::pass;
+use crate::server::auth::CurrentUser;
+use crate::server::db::jobs::{self, GrantRow, JobFilter, JobRow};
+use crate::server::http::OrInternal;
+use crate::server::AppState;
+use serde::Deserialize;
+use std::collections::HashMap;
+use uuid::Uuid;
+
+/// Query of `GET /api/v1/jobs`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    /// Comma-separated statuses.
+    pub status: Option<String>,
+    /// Owner's login name.
+    pub owner: Option<String>,
+    /// Only the caller's jobs.
+    pub mine: Option<bool>,
+    /// 1-based page.
+    pub page: Option<i64>,
+    /// Page size (1–500).
+    pub per_page: Option<i64>,
+}
+
+/// A page of jobs, newest first.
+pub async fn list(
+    state: &AppState,
+    viewer: &CurrentUser,
+    q: &ListQuery,
+) -> Result<JobPage, AppError> {
+    let statuses = match &q.status {
+        Some(s) if !s.trim().is_empty() => s
+            .split(',')
+            .map(|p| {
+                p.trim()
+                    .parse::<JobStatus>()
+                    .map(|st| st.as_str().to_owned())
+                    .map_err(|e| AppError::invalid("status", e))
+            })
+            .collect::<Result<Vec<_>, _>>()?,
+        _ => Vec::new(),
+    };
+    let page = q.page.unwrap_or(1);
+    if page < 1 {
+        return Err(AppError::invalid("page", "page must be 1 or more"));
+    }
+    let per_page = q.per_page.unwrap_or(50);
+    if !(1..=500).contains(&per_page) {
+        return Err(AppError::invalid(
+            "per_page",
+            "per_page must be between 1 and 500",
+        ));
+    }
+    let owner = if q.mine.unwrap_or(false) {
+        Some(viewer.username.clone())
+    } else {
+        q.owner.clone()
+    };
+    let filter = JobFilter {
+        statuses,
+        owner,
+        limit: per_page,
+        offset: (page - 1).saturating_mul(per_page),
+    };
+    let mut conn = state
+        .pool
+        .acquire()
+        .await
+        .or_internal("acquiring a connection")?;
+    let (rows, total) = jobs::list(&mut conn, &filter)
+        .await
+        .or_internal("listing jobs")?;
+    drop(conn);
+    let jobs = views(state, viewer, rows).await?;
+    Ok(JobPage {
+        jobs,
+        page,
+        per_page,
+        total,
+    })
+}
+
+/// One job.
+pub async fn get(state: &AppState, viewer: &CurrentUser, id: Uuid) -> Result<JobView, AppError> {
+    let row = jobs::get(&state.pool, id)
+        .await
+        .or_internal("reading a job")?
+        .ok_or_else(|| AppError::NotFound(format!("no job {id}")))?;
+    let mut v = views(state, viewer, vec![row]).await?;
+    v.pop().ok_or(AppError::Internal)
+}
+
+async fn views(
+    state: &AppState,
+    viewer: &CurrentUser,
+    rows: Vec<JobRow>,
+) -> Result<Vec<JobView>, AppError> {
+    let ids: Vec<Uuid> = rows.iter().map(|r| r.id).collect();
+    let grants = jobs::grants_of(&state.pool, &ids)
+        .await
+        .or_internal("reading grants")?;
+    let mut by_job: HashMap<Uuid, Vec<GrantRow>> = HashMap::new();
+    for g in grants {
+        by_job.entry(g.job_id).or_default().push(g);
+    }
+    let waiting = if rows.iter().any(|r| r.status == "queued") {
+        wait_info(state).await?
+    } else {
+        HashMap::new()
+    };
+    rows.into_iter()
+        .map(|r| {
+            let grants = by_job.remove(&r.id).unwrap_or_default();
+            let wait = waiting.get(&r.id);
+            to_view(r, grants, wait, viewer)
+        })
+        .collect()
+}
+
+/// Queue position (1-based, in admission order) and wait reason of every queued job.
+async fn wait_info(state: &AppState) -> Result<HashMap<Uuid, (i64, String)>, AppError> {
+    let (st, plan) = pass::dry_run(&state.pool, &state.pass, chrono::Utc::now())
+        .await
+        .or_internal("planning a dry run")?;
+    let reasons: HashMap<Uuid, String> = plan
+        .waiting
+        .iter()
+        .map(|w| (w.job_id, w.reason.message()))
+        .collect();
+    let admitted: std::collections::HashSet<Uuid> =
+        plan.admitted.iter().map(|p| p.job_id).collect();
+    let mut queue = st.input.queue.clone();
+    queue.sort_by_key(|q| (std::cmp::Reverse(q.priority), q.seq));
+    Ok(queue
+        .iter()
+        .enumerate()
+        .map(|(i, q)| {
+            let reason = reasons.get(&q.id).cloned().unwrap_or_else(|| {
+                if admitted.contains(&q.id) {
+                    "fits now; the next admission pass starts it".to_owned()
+                } else {
+                    "waiting for the next admission pass".to_owned()
+                }
+            });
+            (q.id, (i as i64 + 1, reason))
+        })
+        .collect())
+}
+
+fn to_view(
+    r: JobRow,
+    grants: Vec<GrantRow>,
+    wait: Option<&(i64, String)>,
+    viewer: &CurrentUser,
+) -> Result<JobView, AppError> {
+    let raw: RawJobSpec =
+        serde_json::from_value(r.spec.clone()).or_internal("reading a stored spec")?;
+    let sees_env = r.owner_id == viewer.id || viewer.role.at_least(Role::Manager);
+    let status: JobStatus = r
+        .status
+        .parse()
+        .map_err(|e: String| e)
+        .or_internal("reading a status")?;
+    Ok(JobView {
+        id: r.id,
+        seq: r.seq,
+        name: r.name,
+        owner: r.owner,
+        status,
+        status_reason: r.status_reason,
+        image: r.image,
+        command: r.command,
+        gpu_count: r.gpu_count as u32,
+        workload: r.workload,
+        min_vram_mb: r.min_vram_mib,
+        exclusive: r.exclusive,
+        priority: r.priority,
+        timeout_s: r.timeout_s,
+        env: if sees_env {
+            Some(raw.env.unwrap_or_default())
+        } else {
+            None
+        },
+        volumes: raw.volumes.unwrap_or_default(),
+        node: r.node,
+        assigned_gpus: grants
+            .into_iter()
+            .map(|g| AssignedGpu {
+                uuid: gpu_id(&g.gpu_uuid),
+                index: g.idx as u32,
+                model: g.model,
+                vram_mib: g.vram_mib,
+            })
+            .collect(),
+        exit_code: r.exit_code,
+        created_at: r.created_at,
+        admitted_at: r.admitted_at,
+        started_at: r.started_at,
+        finished_at: r.finished_at,
+        released_at: r.released_at,
+        queue_position: wait.map(|w| w.0),
+        wait_reason: wait.map(|w| w.1.clone()),
+    })
+}

@@ -1,0 +1,668 @@
+//! Layer 1 through the REST API and real passes: submission checks, admission, wait reasons,
+//! hybrid accounting, cancellation, the read side and the manifest.
+
+mod common;
+
+use common::{ledger_violations, TestApp};
+use gpuq::model::Role;
+use serde_json::{json, Value};
+use sqlx::PgPool;
+
+const RTX: &str = "NVIDIA GeForce RTX 3090";
+const A100: &str = "NVIDIA A100 80GB";
+const CARDS: &str = "3x24576:NVIDIA GeForce RTX 3090,1x81920:NVIDIA A100 80GB";
+
+fn job(extra: Value) -> Value {
+    let mut spec = json!({ "image": "gpuq-test/busybox:latest", "command": ["sleep", "1"] });
+    for (k, v) in extra.as_object().unwrap() {
+        spec[k] = v.clone();
+    }
+    spec
+}
+
+async fn setup(pool: PgPool) -> (TestApp, String, String) {
+    let app = TestApp::new(pool).await;
+    app.sim_cards(CARDS, "node-a").await;
+    let admin = app.bearer("root", Role::Admin).await;
+    let member = app.bearer("alice", Role::Member).await;
+    (app, admin, member)
+}
+
+#[sqlx::test(migrations = false)]
+async fn every_bad_spec_is_refused_naming_its_field(pool: PgPool) {
+    let (app, admin, member) = setup(pool).await;
+    app.workload(&admin, "a100-only", json!({ A100: 40000 }))
+        .await;
+    app.workload(&admin, "nowhere", json!({ "NVIDIA H100": 40000 }))
+        .await;
+    let big = "x".repeat(300 * 1024);
+    let cases: Vec<(Value, &str)> = vec![
+        (
+            job(json!({ "min_vram_mb": 1000, "colour": "red" })),
+            "colour",
+        ),
+        (
+            job(json!({ "gpu_count": -1, "min_vram_mb": 1000 })),
+            "gpu_count",
+        ),
+        (
+            job(json!({ "gpu_count": 1.5, "min_vram_mb": 1000 })),
+            "gpu_count",
+        ),
+        (
+            job(json!({ "gpu_count": "two", "min_vram_mb": 1000 })),
+            "gpu_count",
+        ),
+        (
+            job(json!({ "gpu_count": 0, "workload": "a100-only" })),
+            "workload",
+        ),
+        (
+            job(json!({ "gpu_count": 5, "min_vram_mb": 1000 })),
+            "gpu_count",
+        ),
+        (job(json!({ "gpu_count": 1 })), "workload"),
+        (
+            job(json!({ "min_vram_mb": 1000, "workload": "a100-only" })),
+            "min_vram_mb",
+        ),
+        (job(json!({ "workload": "no-such-type" })), "workload"),
+        (job(json!({ "workload": "nowhere" })), "workload"),
+        (job(json!({ "min_vram_mb": 90000 })), "min_vram_mb"),
+        (
+            job(json!({ "gpu_count": 2, "workload": "a100-only" })),
+            "workload",
+        ),
+        (job(json!({ "min_vram_mb": 0 })), "min_vram_mb"),
+        (
+            job(json!({ "min_vram_mb": 1000, "timeout_s": 0 })),
+            "timeout_s",
+        ),
+        (
+            job(json!({ "min_vram_mb": 1000, "priority": 1000 })),
+            "priority",
+        ),
+        (
+            job(json!({ "min_vram_mb": 1000, "env": { "NVIDIA_VISIBLE_DEVICES": "all" } })),
+            "env.NVIDIA_VISIBLE_DEVICES",
+        ),
+        (
+            job(json!({ "min_vram_mb": 1000, "env": { "LD_PRELOAD": "/x.so" } })),
+            "env.LD_PRELOAD",
+        ),
+        (
+            job(json!({ "min_vram_mb": 1000, "env": { "CUDA_MPS_PIPE_DIRECTORY": "/x" } })),
+            "env.CUDA_MPS_PIPE_DIRECTORY",
+        ),
+        (
+            job(json!({ "min_vram_mb": 1000, "env": { "DOCKER_HOST": "tcp://x" } })),
+            "env.DOCKER_HOST",
+        ),
+        (
+            job(json!({ "min_vram_mb": 1000, "volumes": ["/:/host"] })),
+            "volumes[0]",
+        ),
+        (
+            job(json!({ "min_vram_mb": 1000, "volumes": ["/etc:/etc2"] })),
+            "volumes[0]",
+        ),
+        (
+            job(json!({ "min_vram_mb": 1000, "volumes": ["/var/run/docker.sock:/d.sock"] })),
+            "volumes[0]",
+        ),
+        (
+            job(json!({ "min_vram_mb": 1000, "volumes": ["/tmp:/data"] })),
+            "volumes[0]",
+        ),
+        (
+            job(json!({ "min_vram_mb": 1000, "image": "Not An Image" })),
+            "image",
+        ),
+        (
+            job(json!({ "min_vram_mb": 1000, "command": [] })),
+            "command",
+        ),
+        (
+            job(json!({ "min_vram_mb": 1000, "command": "echo 'unbalanced" })),
+            "command",
+        ),
+        (job(json!({ "min_vram_mb": 1000, "name": big })), "body"),
+    ];
+    for (spec, field) in cases {
+        let reply = app.submit(&member, spec.clone()).await;
+        assert_eq!(reply.status, 400, "{spec}: {}", reply.text);
+        assert_eq!(reply.json()["field"], field, "{spec}: {}", reply.text);
+        assert!(!reply.json()["error"].as_str().unwrap().is_empty());
+    }
+    let not_json = app
+        .send(
+            axum::http::Request::post("/api/v1/jobs")
+                .header("authorization", &member)
+                .header("content-type", "application/json")
+                .body(axum::body::Body::from("{not json"))
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(not_json.status, 400);
+    assert_eq!(not_json.json()["field"], "body");
+    // Jobs that can never fit are kept as `rejected` with the reason, not queued.
+    let rejected: Vec<(String, Option<String>)> =
+        sqlx::query_as("SELECT status, status_reason FROM jobs ORDER BY seq")
+            .fetch_all(&app.pool)
+            .await
+            .unwrap();
+    assert!(!rejected.is_empty());
+    assert!(
+        rejected.iter().all(|(s, r)| s == "rejected" && r.is_some()),
+        "{rejected:?}"
+    );
+    assert!(app.pass().await.admitted == 0);
+}
+
+#[sqlx::test(migrations = false)]
+async fn volumes_follow_the_allowlist_through_symlinks(pool: PgPool) {
+    let (app, admin, member) = setup(pool).await;
+    let root = tempfile::tempdir().unwrap();
+    let data = root.path().join("data");
+    let shared = root.path().join("shared");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::create_dir_all(&shared).unwrap();
+    std::os::unix::fs::symlink("/etc", data.join("sneaky")).unwrap();
+    std::os::unix::fs::symlink(root.path().join("elsewhere"), data.join("dangling")).unwrap();
+    std::fs::create_dir_all(root.path().join("outside")).unwrap();
+    std::os::unix::fs::symlink(root.path().join("outside"), data.join("out")).unwrap();
+    let policy = json!({
+        "volume_allowlist": [
+            { "path": data.to_str().unwrap() },
+            { "path": shared.to_str().unwrap(), "read_only": true }
+        ]
+    });
+    let put = app
+        .api(
+            "PUT",
+            "/api/v1/settings/launch-policy",
+            Some(&admin),
+            Some(policy),
+        )
+        .await;
+    assert_eq!(put.status, 200, "{}", put.text);
+    let member_put = app
+        .api(
+            "PUT",
+            "/api/v1/settings/launch-policy",
+            Some(&member),
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(member_put.status, 403);
+
+    let vol = |v: String| job(json!({ "min_vram_mb": 1000, "volumes": [v] }));
+    let d = data.to_str().unwrap();
+    let s = shared.to_str().unwrap();
+    assert_eq!(
+        app.submit(&member, vol(format!("{d}:/data"))).await.status,
+        201
+    );
+    assert_eq!(
+        app.submit(&member, vol(format!("{s}:/shared:ro")))
+            .await
+            .status,
+        201
+    );
+    for bad in [
+        format!("{s}:/shared"),
+        format!("{d}/sneaky:/x"),
+        format!("{d}/dangling:/x"),
+        format!("{d}/out:/x"),
+        format!("{d}/../outside:/x"),
+        "/tmp:/x".to_owned(),
+    ] {
+        let reply = app.submit(&member, vol(bad.clone())).await;
+        assert_eq!(reply.status, 400, "{bad}: {}", reply.text);
+        assert_eq!(reply.json()["field"], "volumes[0]", "{bad}");
+    }
+}
+
+#[sqlx::test(migrations = false)]
+async fn admission_fills_cards_best_fit_and_explains_the_wait(pool: PgPool) {
+    let (app, admin, member) = setup(pool).await;
+    app.workload(&admin, "llm", json!({ RTX: 20480, A100: 30000 }))
+        .await;
+    // Two llm jobs fit on two RTX cards (best fit keeps the A100 free), the third takes the last RTX.
+    let a = app
+        .submit_ok(&member, job(json!({ "workload": "llm", "name": "a" })))
+        .await;
+    let b = app
+        .submit_ok(&member, job(json!({ "workload": "llm", "name": "b" })))
+        .await;
+    let c = app
+        .submit_ok(&member, job(json!({ "workload": "llm", "name": "c" })))
+        .await;
+    // Two more: one lands on the A100 (30000 of 81920), then a 2-card job cannot fit.
+    let d = app
+        .submit_ok(&member, job(json!({ "workload": "llm", "name": "d" })))
+        .await;
+    let e = app
+        .submit_ok(
+            &member,
+            job(json!({ "gpu_count": 2, "min_vram_mb": 20000, "name": "e" })),
+        )
+        .await;
+    let out = app.pass().await;
+    assert_eq!(out.admitted, 4, "{out:?}");
+    for (id, model) in [(a, RTX), (b, RTX), (c, RTX), (d, A100)] {
+        let v = app.job(&member, id).await;
+        assert_eq!(v["status"], "admitted", "{v}");
+        assert_eq!(v["assigned_gpus"].as_array().unwrap().len(), 1);
+        assert_eq!(v["assigned_gpus"][0]["model"], model, "{v}");
+        assert!(v["assigned_gpus"][0]["uuid"]
+            .as_str()
+            .unwrap()
+            .starts_with("GPU-"));
+        assert!(v["admitted_at"].is_string());
+    }
+    let waiting = app.job(&member, e).await;
+    assert_eq!(waiting["status"], "queued");
+    assert_eq!(waiting["queue_position"], 1);
+    let reason = waiting["wait_reason"].as_str().unwrap();
+    assert!(
+        reason.contains("2 cards") && reason.contains("20000"),
+        "{reason}"
+    );
+
+    let gpus = app
+        .api("GET", "/api/v1/gpus", Some(&member), None)
+        .await
+        .json();
+    let cards = gpus["gpus"].as_array().unwrap();
+    assert_eq!(cards.len(), 4);
+    let rtx0 = &cards[0];
+    assert_eq!(rtx0["reserved_mib"], 20480);
+    assert_eq!(rtx0["free_mib"], 24576 - 20480);
+    assert_eq!(rtx0["jobs"][0]["owner"], "alice");
+    assert_eq!(cards[3]["free_mib"], 81920 - 30000);
+    assert!(ledger_violations(&app.pool).await.is_empty());
+}
+
+#[sqlx::test(migrations = false)]
+async fn multi_gpu_jobs_take_distinct_cards_of_one_node(pool: PgPool) {
+    let (app, _admin, member) = setup(pool).await;
+    app.sim_cards("2x24576:NVIDIA GeForce RTX 3090", "node-b")
+        .await;
+    let id = app
+        .submit_ok(
+            &member,
+            job(json!({ "gpu_count": 3, "min_vram_mb": 10000 })),
+        )
+        .await;
+    assert_eq!(app.pass().await.admitted, 1);
+    let v = app.job(&member, id).await;
+    let cards = v["assigned_gpus"].as_array().unwrap();
+    assert_eq!(cards.len(), 3);
+    assert_eq!(v["node"], "node-a", "only node-a has 3 cards");
+    let mut ids: Vec<&str> = cards.iter().map(|c| c["uuid"].as_str().unwrap()).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 3);
+}
+
+#[sqlx::test(migrations = false)]
+async fn foreign_memory_lowers_what_is_admitted(pool: PgPool) {
+    let (app, admin, member) = setup(pool).await;
+    let gpus = app
+        .api("GET", "/api/v1/gpus", Some(&admin), None)
+        .await
+        .json();
+    let a100 = gpus["gpus"][3]["uuid"].as_str().unwrap().to_owned();
+    // Foreign processes use 70000 MiB of the A100: a 20000 MiB job no longer fits anywhere.
+    let set = app
+        .api(
+            "PUT",
+            &format!("/api/v1/gpus/{a100}/sim"),
+            Some(&admin),
+            Some(json!({ "external_mib": 70000 })),
+        )
+        .await;
+    assert_eq!(set.status, 204, "{}", set.text);
+    assert_eq!(
+        app.api(
+            "PUT",
+            &format!("/api/v1/gpus/{a100}/sim"),
+            Some(&member),
+            Some(json!({ "external_mib": 0 }))
+        )
+        .await
+        .status,
+        403
+    );
+    let too_much = app
+        .api(
+            "PUT",
+            &format!("/api/v1/gpus/{a100}/sim"),
+            Some(&admin),
+            Some(json!({ "external_mib": 90000 })),
+        )
+        .await;
+    assert_eq!(too_much.status, 400);
+    let id = app
+        .submit_ok(&member, job(json!({ "min_vram_mb": 30000 })))
+        .await;
+    assert_eq!(app.pass().await.admitted, 0);
+    let v = app.job(&member, id).await;
+    let reason = v["wait_reason"].as_str().unwrap();
+    assert!(
+        reason.contains("needs 30000 MiB") && reason.contains("best free: 24576"),
+        "{reason}"
+    );
+    let view = app
+        .api("GET", "/api/v1/gpus", Some(&member), None)
+        .await
+        .json();
+    assert_eq!(view["gpus"][3]["external_mib"], 70000);
+    assert_eq!(view["gpus"][3]["free_mib"], 81920 - 70000);
+    // The foreign process exits: the job is admitted on the next pass.
+    app.api(
+        "PUT",
+        &format!("/api/v1/gpus/{a100}/sim"),
+        Some(&admin),
+        Some(json!({ "external_mib": 0 })),
+    )
+    .await;
+    assert_eq!(app.pass().await.admitted, 1);
+    assert_eq!(
+        app.job(&member, id).await["assigned_gpus"][0]["model"],
+        A100
+    );
+}
+
+#[sqlx::test(migrations = false)]
+async fn cancel_frees_cards_and_respects_ownership(pool: PgPool) {
+    let (app, admin, member) = setup(pool).await;
+    let other = app.bearer("bob", Role::Member).await;
+    let queued = app
+        .submit_ok(
+            &member,
+            job(json!({ "gpu_count": 3, "min_vram_mb": 24576 })),
+        )
+        .await;
+    let waiting = app
+        .submit_ok(
+            &member,
+            job(json!({ "gpu_count": 3, "min_vram_mb": 24576 })),
+        )
+        .await;
+    assert_eq!(app.pass().await.admitted, 1);
+    let forbidden = app
+        .api(
+            "POST",
+            &format!("/api/v1/jobs/{queued}/cancel"),
+            Some(&other),
+            None,
+        )
+        .await;
+    assert_eq!(forbidden.status, 403);
+    let c = app
+        .api(
+            "POST",
+            &format!("/api/v1/jobs/{waiting}/cancel"),
+            Some(&member),
+            None,
+        )
+        .await;
+    assert_eq!(c.status, 200, "{}", c.text);
+    assert_eq!(c.json()["status"], "cancelled");
+    // An admitted job cancelled by an admin: the next pass gives its cards back.
+    let c = app
+        .api(
+            "POST",
+            &format!("/api/v1/jobs/{queued}/cancel"),
+            Some(&admin),
+            None,
+        )
+        .await;
+    assert_eq!(c.json()["status"], "cancelled");
+    let again = app
+        .api(
+            "POST",
+            &format!("/api/v1/jobs/{queued}/cancel"),
+            Some(&admin),
+            None,
+        )
+        .await;
+    assert_eq!(again.status, 409);
+    let out = app.pass().await;
+    assert_eq!(out.reclaimed, 1);
+    let gpus = app
+        .api("GET", "/api/v1/gpus", Some(&member), None)
+        .await
+        .json();
+    assert!(gpus["gpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|g| g["reserved_mib"] == 0));
+    let v = app.job(&member, queued).await;
+    assert!(v["released_at"].is_string());
+    assert_eq!(
+        v["assigned_gpus"].as_array().unwrap().len(),
+        3,
+        "history keeps the cards"
+    );
+    assert!(ledger_violations(&app.pool).await.is_empty());
+    let missing = app
+        .api(
+            "POST",
+            &format!("/api/v1/jobs/{}/cancel", uuid::Uuid::new_v4()),
+            Some(&admin),
+            None,
+        )
+        .await;
+    assert_eq!(missing.status, 404);
+    let not_an_id = app.api("GET", "/api/v1/jobs/xyz", Some(&admin), None).await;
+    assert_eq!(not_an_id.json()["field"], "id");
+}
+
+#[sqlx::test(migrations = false)]
+async fn the_list_filters_pages_and_hides_other_peoples_env(pool: PgPool) {
+    let (app, admin, member) = setup(pool).await;
+    let bob = app.bearer("bob", Role::Member).await;
+    let manager = app.bearer("mia", Role::Manager).await;
+    for i in 0..5 {
+        app.submit_ok(
+            &member,
+            job(json!({ "min_vram_mb": 30000, "name": format!("a{i}"), "env": { "SECRET": "x" } })),
+        )
+        .await;
+    }
+    for i in 0..3 {
+        app.submit_ok(
+            &bob,
+            job(json!({ "min_vram_mb": 1000, "name": format!("b{i}") })),
+        )
+        .await;
+    }
+    app.pass().await;
+    let all = app
+        .api("GET", "/api/v1/jobs?per_page=3", Some(&bob), None)
+        .await
+        .json();
+    assert_eq!(all["total"], 8);
+    assert_eq!(all["jobs"].as_array().unwrap().len(), 3);
+    assert_eq!(all["jobs"][0]["name"], "b2", "newest first");
+    let page3 = app
+        .api("GET", "/api/v1/jobs?per_page=3&page=3", Some(&bob), None)
+        .await
+        .json();
+    assert_eq!(page3["jobs"].as_array().unwrap().len(), 2);
+    let mine = app
+        .api("GET", "/api/v1/jobs?mine=true", Some(&bob), None)
+        .await
+        .json();
+    assert_eq!(mine["total"], 3);
+    let alices = app
+        .api("GET", "/api/v1/jobs?owner=alice", Some(&bob), None)
+        .await
+        .json();
+    assert_eq!(alices["total"], 5);
+    assert!(alices["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|j| j["env"].is_null()));
+    let as_manager = app
+        .api("GET", "/api/v1/jobs?owner=alice", Some(&manager), None)
+        .await
+        .json();
+    assert_eq!(as_manager["jobs"][0]["env"]["SECRET"], "x");
+    let own = app
+        .api("GET", "/api/v1/jobs?owner=alice", Some(&member), None)
+        .await
+        .json();
+    assert_eq!(own["jobs"][0]["env"]["SECRET"], "x");
+    let queued = app
+        .api("GET", "/api/v1/jobs?status=queued", Some(&admin), None)
+        .await
+        .json();
+    // 4 cards: 1 of alice's 30000 MiB jobs fits (A100, twice: 81920 ≥ 60000) … the rest wait.
+    for j in queued["jobs"].as_array().unwrap() {
+        assert!(j["queue_position"].as_i64().unwrap() >= 1);
+        assert!(j["wait_reason"].is_string());
+    }
+    let two = app
+        .api(
+            "GET",
+            "/api/v1/jobs?status=admitted,queued",
+            Some(&admin),
+            None,
+        )
+        .await
+        .json();
+    assert_eq!(two["total"], 8);
+    for (q, field) in [
+        ("status=done", "status"),
+        ("page=0", "page"),
+        ("per_page=501", "per_page"),
+        ("bogus=1", "query"),
+    ] {
+        let r = app
+            .api("GET", &format!("/api/v1/jobs?{q}"), Some(&admin), None)
+            .await;
+        assert_eq!(r.status, 400, "{q}");
+        assert_eq!(r.json()["field"], field, "{q}");
+    }
+    assert_eq!(app.api("GET", "/api/v1/jobs", None, None).await.status, 401);
+}
+
+#[sqlx::test(migrations = false)]
+async fn manifest_edits_are_admin_only_audited_and_decide_the_next_pass(pool: PgPool) {
+    let (app, admin, member) = setup(pool).await;
+    let refused = app
+        .api(
+            "PUT",
+            "/api/v1/manifest/llm",
+            Some(&member),
+            Some(json!({ "vram_mib": { RTX: 1 } })),
+        )
+        .await;
+    assert_eq!(refused.status, 403);
+    app.workload(&admin, "llm", json!({ A100: 50000 })).await;
+    let id = app
+        .submit_ok(&member, job(json!({ "workload": "llm" })))
+        .await;
+    let first = app
+        .submit_ok(&member, job(json!({ "workload": "llm" })))
+        .await;
+    assert_eq!(
+        app.pass().await.admitted,
+        1,
+        "only one 50000 job fits the A100"
+    );
+    let _ = first;
+    // The admin learns llm also runs on an RTX: the next pass places the waiting job there.
+    app.workload(&admin, "llm", json!({ A100: 50000, RTX: 20000 }))
+        .await;
+    assert_eq!(app.pass().await.admitted, 1);
+    let v = app.job(&member, id).await;
+    assert_eq!(v["status"], "admitted");
+    let m = app
+        .api("GET", "/api/v1/manifest", Some(&member), None)
+        .await
+        .json();
+    assert_eq!(m["workloads"][0]["vram_mib"][RTX], 20000);
+    assert_eq!(m["models_present"].as_array().unwrap().len(), 2);
+    for (body, field) in [
+        (json!({ "vram_mib": {} }), "vram_mib"),
+        (
+            json!({ "vram_mib": { RTX: 0 } }),
+            &*format!("vram_mib.{RTX}"),
+        ),
+        (json!({ "vram_mib": { RTX: 1 }, "x": 1 }), "x"),
+    ] {
+        let r = app
+            .api("PUT", "/api/v1/manifest/llm", Some(&admin), Some(body))
+            .await;
+        assert_eq!(r.status, 400, "{}", r.text);
+        assert_eq!(r.json()["field"], field);
+    }
+    let bad_name = app
+        .api(
+            "PUT",
+            "/api/v1/manifest/Bad%20Name",
+            Some(&admin),
+            Some(json!({ "vram_mib": { RTX: 1 } })),
+        )
+        .await;
+    assert_eq!(bad_name.json()["field"], "workload");
+    assert_eq!(
+        app.api("DELETE", "/api/v1/manifest/llm", Some(&admin), None)
+            .await
+            .status,
+        204
+    );
+    assert_eq!(
+        app.api("DELETE", "/api/v1/manifest/llm", Some(&admin), None)
+            .await
+            .status,
+        404
+    );
+    let audited: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM audit_events WHERE kind LIKE 'manifest.%'")
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(audited, 3);
+    // The audit trails cannot be rewritten.
+    let tamper = sqlx::query("UPDATE job_events SET actor = 'nobody'")
+        .execute(&app.pool)
+        .await;
+    assert!(tamper.unwrap_err().to_string().contains("append-only"));
+    let delete = sqlx::query("DELETE FROM audit_events")
+        .execute(&app.pool)
+        .await;
+    assert!(delete.is_err());
+}
+
+#[sqlx::test(migrations = false)]
+async fn a_vanished_card_goes_offline_and_is_not_used(pool: PgPool) {
+    let (app, _admin, member) = setup(pool).await;
+    // The node now reports only its RTX cards: the A100 goes offline, never deleted.
+    app.sim_cards("3x24576:NVIDIA GeForce RTX 3090", "node-a")
+        .await;
+    let states: Vec<(String, String)> =
+        sqlx::query_as("SELECT model, state FROM gpus ORDER BY idx, model")
+            .fetch_all(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(states.len(), 4);
+    assert!(states.iter().any(|(m, s)| m == A100 && s == "offline"));
+    // A job needing an A100-sized card can now never run here.
+    let r = app
+        .submit(&member, job(json!({ "min_vram_mb": 40000 })))
+        .await;
+    assert_eq!(r.status, 400);
+    assert!(
+        r.json()["error"].as_str().unwrap().contains("never run"),
+        "{}",
+        r.text
+    );
+}
