@@ -4,7 +4,7 @@
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     use clap::Parser;
-    use gpuq::server::config::{Cli, Command, UserCommand};
+    use gpuq::server::config::{BenchCommand, Cli, Command, UserCommand};
     use gpuq::server::serve;
 
     tracing_subscriber::fmt()
@@ -18,6 +18,7 @@ async fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Serve(args) => serve::serve(args).await,
         Command::User(UserCommand::Add(args)) => serve::user_add(args).await,
+        Command::Bench(BenchCommand::Admission(args)) => serve::bench_admission(args).await,
         Command::Client(cmd) => gpuq::client::run(cmd, cli.conn).await,
     };
     match result {

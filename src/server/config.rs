@@ -24,6 +24,9 @@ pub enum Command {
     /// Manage users directly in the database (for scripts and first set-up).
     #[command(subcommand)]
     User(UserCommand),
+    /// Benchmarks that print figures (run them on a scratch database).
+    #[command(subcommand)]
+    Bench(BenchCommand),
     /// Client subcommands: talk to a gpuq server over its REST API.
     #[command(flatten)]
     Client(crate::client::ClientCommand),
@@ -113,4 +116,22 @@ fn default_node() -> String {
         .and_then(|h| h.into_string().ok())
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "localhost".to_owned())
+}
+
+/// `gpuq bench …`
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Planner time, whole-pass time and burst admission rate (needs an empty, scratch database).
+    Admission(BenchAdmissionArgs),
+}
+
+/// Flags of `gpuq bench admission`.
+#[derive(Debug, Args)]
+pub struct BenchAdmissionArgs {
+    /// Database location (use a scratch one: the bench refuses a database that has jobs or cards).
+    #[command(flatten)]
+    pub db: DbArgs,
+    /// Sizes and repeats.
+    #[command(flatten)]
+    pub opts: crate::server::bench::BenchOptions,
 }

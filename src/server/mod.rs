@@ -3,6 +3,7 @@
 
 pub mod admission;
 pub mod auth;
+pub mod bench;
 pub mod config;
 pub mod db;
 pub mod gpu;

@@ -149,3 +149,15 @@ pub async fn user_add(args: UserAddArgs) -> Result<()> {
     println!("created user `{}` with role {}", row.username, role);
     Ok(())
 }
+
+/// `gpuq bench admission`: prints planner, pass and burst figures.
+pub async fn bench_admission(args: crate::server::config::BenchAdmissionArgs) -> Result<()> {
+    let mut database = db::open(&args.db).await?;
+    let mut out = std::io::stdout();
+    let result = crate::server::bench::admission(&database.pool, &args.opts, &mut out).await;
+    database.pool.close().await;
+    if let Some(mut pg) = database.embedded.take() {
+        tokio::task::spawn_blocking(move || pg.stop()).await??;
+    }
+    result
+}

@@ -8,11 +8,11 @@
 use super::planner::{self, Card, Need, Plan, PlanInput, QueuedJob};
 use crate::server::db::gpus::GpuRow;
 use crate::server::db::{events, gpus, manifest};
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
 use serde_json::json;
 use sqlx::{PgPool, Postgres, Transaction};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 use uuid::Uuid;
 
@@ -191,8 +191,9 @@ pub async fn read_state(
     })
 }
 
-/// Writes a plan: reservations, the ledger, job statuses and events. Every job update is guarded
-/// by `status = 'queued'`, so a stale plan changes nothing and the transaction fails instead.
+/// Writes a plan: job statuses first, guarded by `status = 'queued'` (a job cancelled since the
+/// read is simply not admitted), then reservations, the ledger and events for the jobs that were.
+/// Returns how many jobs were admitted.
 pub async fn apply(
     tx: &mut Transaction<'_, Postgres>,
     cfg: &PassConfig,
@@ -202,6 +203,27 @@ pub async fn apply(
     if plan.admitted.is_empty() {
         return Ok(0);
     }
+    let node_of = |p: &planner::Placement| {
+        p.cards
+            .first()
+            .and_then(|c| state.cards.get(&c.uuid))
+            .map(|(n, _)| n.clone())
+            .unwrap_or_else(|| cfg.cpu_node.clone())
+    };
+    let ids: Vec<Uuid> = plan.admitted.iter().map(|p| p.job_id).collect();
+    let nodes: Vec<String> = plan.admitted.iter().map(node_of).collect();
+    let still_queued: HashSet<Uuid> = sqlx::query_scalar(
+        "UPDATE jobs j SET status = 'admitted', admitted_at = now(), node = t.node, status_reason = NULL \
+         FROM unnest($1::uuid[], $2::text[]) AS t(id, node) \
+         WHERE j.id = t.id AND j.status = 'queued' RETURNING j.id",
+    )
+    .bind(&ids)
+    .bind(&nodes)
+    .fetch_all(&mut **tx)
+    .await
+    .context("marking jobs admitted")?
+    .into_iter()
+    .collect();
     let exclusive: HashMap<Uuid, bool> = state
         .input
         .queue
@@ -209,15 +231,12 @@ pub async fn apply(
         .map(|q| (q.id, q.exclusive))
         .collect();
     let (mut r_job, mut r_gpu, mut r_mib, mut r_excl) = (vec![], vec![], vec![], vec![]);
-    let (mut j_id, mut j_node, mut j_detail) = (vec![], vec![], vec![]);
-    for p in &plan.admitted {
+    let (mut e_job, mut e_detail) = (vec![], vec![]);
+    for (p, node) in plan.admitted.iter().zip(&nodes) {
+        if !still_queued.contains(&p.job_id) {
+            continue;
+        }
         let excl = exclusive.get(&p.job_id).copied().unwrap_or(false);
-        let node = p
-            .cards
-            .first()
-            .and_then(|c| state.cards.get(&c.uuid))
-            .map(|(n, _)| n.clone())
-            .unwrap_or_else(|| cfg.cpu_node.clone());
         let mut granted = Vec::new();
         for c in &p.cards {
             r_job.push(p.job_id);
@@ -227,9 +246,8 @@ pub async fn apply(
             let index = state.cards.get(&c.uuid).map(|(_, i)| *i);
             granted.push(json!({ "uuid": crate::model::gpu_id(&c.uuid), "index": index, "vram_mib": c.vram_mib }));
         }
-        j_id.push(p.job_id);
-        j_detail.push(json!({ "node": node, "gpus": granted }));
-        j_node.push(node);
+        e_job.push(p.job_id);
+        e_detail.push(json!({ "node": node, "gpus": granted }));
     }
     sqlx::query(
         "INSERT INTO reservations (job_id, gpu_uuid, vram_mib, exclusive) \
@@ -252,33 +270,16 @@ pub async fn apply(
     .execute(&mut **tx)
     .await
     .context("updating the ledger")?;
-    let updated = sqlx::query(
-        "UPDATE jobs j SET status = 'admitted', admitted_at = now(), node = t.node, status_reason = NULL \
-         FROM unnest($1::uuid[], $2::text[]) AS t(id, node) \
-         WHERE j.id = t.id AND j.status = 'queued'",
-    )
-    .bind(&j_id)
-    .bind(&j_node)
-    .execute(&mut **tx)
-    .await
-    .context("marking jobs admitted")?;
-    if updated.rows_affected() != j_id.len() as u64 {
-        bail!(
-            "stale plan: {} of {} jobs were no longer queued",
-            j_id.len() as u64 - updated.rows_affected(),
-            j_id.len()
-        );
-    }
     sqlx::query(
         "INSERT INTO job_events (job_id, actor, kind, detail) \
          SELECT id, 'scheduler', 'admitted', d FROM unnest($1::uuid[], $2::jsonb[]) AS t(id, d)",
     )
-    .bind(&j_id)
-    .bind(&j_detail)
+    .bind(&e_job)
+    .bind(&e_detail)
     .execute(&mut **tx)
     .await
     .context("recording admissions")?;
-    Ok(j_id.len())
+    Ok(e_job.len())
 }
 
 /// Plans without writing (a read-only snapshot): queue positions and wait reasons for the read side.

@@ -29,7 +29,7 @@ pub async fn run(pool: PgPool, cfg: PassConfig, tick: Duration, mut stop: watch:
                 }
                 // Several pokes may be queued: one pass serves them all.
                 if let Some(l) = listener.as_mut() {
-                    while let Ok(Some(_)) = l.try_recv().await {}
+                    while l.next_buffered().is_some() {}
                 }
             }
         }

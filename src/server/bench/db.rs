@@ -1,0 +1,315 @@
+//! Sections 2 and 3: whole admission passes against Postgres, on data the bench writes itself.
+
+use super::{ms, summarize, synth, BenchOptions, Summary};
+use crate::model::Role;
+use crate::server::admission::{run_pass, PassConfig, PassOutcome};
+use crate::server::db::{gpus, manifest, users};
+use anyhow::{bail, Context, Result};
+use chrono::Utc;
+use sqlx::PgPool;
+use std::io::Write;
+use std::time::{Duration, Instant};
+use uuid::Uuid;
+
+/// VRAM kept free on every card, as `gpuq serve` does by default.
+pub(super) const HEADROOM_MIB: i64 = 256;
+/// Owner of every bench job.
+const BENCH_USER: &str = "bench";
+/// Passes tried after the first before the queue is taken as settled.
+const MAX_SETTLING_PASSES: usize = 10;
+
+/// The pass settings of the bench: default headroom, starvation after 6 h (a quarter of the
+/// section-2 queue is older than that).
+fn config() -> PassConfig {
+    PassConfig {
+        headroom_mib: HEADROOM_MIB,
+        starvation_after: Duration::from_secs(6 * 3600),
+        cpu_node: "bench-cpu".into(),
+    }
+}
+
+async fn pass(pool: &PgPool) -> Result<PassOutcome> {
+    run_pass(pool, &config(), Utc::now()).await
+}
+
+/// Refuses a database that already holds jobs or cards: the bench cannot clean up after itself
+/// (job events are append-only) and foreign rows would change what it measures.
+pub(super) async fn ensure_scratch(pool: &PgPool) -> Result<()> {
+    let (jobs, cards): (i64, i64) =
+        sqlx::query_as("SELECT (SELECT count(*) FROM jobs), (SELECT count(*) FROM gpus)")
+            .fetch_one(pool)
+            .await
+            .context("counting jobs and cards (is the database migrated?)")?;
+    if jobs > 0 || cards > 0 {
+        bail!(
+            "the admission bench needs a scratch database: this one has {jobs} jobs and {cards} \
+             cards. It writes jobs and append-only events it cannot remove, so give it an empty, \
+             migrated database"
+        );
+    }
+    Ok(())
+}
+
+/// Creates the bench user, the `bench-*` workload types and `cards` empty cards; returns the
+/// user's id.
+pub(super) async fn setup(pool: &PgPool, cards: usize) -> Result<Uuid> {
+    let owner = match users::by_name(pool, BENCH_USER).await? {
+        Some(u) => u.id,
+        None => {
+            users::insert(pool, BENCH_USER, "!no-login", Role::Member)
+                .await?
+                .id
+        }
+    };
+    let mut tx = pool.begin().await?;
+    for (w, (name, _)) in synth::WORKLOADS.iter().enumerate() {
+        manifest::put(&mut tx, name, "gpuq bench", &synth::needs_of(w)).await?;
+    }
+    for (node, observed) in synth::db_nodes(cards) {
+        gpus::sync_node(&mut tx, &node, &observed).await?;
+    }
+    tx.commit()
+        .await
+        .context("writing the bench manifest and cards")?;
+    Ok(owner)
+}
+
+/// Queues `specs` with one batched INSERT (submitted `age_ms` ago when `aged`, else now), then
+/// refreshes the planner statistics as autovacuum would; returns the time of the INSERT.
+async fn insert_jobs(
+    pool: &PgPool,
+    owner: Uuid,
+    specs: &[synth::JobSpec],
+    prefix: &str,
+    aged: bool,
+) -> Result<Duration> {
+    let gpu: Vec<i32> = specs.iter().map(|s| s.gpu_count as i32).collect();
+    let workload: Vec<Option<&str>> = specs
+        .iter()
+        .map(|s| {
+            s.workload
+                .and_then(|w| synth::WORKLOADS.get(w))
+                .map(|(n, _)| *n)
+        })
+        .collect();
+    let min_vram: Vec<Option<i64>> = specs
+        .iter()
+        .map(|s| s.workload.is_none().then_some(s.fixed_mib))
+        .collect();
+    let exclusive: Vec<bool> = specs.iter().map(|s| s.exclusive).collect();
+    let priority: Vec<i32> = specs.iter().map(|s| s.priority).collect();
+    let age: Vec<i64> = specs
+        .iter()
+        .map(|s| if aged { s.age_ms } else { 0 })
+        .collect();
+    let started = Instant::now();
+    sqlx::query(
+        "INSERT INTO jobs (owner_id, name, spec, image, command, gpu_count, workload, \
+           min_vram_mib, exclusive, priority, timeout_s, status, created_at) \
+         SELECT $1, $2 || '-' || t.n::text, '{}'::jsonb, 'bench', ARRAY[]::text[], t.g, t.w, t.m, \
+           t.x, t.p, 3600, 'queued', now() - t.age * interval '1 millisecond' \
+         FROM unnest($3::int[], $4::text[], $5::bigint[], $6::bool[], $7::int[], $8::bigint[]) \
+           WITH ORDINALITY AS t(g, w, m, x, p, age, n) ORDER BY t.n",
+    )
+    .bind(owner)
+    .bind(prefix)
+    .bind(&gpu)
+    .bind(&workload)
+    .bind(&min_vram)
+    .bind(&exclusive)
+    .bind(&priority)
+    .bind(&age)
+    .execute(pool)
+    .await
+    .context("inserting the bench jobs")?;
+    let took = started.elapsed();
+    sqlx::query("ANALYZE jobs").execute(pool).await?;
+    Ok(took)
+}
+
+/// Section 2: the first (admitting) pass, then `repeats` passes with nothing left to admit.
+pub(super) async fn pass_section(
+    pool: &PgPool,
+    owner: Uuid,
+    (jobs, cards): (usize, usize),
+    opts: &BenchOptions,
+    out: &mut impl Write,
+) -> Result<()> {
+    let specs = synth::jobs(jobs, &mut synth::Rng::new(opts.seed ^ 0x0DB0));
+    let took = insert_jobs(pool, owner, &specs, "pass", true).await?;
+    let nodes = cards.div_ceil(synth::CARDS_PER_NODE);
+    writeln!(
+        out,
+        "== 2. Whole pass against Postgres: {jobs} queued x {cards} cards ({nodes} nodes) =="
+    )?;
+    writeln!(
+        out,
+        "setup: {jobs} jobs queued by one batched INSERT in {}",
+        ms(took)
+    )?;
+    let first = pass(pool).await?;
+    writeln!(
+        out,
+        "first pass (admits):    total {}, plan {}; admitted {}, waiting {}",
+        ms(first.total_time),
+        ms(first.plan_time),
+        first.admitted,
+        first.waiting
+    )?;
+    let mut settling = Vec::new();
+    while settling.len() < MAX_SETTLING_PASSES {
+        let o = pass(pool).await?;
+        settling.push(o.admitted);
+        if o.admitted == 0 {
+            break;
+        }
+    }
+    writeln!(
+        out,
+        "passes until one admits nothing: {} (admitted {settling:?})",
+        settling.len()
+    )?;
+    steady_passes(pool, opts, out).await?;
+    close_all(pool).await
+}
+
+/// `repeats` passes on a settled queue, as a median / p95 table.
+async fn steady_passes(pool: &PgPool, opts: &BenchOptions, out: &mut impl Write) -> Result<()> {
+    let mut runs = Vec::new();
+    for _ in 0..opts.repeats {
+        runs.push(pass(pool).await?);
+    }
+    let admitted: usize = runs.iter().map(|o| o.admitted).sum();
+    let waiting = runs.last().map_or(0, |o| o.waiting);
+    writeln!(
+        out,
+        "steady passes: {} runs, nothing left to admit (admitted {admitted}, waiting {waiting})",
+        runs.len()
+    )?;
+    writeln!(out, "  {:<34} {:>12} {:>12}", "", "median", "p95")?;
+    let rows: [(&str, Metric); 3] = [
+        ("total pass (lock to commit)", |o| o.total_time),
+        ("plan()", |o| o.plan_time),
+        ("outside plan() (SQL, transfer)", |o| {
+            o.total_time.saturating_sub(o.plan_time)
+        }),
+    ];
+    for (label, f) in rows {
+        let s = summarize(runs.iter().map(f).collect());
+        writeln!(out, "  {label:<34} {:>12} {:>12}", ms(s.median), ms(s.p95))?;
+    }
+    writeln!(out)?;
+    Ok(())
+}
+
+/// Closes every open job (queued → cancelled, admitted → succeeded) and runs one pass to give
+/// their cards back, then checks that the cluster is empty again.
+async fn close_all(pool: &PgPool) -> Result<()> {
+    sqlx::query(
+        "UPDATE jobs SET status = CASE WHEN status = 'queued' THEN 'cancelled' ELSE 'succeeded' END, \
+           finished_at = now(), released_at = CASE WHEN status = 'queued' THEN now() END \
+         WHERE status IN ('queued', 'admitted')",
+    )
+    .execute(pool)
+    .await
+    .context("closing the section-2 jobs")?;
+    pass(pool).await?;
+    let (open, reserved): (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM jobs WHERE released_at IS NULL), \
+                (SELECT coalesce(sum(reserved_mib), 0)::bigint FROM gpus)",
+    )
+    .fetch_one(pool)
+    .await?;
+    if open > 0 || reserved > 0 {
+        bail!("the bench cluster did not empty: {open} jobs unreleased, {reserved} MiB reserved");
+    }
+    Ok(())
+}
+
+/// One timing read from a pass outcome.
+type Metric = fn(&PassOutcome) -> Duration;
+
+/// What the burst loop saw.
+#[derive(Default)]
+struct Burst {
+    passes: Vec<PassOutcome>,
+    finishing: Duration,
+}
+
+/// Section 3: `jobs` jobs at once, each finishing the moment it is admitted.
+pub(super) async fn burst_section(
+    pool: &PgPool,
+    owner: Uuid,
+    jobs: usize,
+    opts: &BenchOptions,
+    out: &mut impl Write,
+) -> Result<()> {
+    let specs = synth::jobs(jobs, &mut synth::Rng::new(opts.seed ^ 0xB0257));
+    let took = insert_jobs(pool, owner, &specs, "burst", false).await?;
+    writeln!(
+        out,
+        "== 3. Burst: {jobs} jobs submitted at once, each done when admitted =="
+    )?;
+    writeln!(
+        out,
+        "setup: one batched INSERT in {} (not counted below)",
+        ms(took)
+    )?;
+    let started = Instant::now();
+    let burst = drain(pool).await?;
+    let wall = started.elapsed();
+    let admitted: usize = burst.passes.iter().map(|o| o.admitted).sum();
+    let rate = admitted as f64 / wall.as_secs_f64().max(1e-9);
+    writeln!(
+        out,
+        "admitted {admitted} in {:.3} s over {} passes: {rate:.0} admissions/s",
+        wall.as_secs_f64(),
+        burst.passes.len()
+    )?;
+    let total = summarize(burst.passes.iter().map(|o| o.total_time).collect());
+    let plan = summarize(burst.passes.iter().map(|o| o.plan_time).collect());
+    let per_pass = admitted as f64 / burst.passes.len().max(1) as f64;
+    writeln!(
+        out,
+        "  pass time {}; plan() {}",
+        med_p95(total),
+        med_p95(plan)
+    )?;
+    writeln!(
+        out,
+        "  {per_pass:.1} admitted per pass; {} in the finishing UPDATEs",
+        ms(burst.finishing)
+    )?;
+    if admitted != jobs {
+        bail!("the burst admitted {admitted} of its {jobs} jobs");
+    }
+    Ok(())
+}
+
+fn med_p95(s: Summary) -> String {
+    format!("median {} / p95 {}", ms(s.median), ms(s.p95))
+}
+
+/// Alternates passes with marking every admitted job done, until nothing is queued or admitted.
+async fn drain(pool: &PgPool) -> Result<Burst> {
+    let mut burst = Burst::default();
+    loop {
+        let o = pass(pool).await?;
+        let (admitted, waiting) = (o.admitted, o.waiting);
+        burst.passes.push(o);
+        if admitted == 0 && waiting > 0 {
+            bail!("burst stalled: a pass on free cards admitted none of {waiting} queued jobs");
+        }
+        let t = Instant::now();
+        sqlx::query(
+            "UPDATE jobs SET status = 'succeeded', finished_at = now() WHERE status = 'admitted'",
+        )
+        .execute(pool)
+        .await
+        .context("finishing admitted jobs")?;
+        burst.finishing += t.elapsed();
+        if waiting == 0 {
+            return Ok(burst);
+        }
+    }
+}
