@@ -2,22 +2,20 @@
 
 mod common;
 
-use common::TestApp;
+use common::{database_url, free_port, start_server, TestApp, PASSWORD};
 use gpuq::server::db::embedded::EmbeddedPg;
 use sqlx::PgPool;
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-fn url_of(pool: &PgPool) -> String {
-    let base = std::env::var("DATABASE_URL").expect("DATABASE_URL");
-    let db = pool.connect_options().get_database().unwrap().to_owned();
-    let (prefix, _) = base.rsplit_once('/').unwrap();
-    format!("{prefix}/{db}")
+fn gpuq(args: &[&str], stdin: &str) -> std::process::Output {
+    gpuq_env(args, stdin, &[])
 }
 
-fn gpuq(args: &[&str], stdin: &str) -> std::process::Output {
+fn gpuq_env(args: &[&str], stdin: &str, env: &[(&str, &str)]) -> std::process::Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_gpuq"))
         .args(args)
+        .envs(env.iter().copied())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -35,7 +33,7 @@ fn gpuq(args: &[&str], stdin: &str) -> std::process::Output {
 #[sqlx::test(migrations = false)]
 async fn user_add_reads_the_password_from_stdin(pool: PgPool) {
     let app = TestApp::new(pool).await;
-    let url = url_of(&app.pool);
+    let url = database_url(&app.pool);
     let out = gpuq(
         &[
             "user",
@@ -140,4 +138,133 @@ async fn embedded_postgres_is_created_reused_and_stopped() {
         .unwrap();
     assert_eq!(n, 1);
     pool.close().await;
+}
+
+fn text(out: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+#[sqlx::test(migrations = false)]
+async fn the_cli_submits_lists_shows_and_cancels_against_a_real_server(pool: PgPool) {
+    let app = TestApp::new(pool).await;
+    let url = database_url(&app.pool);
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let _server = start_server(&url, port, &dir.path().join("server.log"), &[]).await;
+    let server = format!("http://127.0.0.1:{port}");
+    let config = dir.path().join("config");
+    let env = [
+        ("GPUQ_URL", server.as_str()),
+        ("GPUQ_CONFIG_DIR", config.to_str().unwrap()),
+    ];
+
+    let unauthenticated = gpuq_env(&["jobs"], "", &env);
+    assert!(!unauthenticated.status.success());
+    assert!(
+        text(&unauthenticated).contains("gpuq login"),
+        "{}",
+        text(&unauthenticated)
+    );
+
+    let wrong = gpuq_env(&["login", "admin"], "not the password\n", &env);
+    assert!(!wrong.status.success());
+    assert!(
+        text(&wrong).contains("wrong username or password"),
+        "{}",
+        text(&wrong)
+    );
+    let login = gpuq_env(&["login", "admin"], &format!("{PASSWORD}\n"), &env);
+    assert!(login.status.success(), "{}", text(&login));
+    let saved = config.join("credentials.json");
+    let mode =
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&saved).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o600);
+
+    let filler = gpuq_env(
+        &[
+            "submit",
+            "--image",
+            "gpuq-test/busybox:latest",
+            "--gpus",
+            "4",
+            "--vram-mib",
+            "20000",
+            "--",
+            "true",
+        ],
+        "",
+        &env,
+    );
+    assert!(filler.status.success(), "{}", text(&filler));
+    let submit = gpuq_env(
+        &[
+            "submit",
+            "--image",
+            "gpuq-test/busybox:latest",
+            "--vram-mib",
+            "10000",
+            "--name",
+            "big",
+            "--",
+            "echo",
+            "a b",
+        ],
+        "",
+        &env,
+    );
+    assert!(submit.status.success(), "{}", text(&submit));
+    let out = text(&submit);
+    assert!(out.starts_with("submitted "), "{out}");
+    let id = out.split_whitespace().nth(1).unwrap().to_owned();
+
+    let refused = gpuq_env(
+        &[
+            "submit",
+            "--image",
+            "gpuq-test/busybox:latest",
+            "--vram-mib",
+            "100",
+            "--env",
+            "LD_PRELOAD=x",
+            "--",
+            "true",
+        ],
+        "",
+        &env,
+    );
+    assert!(!refused.status.success());
+    assert!(
+        text(&refused).contains("env.LD_PRELOAD"),
+        "{}",
+        text(&refused)
+    );
+
+    // The filler holds 20000 of every 24576 MiB card: the 10000 MiB job waits and says why.
+    let show = gpuq_env(&["show", &id[..8]], "", &env);
+    assert!(show.status.success(), "{}", text(&show));
+    let shown = text(&show);
+    assert!(shown.contains("big") && shown.contains("queued"), "{shown}");
+    assert!(shown.contains("needs 10000 MiB"), "{shown}");
+    let jobs = gpuq_env(&["jobs"], "", &env);
+    assert!(text(&jobs).contains(&id[..8]), "{}", text(&jobs));
+    let json_jobs = gpuq_env(&["jobs", "--json"], "", &env);
+    let parsed: serde_json::Value = serde_json::from_slice(&json_jobs.stdout).unwrap();
+    assert_eq!(parsed["total"], 2);
+    let gpus = gpuq_env(&["gpus"], "", &env);
+    let table = text(&gpus);
+    assert_eq!(
+        table.matches("NVIDIA GeForce RTX 3090").count(),
+        4,
+        "{table}"
+    );
+    let cancel = gpuq_env(&["cancel", &id], "", &env);
+    assert!(cancel.status.success(), "{}", text(&cancel));
+    assert!(text(&cancel).contains("cancelled"), "{}", text(&cancel));
+    let again = gpuq_env(&["cancel", &id], "", &env);
+    assert!(!again.status.success());
+    assert!(text(&again).contains("already ended"), "{}", text(&again));
 }

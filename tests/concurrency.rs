@@ -3,7 +3,9 @@
 
 mod common;
 
-use common::{ledger_violations, pass_config, TestApp, PASSWORD};
+use common::{
+    database_url, free_port, ledger_violations, pass_config, start_server, TestApp, PASSWORD,
+};
 use gpuq::model::Role;
 use gpuq::server::admission::{pass, planner, run_pass};
 use serde_json::json;
@@ -177,82 +179,14 @@ async fn with_the_lock_the_second_pass_waits_and_plans_from_fresh_state(pool: Pg
     assert!(ledger_violations(&app.pool).await.is_empty());
 }
 
-struct Server(std::process::Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn database_url(pool: &PgPool) -> String {
-    let base = std::env::var("DATABASE_URL").expect("DATABASE_URL");
-    let db = pool.connect_options().get_database().unwrap().to_owned();
-    format!("{}/{db}", base.rsplit_once('/').unwrap().0)
-}
-
-async fn start_server(url: &str, port: u16, log: &std::path::Path) -> Server {
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_gpuq"))
-        .args([
-            "serve",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--database-url",
-            url,
-        ])
-        .args([
-            "--gpus",
-            "sim",
-            "--sim-gpus",
-            "4x24576:NVIDIA GeForce RTX 3090",
-            "--node",
-            "shared",
-        ])
-        .args(["--pass-interval-ms", "100", "--vram-headroom-mib", "0"])
-        .env("GPUQ_BOOTSTRAP_ADMIN_PASSWORD", PASSWORD)
-        .stdout(std::fs::File::create(log.with_extension("out")).unwrap())
-        .stderr(std::fs::File::create(log).unwrap())
-        .spawn()
-        .expect("start gpuq serve");
-    let server = Server(child);
-    let client = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Ok(r) = client
-            .get(format!("http://127.0.0.1:{port}/readyz"))
-            .send()
-            .await
-        {
-            if r.status().is_success() {
-                return server;
-            }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "server on {port} not ready: {}",
-            std::fs::read_to_string(log).unwrap_or_default()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 #[sqlx::test(migrations = false)]
 async fn two_server_processes_on_one_database_never_double_book(pool: PgPool) {
     let app = TestApp::new(pool).await;
     let url = database_url(&app.pool);
     let dir = tempfile::tempdir().unwrap();
     let ports = [free_port(), free_port()];
-    let _a = start_server(&url, ports[0], &dir.path().join("a.log")).await;
-    let _b = start_server(&url, ports[1], &dir.path().join("b.log")).await;
+    let _a = start_server(&url, ports[0], &dir.path().join("a.log"), &[]).await;
+    let _b = start_server(&url, ports[1], &dir.path().join("b.log"), &[]).await;
     let client = reqwest::Client::new();
     let token: serde_json::Value = client
         .post(format!("http://127.0.0.1:{}/api/v1/tokens", ports[0]))

@@ -6,6 +6,7 @@ use uuid::Uuid;
 
 /// A job holding part of a card.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct GpuHolder {
     /// Job id.
     pub id: Uuid,
@@ -19,6 +20,7 @@ pub struct GpuHolder {
 
 /// One physical card and what holds it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct GpuView {
     /// NVML-style id (`GPU-…`).
     pub uuid: String,
@@ -48,6 +50,7 @@ pub struct GpuView {
 
 /// A workload type and its VRAM need per GPU model.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct WorkloadView {
     /// Name used in job specs.
     pub name: String,
@@ -59,6 +62,7 @@ pub struct WorkloadView {
 
 /// The whole manifest and the models present, for the editor grid.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct ManifestView {
     /// Workload types by name.
     pub workloads: Vec<WorkloadView>,

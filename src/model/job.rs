@@ -9,6 +9,7 @@ use uuid::Uuid;
 
 /// Where a job is in its life. Stored as text CHECKed by the database; this enum mirrors it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum JobStatus {
     /// Waiting for cards.
@@ -95,6 +96,7 @@ impl FromStr for JobStatus {
 
 /// A card granted to a job.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct AssignedGpu {
     /// NVML-style id (`GPU-…`).
     pub uuid: String,
@@ -108,6 +110,7 @@ pub struct AssignedGpu {
 
 /// Everything a viewer may know about a job.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct JobView {
     /// Job id.
     pub id: Uuid,
@@ -165,6 +168,7 @@ pub struct JobView {
 
 /// One page of jobs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct JobPage {
     /// Newest first.
     pub jobs: Vec<JobView>,
@@ -178,6 +182,7 @@ pub struct JobPage {
 
 /// Answer to a submission or cancellation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct JobAck {
     /// The job.
     pub job_id: Uuid,

@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 /// A host folder jobs may mount (and everything below it).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct VolumeRule {
     /// Absolute host path; symlinks in it are resolved when checking.
@@ -15,6 +16,7 @@ pub struct VolumeRule {
 
 /// Launch policy, stored in the `settings` table and edited by admins.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 #[serde(default, deny_unknown_fields)]
 pub struct LaunchPolicy {
     /// Image patterns a job may use; `*` matches any run of characters.

@@ -108,6 +108,7 @@ const STRUCTURAL_LIMITS: SpecLimits = SpecLimits {
 /// The command as a client may write it: an exact argv, or one line that is
 /// split like a shell would split it (no shell is ever run).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 #[serde(untagged)]
 pub enum RawCommand {
     /// Exact argv; preferred, since nothing is reinterpreted.
@@ -123,6 +124,7 @@ pub enum RawCommand {
 /// other bad value. For request bodies prefer [`JobSpec::from_json`], which
 /// also names the field when the JSON itself has the wrong shape.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RawJobSpec {
     /// Container image reference.

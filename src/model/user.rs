@@ -6,6 +6,7 @@ use std::str::FromStr;
 
 /// What a user may do. Ordered: each role includes the rights of those before it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     /// Submits and follows their own jobs; sees the shared queue.
@@ -114,6 +115,7 @@ impl fmt::Display for Username {
 
 /// The signed-in user as pages and `GET /api/v1/me` show it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct UserView {
     /// Stable identifier.
     pub id: uuid::Uuid,

@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 const MAX_MIB: i64 = 4 * 1024 * 1024;
 
 /// Body of `PUT /api/v1/manifest/{workload}`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WorkloadPut {
     /// What it is.

@@ -318,3 +318,76 @@ pub async fn ledger_violations(pool: &PgPool) -> Vec<String> {
     );
     bad
 }
+
+/// A `gpuq serve` child process, killed when dropped.
+pub struct Server(std::process::Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A free loopback port.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The URL of the test's own database.
+pub fn database_url(pool: &PgPool) -> String {
+    let base = std::env::var("DATABASE_URL").expect("DATABASE_URL");
+    let db = pool.connect_options().get_database().unwrap().to_owned();
+    format!("{}/{db}", base.rsplit_once('/').unwrap().0)
+}
+
+/// Starts `gpuq serve` on simulated cards (node `shared`) and waits until it is ready.
+pub async fn start_server(url: &str, port: u16, log: &std::path::Path, extra: &[&str]) -> Server {
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_gpuq"))
+        .args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--database-url",
+            url,
+        ])
+        .args([
+            "--gpus",
+            "sim",
+            "--sim-gpus",
+            "4x24576:NVIDIA GeForce RTX 3090",
+            "--node",
+            "shared",
+        ])
+        .args(["--pass-interval-ms", "100", "--vram-headroom-mib", "0"])
+        .args(extra)
+        .env("GPUQ_BOOTSTRAP_ADMIN_PASSWORD", PASSWORD)
+        .stdout(std::fs::File::create(log.with_extension("out")).unwrap())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .expect("start gpuq serve");
+    let server = Server(child);
+    let client = reqwest::Client::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        if let Ok(r) = client
+            .get(format!("http://127.0.0.1:{port}/readyz"))
+            .send()
+            .await
+        {
+            if r.status().is_success() {
+                return server;
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "server on {port} not ready: {}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}

@@ -104,7 +104,7 @@ pub async fn bootstrap_admin(
 }
 
 /// A token just created: the secret (shown once) and its record.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
 pub struct NewToken {
     /// The secret to send as `Authorization: Bearer …`.
     pub token: String,

@@ -144,7 +144,7 @@ pub async fn clear_failures(
 }
 
 /// An `api_tokens` row without its digest.
-#[derive(Debug, Clone, FromRow, serde::Serialize)]
+#[derive(Debug, Clone, FromRow, serde::Serialize, utoipa::ToSchema)]
 pub struct TokenRow {
     /// Key, used to revoke.
     pub id: Uuid,

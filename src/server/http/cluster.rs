@@ -1,5 +1,6 @@
 //! REST routes for cards, the manifest and the launch policy.
 
+use super::error::ErrorBody;
 use super::{ApiError, ApiJson};
 use crate::model::{
     parse_gpu_id, AppError, GpuView, LaunchPolicy, ManifestView, Role, WorkloadView,
@@ -31,12 +32,13 @@ pub fn router() -> Router<AppState> {
         .route("/settings/launch-policy", get(get_policy).put(put_policy))
 }
 
-#[derive(Serialize)]
-struct GpuList {
+#[derive(Serialize, utoipa::ToSchema)]
+pub(super) struct GpuList {
     gpus: Vec<GpuView>,
 }
 
-async fn list_gpus(
+#[utoipa::path(get, path = "/api/v1/gpus", tag = "gpus", security(("bearer" = [])), responses((status = 200, body = GpuList)))]
+pub(super) async fn list_gpus(
     State(state): State<AppState>,
     _user: CurrentUser,
 ) -> Result<Json<GpuList>, ApiError> {
@@ -50,13 +52,14 @@ fn card_id(text: &str) -> Result<Uuid, AppError> {
         .ok_or_else(|| AppError::invalid("uuid", format!("`{text}` is not a card id (GPU-…)")))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct SimPut {
+pub(super) struct SimPut {
     external_mib: i64,
 }
 
-async fn put_sim(
+#[utoipa::path(put, path = "/api/v1/gpus/{uuid}/sim", tag = "gpus", security(("bearer" = [])), params(("uuid" = String, Path, description = "GPU-…")), request_body = SimPut, responses((status = 204), (status = 400, description = "invalid input; `field` names it", body = ErrorBody), (status = 401, description = "not signed in", body = ErrorBody), (status = 409, description = "not a simulated card", body = ErrorBody)))]
+pub(super) async fn put_sim(
     State(state): State<AppState>,
     user: CurrentUser,
     Path(uuid): Path<String>,
@@ -67,13 +70,14 @@ async fn put_sim(
     Ok(StatusCode::NO_CONTENT)
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct GpuPatch {
+pub(super) struct GpuPatch {
     state: String,
 }
 
-async fn patch_gpu(
+#[utoipa::path(patch, path = "/api/v1/gpus/{uuid}", tag = "gpus", security(("bearer" = [])), params(("uuid" = String, Path, description = "GPU-…")), request_body = GpuPatch, responses((status = 204), (status = 400, description = "invalid input; `field` names it", body = ErrorBody), (status = 401, description = "not signed in", body = ErrorBody)))]
+pub(super) async fn patch_gpu(
     State(state): State<AppState>,
     user: CurrentUser,
     Path(uuid): Path<String>,
@@ -84,14 +88,16 @@ async fn patch_gpu(
     Ok(StatusCode::NO_CONTENT)
 }
 
-async fn get_manifest(
+#[utoipa::path(get, path = "/api/v1/manifest", tag = "manifest", security(("bearer" = [])), responses((status = 200, body = ManifestView)))]
+pub(super) async fn get_manifest(
     State(state): State<AppState>,
     _user: CurrentUser,
 ) -> Result<Json<ManifestView>, ApiError> {
     Ok(Json(manifest::view(&state).await?))
 }
 
-async fn put_workload(
+#[utoipa::path(put, path = "/api/v1/manifest/{workload}", tag = "manifest", security(("bearer" = [])), params(("workload" = String, Path)), request_body = WorkloadPut, responses((status = 200, body = WorkloadView), (status = 400, description = "invalid input; `field` names it", body = ErrorBody), (status = 401, description = "not signed in", body = ErrorBody), (status = 403, body = ErrorBody)))]
+pub(super) async fn put_workload(
     State(state): State<AppState>,
     user: CurrentUser,
     Path(name): Path<String>,
@@ -101,7 +107,8 @@ async fn put_workload(
     Ok(Json(manifest::put(&state, &user, &name, &body).await?))
 }
 
-async fn delete_workload(
+#[utoipa::path(delete, path = "/api/v1/manifest/{workload}", tag = "manifest", security(("bearer" = [])), params(("workload" = String, Path)), responses((status = 204), (status = 404, body = ErrorBody)))]
+pub(super) async fn delete_workload(
     State(state): State<AppState>,
     user: CurrentUser,
     Path(name): Path<String>,
@@ -111,7 +118,8 @@ async fn delete_workload(
     Ok(StatusCode::NO_CONTENT)
 }
 
-async fn get_policy(
+#[utoipa::path(get, path = "/api/v1/settings/launch-policy", tag = "settings", security(("bearer" = [])), responses((status = 200, body = LaunchPolicy)))]
+pub(super) async fn get_policy(
     State(state): State<AppState>,
     _user: CurrentUser,
 ) -> Result<Json<LaunchPolicy>, ApiError> {
@@ -122,7 +130,8 @@ async fn get_policy(
     ))
 }
 
-async fn put_policy(
+#[utoipa::path(put, path = "/api/v1/settings/launch-policy", tag = "settings", security(("bearer" = [])), request_body = LaunchPolicy, responses((status = 200, body = LaunchPolicy), (status = 400, description = "invalid input; `field` names it", body = ErrorBody), (status = 401, description = "not signed in", body = ErrorBody), (status = 403, body = ErrorBody)))]
+pub(super) async fn put_policy(
     State(state): State<AppState>,
     user: CurrentUser,
     ApiJson(policy): ApiJson<LaunchPolicy>,

@@ -23,7 +23,12 @@ impl IntoResponse for ApiError {
         let err = self.0;
         let status =
             StatusCode::from_u16(err.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let mut body = json!({ "error": err.to_string(), "kind": kind(&err) });
+        // The field travels separately, so the message does not repeat it.
+        let message = match &err {
+            AppError::Invalid { message, .. } => message.clone(),
+            other => other.to_string(),
+        };
+        let mut body = json!({ "error": message, "kind": kind(&err) });
         if let Some(field) = err.field() {
             body["field"] = json!(field);
         }
@@ -57,4 +62,15 @@ impl<T, E: Display> OrInternal<T> for Result<T, E> {
             AppError::Internal
         })
     }
+}
+
+/// The body of every error answer (for the OpenAPI document).
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    /// What went wrong, in plain words.
+    pub error: String,
+    /// Machine-readable kind (`invalid`, `unauthorized`, `forbidden`, `not_found`, …).
+    pub kind: String,
+    /// The request field at fault, for `invalid`.
+    pub field: Option<String>,
 }

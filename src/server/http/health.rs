@@ -8,11 +8,13 @@ use serde_json::{json, Value};
 use std::time::Duration;
 
 /// `GET /healthz`: the process is alive and answering.
+#[utoipa::path(get, path = "/healthz", tag = "probes", responses((status = 200, description = "alive")))]
 pub async fn healthz() -> Json<Value> {
     Json(json!({ "status": "ok" }))
 }
 
 /// `GET /readyz`: the process can do its work (the database answers).
+#[utoipa::path(get, path = "/readyz", tag = "probes", responses((status = 200, description = "ready"), (status = 503, description = "not ready, with the reason")))]
 pub async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Value>) {
     let db = tokio::time::timeout(
         Duration::from_secs(2),

@@ -1,6 +1,8 @@
 //! REST routes for jobs.
 
+use super::error::ErrorBody;
 use super::ApiError;
+use crate::model::spec::RawJobSpec;
 use crate::model::{AppError, JobAck, JobPage, JobView};
 use crate::server::auth::CurrentUser;
 use crate::server::jobs::{self, ListQuery};
@@ -22,7 +24,8 @@ pub fn router() -> Router<AppState> {
 
 /// `POST /api/v1/jobs`: the body is parsed by the spec parser itself, so every refusal names its
 /// field (unknown fields, wrong types, sizes).
-async fn submit(
+#[utoipa::path(post, path = "/api/v1/jobs", tag = "jobs", security(("bearer" = [])), request_body = RawJobSpec, responses((status = 201, body = JobAck), (status = 400, description = "invalid input; `field` names it", body = ErrorBody), (status = 401, description = "not signed in", body = ErrorBody)))]
+pub(super) async fn submit(
     State(state): State<AppState>,
     user: CurrentUser,
     body: String,
@@ -31,7 +34,8 @@ async fn submit(
     Ok((StatusCode::CREATED, Json(ack)))
 }
 
-async fn list(
+#[utoipa::path(get, path = "/api/v1/jobs", tag = "jobs", security(("bearer" = [])), params(ListQuery), responses((status = 200, body = JobPage), (status = 400, description = "invalid input; `field` names it", body = ErrorBody), (status = 401, description = "not signed in", body = ErrorBody)))]
+pub(super) async fn list(
     State(state): State<AppState>,
     user: CurrentUser,
     query: Result<Query<ListQuery>, QueryRejection>,
@@ -40,7 +44,8 @@ async fn list(
     Ok(Json(jobs::list(&state, &user, &q).await?))
 }
 
-async fn show(
+#[utoipa::path(get, path = "/api/v1/jobs/{id}", tag = "jobs", security(("bearer" = [])), params(("id" = Uuid, Path)), responses((status = 200, body = JobView), (status = 404, body = ErrorBody)))]
+pub(super) async fn show(
     State(state): State<AppState>,
     user: CurrentUser,
     Path(id): Path<String>,
@@ -48,7 +53,8 @@ async fn show(
     Ok(Json(jobs::get(&state, &user, job_id(&id)?).await?))
 }
 
-async fn cancel(
+#[utoipa::path(post, path = "/api/v1/jobs/{id}/cancel", tag = "jobs", security(("bearer" = [])), params(("id" = Uuid, Path)), responses((status = 200, body = JobAck), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, description = "already ended", body = ErrorBody)))]
+pub(super) async fn cancel(
     State(state): State<AppState>,
     user: CurrentUser,
     Path(id): Path<String>,

@@ -6,6 +6,7 @@ mod error;
 mod health;
 mod jobs;
 mod json;
+pub mod openapi;
 mod v1;
 
 pub use error::{ApiError, OrInternal};
@@ -47,6 +48,7 @@ pub fn app(state: AppState, opts: HttpOptions) -> Router {
     Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
+        .route("/api/v1/openapi.json", get(openapi::openapi_json))
         .nest(
             "/api/v1",
             v1::router().merge(jobs::router()).merge(cluster::router()),

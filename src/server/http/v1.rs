@@ -1,9 +1,12 @@
 //! REST API v1 for scripts and the CLI: tokens, the caller, users.
 
+use super::error::ErrorBody;
 use super::{ApiError, ApiJson};
 use crate::model::{AppError, Role, UserView};
+use crate::server::auth::service::NewToken;
 use crate::server::auth::{service, CurrentUser};
 use crate::server::db::users;
+use crate::server::db::users::TokenRow;
 use crate::server::http::OrInternal;
 use crate::server::AppState;
 use axum::extract::{Path, State};
@@ -29,20 +32,22 @@ async fn not_found() -> ApiError {
     ApiError(AppError::NotFound("no such API route".into()))
 }
 
-async fn me(user: CurrentUser) -> Json<UserView> {
+#[utoipa::path(get, path = "/api/v1/me", tag = "auth", security(("bearer" = [])), responses((status = 200, body = UserView), (status = 401, body = ErrorBody)))]
+pub(super) async fn me(user: CurrentUser) -> Json<UserView> {
     Json(user.view())
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct TokenRequest {
+pub(super) struct TokenRequest {
     username: String,
     password: String,
     name: String,
 }
 
 /// `POST /api/v1/tokens`: exchanges a name and password for a token (shown once).
-async fn create_token(
+#[utoipa::path(post, path = "/api/v1/tokens", tag = "auth", request_body = TokenRequest, responses((status = 201, description = "the token, shown once", body = NewToken), (status = 400, description = "invalid input; `field` names it", body = ErrorBody), (status = 401, description = "not signed in", body = ErrorBody), (status = 429, description = "too many failed sign-ins", body = ErrorBody)))]
+pub(super) async fn create_token(
     State(state): State<AppState>,
     ApiJson(req): ApiJson<TokenRequest>,
 ) -> Result<(StatusCode, Json<service::NewToken>), ApiError> {
@@ -51,7 +56,8 @@ async fn create_token(
     Ok((StatusCode::CREATED, Json(token)))
 }
 
-async fn list_tokens(
+#[utoipa::path(get, path = "/api/v1/tokens", tag = "auth", security(("bearer" = [])), responses((status = 200, body = [TokenRow]), (status = 401, body = ErrorBody)))]
+pub(super) async fn list_tokens(
     State(state): State<AppState>,
     user: CurrentUser,
 ) -> Result<Json<Vec<users::TokenRow>>, ApiError> {
@@ -61,7 +67,8 @@ async fn list_tokens(
     Ok(Json(rows))
 }
 
-async fn revoke_token(
+#[utoipa::path(delete, path = "/api/v1/tokens/{id}", tag = "auth", security(("bearer" = [])), params(("id" = Uuid, Path)), responses((status = 204), (status = 404, body = ErrorBody)))]
+pub(super) async fn revoke_token(
     State(state): State<AppState>,
     user: CurrentUser,
     Path(id): Path<Uuid>,
@@ -70,7 +77,8 @@ async fn revoke_token(
     Ok(StatusCode::NO_CONTENT)
 }
 
-async fn list_users(
+#[utoipa::path(get, path = "/api/v1/users", tag = "users", security(("bearer" = [])), responses((status = 200, body = [UserView]), (status = 403, body = ErrorBody)))]
+pub(super) async fn list_users(
     State(state): State<AppState>,
     user: CurrentUser,
 ) -> Result<Json<Vec<UserView>>, ApiError> {
@@ -86,15 +94,16 @@ async fn list_users(
     Ok(Json(views))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct NewUser {
+pub(super) struct NewUser {
     username: String,
     role: Role,
     password: String,
 }
 
-async fn create_user(
+#[utoipa::path(post, path = "/api/v1/users", tag = "users", security(("bearer" = [])), request_body = NewUser, responses((status = 201, body = UserView), (status = 400, description = "invalid input; `field` names it", body = ErrorBody), (status = 401, description = "not signed in", body = ErrorBody), (status = 403, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub(super) async fn create_user(
     State(state): State<AppState>,
     user: CurrentUser,
     ApiJson(req): ApiJson<NewUser>,
@@ -107,13 +116,14 @@ async fn create_user(
     ))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct UserPatch {
+pub(super) struct UserPatch {
     disabled: Option<bool>,
 }
 
-async fn update_user(
+#[utoipa::path(patch, path = "/api/v1/users/{id}", tag = "users", security(("bearer" = [])), params(("id" = Uuid, Path)), request_body = UserPatch, responses((status = 204), (status = 400, description = "invalid input; `field` names it", body = ErrorBody), (status = 401, description = "not signed in", body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub(super) async fn update_user(
     State(state): State<AppState>,
     user: CurrentUser,
     Path(id): Path<Uuid>,

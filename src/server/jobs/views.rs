@@ -13,7 +13,8 @@ use std::collections::HashMap;
 use uuid::Uuid;
 
 /// Query of `GET /api/v1/jobs`.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ListQuery {
     /// Comma-separated statuses.

@@ -1,0 +1,63 @@
+//! The OpenAPI document of the REST API, generated from the handlers' annotations and the wire
+//! types, served at `GET /api/v1/openapi.json`.
+
+use super::error::ErrorBody;
+use super::{cluster, health, jobs, v1};
+use crate::model::spec::{RawCommand, RawJobSpec};
+use crate::model::{
+    AssignedGpu, GpuHolder, GpuView, JobAck, JobPage, JobStatus, JobView, LaunchPolicy,
+    ManifestView, Role, UserView, VolumeRule, WorkloadView,
+};
+use crate::server::auth::service::NewToken;
+use crate::server::db::users::TokenRow;
+use crate::server::manifest::WorkloadPut;
+use axum::Json;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+
+/// The document.
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "gpuq",
+        description = "GPU job admission and isolation. Authenticate with `Authorization: Bearer <token>` \
+                       (create one with POST /api/v1/tokens). Errors are `{\"error\", \"kind\", \"field\"}`."
+    ),
+    paths(
+        health::healthz, health::readyz,
+        v1::me, v1::create_token, v1::list_tokens, v1::revoke_token,
+        v1::list_users, v1::create_user, v1::update_user,
+        jobs::submit, jobs::list, jobs::show, jobs::cancel,
+        cluster::list_gpus, cluster::put_sim, cluster::patch_gpu,
+        cluster::get_manifest, cluster::put_workload, cluster::delete_workload,
+        cluster::get_policy, cluster::put_policy,
+        openapi_json,
+    ),
+    components(schemas(
+        ErrorBody, Role, UserView, TokenRow, NewToken, v1::TokenRequest, v1::NewUser, v1::UserPatch,
+        RawJobSpec, RawCommand, JobStatus, AssignedGpu, JobView, JobPage, JobAck,
+        GpuHolder, GpuView, cluster::GpuList, cluster::SimPut, cluster::GpuPatch,
+        WorkloadView, ManifestView, WorkloadPut, LaunchPolicy, VolumeRule,
+    )),
+    modifiers(&BearerAuth)
+)]
+pub struct ApiDoc;
+
+struct BearerAuth;
+
+impl Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        if let Some(components) = openapi.components.as_mut() {
+            components.add_security_scheme(
+                "bearer",
+                SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+            );
+        }
+    }
+}
+
+/// `GET /api/v1/openapi.json`
+#[utoipa::path(get, path = "/api/v1/openapi.json", tag = "meta", responses((status = 200, description = "this document")))]
+pub(super) async fn openapi_json() -> Json<utoipa::openapi::OpenApi> {
+    Json(ApiDoc::openapi())
+}
