@@ -16,7 +16,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-export SQLX_OFFLINE=true
 step() { printf '\n\033[1;32m==> %s\033[0m\n' "$*"; }
 
 step "cargo fmt --check"

@@ -93,21 +93,15 @@ pub async fn put(
     manifest::put(&mut tx, name, &body.description, &body.vram_mib)
         .await
         .or_internal("writing the manifest")?;
-    events::audit(
-        &mut *tx,
+    events::commit_audited(
+        tx,
         &user.username,
         "manifest.put",
         name,
         json!({ "description": body.description, "vram_mib": body.vram_mib }),
     )
     .await
-    .or_internal("auditing a manifest edit")?;
-    events::wake(&mut *tx, "manifest")
-        .await
-        .or_internal("waking the scheduler")?;
-    tx.commit()
-        .await
-        .or_internal("committing a manifest edit")?;
+    .or_internal("recording a manifest edit")?;
     Ok(WorkloadView {
         name: name.to_owned(),
         description: body.description.clone(),
@@ -128,15 +122,9 @@ pub async fn delete(state: &AppState, user: &CurrentUser, name: &str) -> Result<
     {
         return Err(AppError::NotFound(format!("no workload type `{name}`")));
     }
-    events::audit(&mut *tx, &user.username, "manifest.delete", name, json!({}))
+    events::commit_audited(tx, &user.username, "manifest.delete", name, json!({}))
         .await
-        .or_internal("auditing a manifest edit")?;
-    events::wake(&mut *tx, "manifest")
-        .await
-        .or_internal("waking the scheduler")?;
-    tx.commit()
-        .await
-        .or_internal("committing a manifest edit")?;
+        .or_internal("recording a manifest edit")?;
     Ok(())
 }
 

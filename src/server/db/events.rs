@@ -83,3 +83,16 @@ pub async fn job_events_of(
         .fetch_all(db)
         .await
 }
+
+/// Ends an admin's change that decides admission: audits it, wakes every scheduler, commits.
+pub async fn commit_audited(
+    mut tx: sqlx::Transaction<'_, sqlx::Postgres>,
+    actor: &str,
+    kind: &str,
+    subject: &str,
+    detail: Value,
+) -> sqlx::Result<()> {
+    audit(&mut *tx, actor, kind, subject, detail).await?;
+    wake(&mut *tx, kind).await?;
+    tx.commit().await
+}

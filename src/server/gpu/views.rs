@@ -82,19 +82,15 @@ pub async fn set_sim_external(
     gpus::set_sim_external(&mut *tx, uuid, external_mib)
         .await
         .or_internal("setting foreign memory")?;
-    events::audit(
-        &mut *tx,
+    events::commit_audited(
+        tx,
         &user.username,
         "gpu.sim_external",
         &gpu_id(&uuid),
         json!({ "external_mib": external_mib }),
     )
     .await
-    .or_internal("auditing a card edit")?;
-    events::wake(&mut *tx, "cards")
-        .await
-        .or_internal("waking the scheduler")?;
-    tx.commit().await.or_internal("committing a card edit")?;
+    .or_internal("recording a card edit")?;
     Ok(())
 }
 
@@ -122,18 +118,14 @@ pub async fn set_state(
     {
         return Err(AppError::NotFound(format!("no card {}", gpu_id(&uuid))));
     }
-    events::audit(
-        &mut *tx,
+    events::commit_audited(
+        tx,
         &user.username,
         "gpu.state",
         &gpu_id(&uuid),
         json!({ "state": new }),
     )
     .await
-    .or_internal("auditing a card edit")?;
-    events::wake(&mut *tx, "cards")
-        .await
-        .or_internal("waking the scheduler")?;
-    tx.commit().await.or_internal("committing a card edit")?;
+    .or_internal("recording a card edit")?;
     Ok(())
 }

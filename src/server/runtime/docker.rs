@@ -1,0 +1,262 @@
+//! The only module that talks to dockerd. Every bollard value is converted to
+//! our own types here, so the rest of gpuq never depends on bollard's API.
+
+mod convert;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use bollard::query_parameters::{
+    CreateContainerOptionsBuilder, InspectContainerOptions, ListContainersOptionsBuilder,
+    LogsOptionsBuilder, RemoveContainerOptionsBuilder, StartContainerOptions,
+    StopContainerOptionsBuilder, WaitContainerOptionsBuilder,
+};
+use futures_util::stream::{self, Stream, StreamExt};
+
+use super::fence::{container_config, verify};
+use super::{
+    ContainerFacts, LaunchMode, LaunchRequest, LogLine, ManagedContainer, RuntimeError,
+    LABEL_MANAGED, LABEL_NODE,
+};
+use convert::{facts, log_lines, managed, map_err};
+
+/// Seconds allowed for dockerd's response headers on ordinary calls. Long
+/// calls (wait, follow logs) are unaffected: dockerd sends their headers at
+/// once and bollard only times the headers.
+const REQUEST_TIMEOUT_S: u64 = 120;
+
+/// A connection to one dockerd, already negotiated down to the daemon's API
+/// version (bollard defaults to a newer API than older daemons accept).
+#[derive(Clone, Debug)]
+pub struct Docker {
+    inner: bollard::Docker,
+}
+
+impl Docker {
+    /// Connects to the local default socket (`DOCKER_HOST` if it is a
+    /// `unix://` URL, else `/var/run/docker.sock`); fails with `Unreachable`
+    /// if dockerd is down, so a node never admits jobs it cannot launch.
+    pub async fn connect() -> Result<Self, RuntimeError> {
+        let inner = bollard::Docker::connect_with_local_defaults()
+            .map_err(|e| RuntimeError::Unreachable(convert::chain(&e)))?;
+        Self::negotiate(inner).await
+    }
+
+    /// Like [`Docker::connect`] but for a given unix socket path, for nodes
+    /// whose dockerd listens elsewhere.
+    pub async fn connect_socket(path: &str) -> Result<Self, RuntimeError> {
+        let inner = bollard::Docker::connect_with_socket(
+            path,
+            REQUEST_TIMEOUT_S,
+            bollard::API_DEFAULT_VERSION,
+        )
+        .map_err(|e| RuntimeError::Unreachable(convert::chain(&e)))?;
+        Self::negotiate(inner).await
+    }
+
+    async fn negotiate(inner: bollard::Docker) -> Result<Self, RuntimeError> {
+        let inner = inner
+            .negotiate_version()
+            .await
+            .map_err(|e| RuntimeError::Unreachable(convert::chain(&e)))?;
+        Ok(Self { inner })
+    }
+
+    /// Health check; any failure means the daemon cannot be used right now.
+    pub async fn ping(&self) -> Result<(), RuntimeError> {
+        self.inner
+            .ping()
+            .await
+            .map(|_| ())
+            .map_err(|e| RuntimeError::Unreachable(convert::chain(&e)))
+    }
+
+    /// Whether `image` is present locally; gpuq never pulls, so this is the
+    /// whole availability question.
+    pub async fn image_exists(&self, image: &str) -> Result<bool, RuntimeError> {
+        match self.inner.inspect_image(image).await.map_err(map_err) {
+            Ok(_) => Ok(true),
+            Err(RuntimeError::NotFound(_)) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Creates (does not start) the container `gpuq-<job_id>-<attempt>`. In
+    /// `Fenced` mode the created container is inspected and verified against
+    /// the request, and removed again if dockerd recorded anything else.
+    pub async fn create(
+        &self,
+        req: &LaunchRequest,
+        mode: LaunchMode,
+    ) -> Result<String, RuntimeError> {
+        let body = container_config(req, mode)?;
+        if !self.image_exists(&req.image).await? {
+            return Err(RuntimeError::ImageMissing(req.image.clone()));
+        }
+        let name = container_name(req);
+        let options = CreateContainerOptionsBuilder::new().name(&name).build();
+        let id = match self.inner.create_container(Some(options), body).await {
+            Ok(resp) => resp.id,
+            // The image can vanish between the check and the create.
+            Err(e) => {
+                return Err(match map_err(e) {
+                    RuntimeError::NotFound(_) => RuntimeError::ImageMissing(req.image.clone()),
+                    other => other,
+                })
+            }
+        };
+        tracing::info!(container = %id, %name, ?mode, "created gpuq container");
+        if mode == LaunchMode::Fenced {
+            let checked = match self.inspect(&id).await {
+                Ok(f) => verify(&f, req),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = checked {
+                tracing::error!(container = %id, error = %e, "fence check failed; removing");
+                if let Err(rm) = self.remove(&id).await {
+                    tracing::error!(container = %id, error = %rm, "removal failed");
+                }
+                return Err(e);
+            }
+        }
+        Ok(id)
+    }
+
+    /// What dockerd recorded for the container, in our terms.
+    pub async fn inspect(&self, id: &str) -> Result<ContainerFacts, RuntimeError> {
+        let resp = self
+            .inner
+            .inspect_container(id, None::<InspectContainerOptions>)
+            .await
+            .map_err(map_err)?;
+        Ok(facts(resp))
+    }
+
+    /// Starts a created container.
+    pub async fn start(&self, id: &str) -> Result<(), RuntimeError> {
+        self.inner
+            .start_container(id, None::<StartContainerOptions>)
+            .await
+            .map_err(map_err)
+    }
+
+    /// Waits until the container is no longer running and returns its exit
+    /// code; a non-zero exit is a result, not an error. Call after `start`:
+    /// a never-started container counts as not running.
+    pub async fn wait(&self, id: &str) -> Result<i64, RuntimeError> {
+        let options = WaitContainerOptionsBuilder::new()
+            .condition("not-running")
+            .build();
+        let mut waits = self.inner.wait_container(id, Some(options));
+        match waits.next().await {
+            Some(Ok(resp)) => Ok(resp.status_code),
+            // bollard reports non-zero exits as errors; undo that.
+            Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => Ok(code),
+            Some(Err(e)) => Err(map_err(e)),
+            None => Err(RuntimeError::Docker(format!(
+                "wait on {id} ended without a status"
+            ))),
+        }
+    }
+
+    /// SIGTERM, then SIGKILL after `grace` (rounded up to whole seconds, as
+    /// dockerd counts them). Stopping a stopped container is not an error.
+    pub async fn stop(&self, id: &str, grace: Duration) -> Result<(), RuntimeError> {
+        let secs = grace.as_secs() + u64::from(grace.subsec_nanos() > 0);
+        let t = i32::try_from(secs)
+            .map_err(|_| RuntimeError::InvalidRequest(format!("grace {grace:?} too long")))?;
+        let options = StopContainerOptionsBuilder::new().t(t).build();
+        // The reply only comes after the kill, so allow for the grace period.
+        let client = self
+            .inner
+            .clone()
+            .with_timeout(Duration::from_secs(secs + REQUEST_TIMEOUT_S));
+        // dockerd answers 304 for an already stopped container; bollard
+        // counts that as success.
+        client
+            .stop_container(id, Some(options))
+            .await
+            .map_err(map_err)
+    }
+
+    /// Removes the container (forcibly, with its anonymous volumes).
+    pub async fn remove(&self, id: &str) -> Result<(), RuntimeError> {
+        let options = RemoveContainerOptionsBuilder::new()
+            .force(true)
+            .v(true)
+            .build();
+        self.inner
+            .remove_container(id, Some(options))
+            .await
+            .map_err(map_err)
+    }
+
+    /// All gpuq-labelled containers, stopped ones included, optionally only
+    /// those of one node: the input for reconciliation after a restart.
+    /// Containers with unreadable labels are skipped with a warning.
+    pub async fn list_managed(
+        &self,
+        node: Option<&str>,
+    ) -> Result<Vec<ManagedContainer>, RuntimeError> {
+        let mut labels = vec![format!("{LABEL_MANAGED}=true")];
+        if let Some(node) = node {
+            labels.push(format!("{LABEL_NODE}={node}"));
+        }
+        let filters = HashMap::from([("label".to_string(), labels)]);
+        let options = ListContainersOptionsBuilder::new()
+            .all(true)
+            .filters(&filters)
+            .build();
+        let list = self
+            .inner
+            .list_containers(Some(options))
+            .await
+            .map_err(map_err)?;
+        Ok(list.into_iter().filter_map(managed).collect())
+    }
+
+    /// Log lines with dockerd's timestamps. To resume without duplicates, pass
+    /// the whole second of the last line seen as `since_unix` (docker's
+    /// `since` is inclusive and per-second) and drop lines whose `at` is not
+    /// greater than the last one seen; `at` is fixed-width, so string order is
+    /// time order. With `follow` the stream ends when the container stops.
+    pub fn logs(
+        &self,
+        id: &str,
+        since_unix: Option<i64>,
+        follow: bool,
+    ) -> impl Stream<Item = Result<LogLine, RuntimeError>> + Send + Unpin + 'static {
+        let since = match i32::try_from(since_unix.unwrap_or(0)) {
+            Ok(s) if s >= 0 => s,
+            _ => {
+                let e = RuntimeError::InvalidRequest(format!(
+                    "since {since_unix:?} is outside docker's range"
+                ));
+                return stream::once(async move { Err(e) }).boxed();
+            }
+        };
+        let options = LogsOptionsBuilder::new()
+            .stdout(true)
+            .stderr(true)
+            .timestamps(true)
+            .follow(follow)
+            .since(since)
+            .build();
+        self.inner
+            .logs(id, Some(options))
+            .flat_map(|item| {
+                let lines = match item {
+                    Ok(out) => log_lines(out),
+                    Err(e) => vec![Err(map_err(e))],
+                };
+                stream::iter(lines)
+            })
+            .boxed()
+    }
+}
+
+/// Deterministic name, so a retried create of the same attempt conflicts
+/// instead of launching a second copy.
+pub fn container_name(req: &LaunchRequest) -> String {
+    format!("gpuq-{}-{}", req.job_id, req.attempt)
+}

@@ -1,0 +1,208 @@
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use uuid::Uuid;
+
+use super::*;
+use crate::server::runtime::GrantedGpu;
+
+pub(super) const REAL_A: &str = "GPU-11111111-2222-3333-4444-555555555555";
+pub(super) const REAL_B: &str = "GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee";
+
+pub(super) fn real(uuid: &str) -> GrantedGpu {
+    GrantedGpu {
+        uuid: uuid.to_string(),
+        sim_device: None,
+    }
+}
+
+pub(super) fn sim(n: u32) -> GrantedGpu {
+    GrantedGpu {
+        uuid: format!("GPU-5140{n:04}"),
+        sim_device: Some(PathBuf::from(format!("/dev/gpuq-sim{n}"))),
+    }
+}
+
+pub(super) fn req(gpus: Vec<GrantedGpu>) -> LaunchRequest {
+    LaunchRequest {
+        job_id: Uuid::new_v4(),
+        attempt: 2,
+        node: "node-a".into(),
+        image: "img:1".into(),
+        argv: vec!["python".into(), "train.py".into(), "--lr=0.1 ; rm".into()],
+        env: BTreeMap::from([("FOO".into(), "bar".into())]),
+        mounts: vec![],
+        gpus,
+        memory_limit_mib: 512,
+        pids_limit: 100,
+        log_max_bytes: 1 << 20,
+    }
+}
+
+pub(super) fn host(cfg: &ContainerCreateBody) -> &HostConfig {
+    cfg.host_config.as_ref().unwrap()
+}
+
+pub(super) fn env_of(cfg: &ContainerCreateBody) -> Vec<String> {
+    cfg.env.clone().unwrap()
+}
+
+pub(super) fn facts_for(r: &LaunchRequest) -> ContainerFacts {
+    ContainerFacts {
+        id: "c1".into(),
+        devices: r
+            .gpus
+            .iter()
+            .filter_map(|g| g.sim_device.clone())
+            .map(|p| p.to_string_lossy().into_owned())
+            .collect(),
+        gpu_device_ids: r
+            .gpus
+            .iter()
+            .filter(|g| g.sim_device.is_none())
+            .map(|g| g.uuid.clone())
+            .collect(),
+        labels: labels(r).into_iter().collect(),
+        ..Default::default()
+    }
+}
+
+pub(super) fn violation(r: Result<impl std::fmt::Debug, RuntimeError>) -> String {
+    match r {
+        Err(RuntimeError::FenceViolation(m)) => m,
+        other => panic!("expected FenceViolation, got {other:?}"),
+    }
+}
+
+#[test]
+fn real_cards_use_one_nvidia_device_request_and_no_devices() {
+    let cfg = container_config(&req(vec![real(REAL_A), real(REAL_B)]), LaunchMode::Fenced).unwrap();
+    let h = host(&cfg);
+    let dr = h.device_requests.as_ref().unwrap();
+    assert_eq!(dr.len(), 1);
+    assert_eq!(dr[0].driver.as_deref(), Some("nvidia"));
+    assert_eq!(dr[0].device_ids, Some(vec![REAL_A.into(), REAL_B.into()]));
+    assert_eq!(dr[0].capabilities, Some(vec![vec!["gpu".to_string()]]));
+    assert_eq!(dr[0].count, None);
+    assert!(h.devices.is_none());
+    assert!(env_of(&cfg).contains(&format!("NVIDIA_VISIBLE_DEVICES={REAL_A},{REAL_B}")));
+}
+
+#[test]
+fn sim_cards_map_exactly_their_device_nodes() {
+    let cfg = container_config(&req(vec![sim(1), sim(2)]), LaunchMode::Fenced).unwrap();
+    let h = host(&cfg);
+    assert!(h.device_requests.is_none());
+    let devs = h.devices.as_ref().unwrap();
+    let paths: Vec<_> = devs
+        .iter()
+        .map(|d| d.path_on_host.clone().unwrap())
+        .collect();
+    assert_eq!(paths, vec!["/dev/gpuq-sim1", "/dev/gpuq-sim2"]);
+    for d in devs {
+        assert_eq!(d.path_in_container, d.path_on_host);
+        assert_eq!(d.cgroup_permissions.as_deref(), Some("rwm"));
+    }
+}
+
+#[test]
+fn fenced_defaults_are_locked_down() {
+    let r = req(vec![]);
+    let cfg = container_config(&r, LaunchMode::Fenced).unwrap();
+    let h = host(&cfg);
+    assert_eq!(h.privileged, Some(false));
+    assert_eq!(h.cap_drop, Some(vec!["ALL".to_string()]));
+    assert!(h.cap_add.is_none());
+    assert_eq!(h.security_opt, Some(vec!["no-new-privileges".to_string()]));
+    assert_eq!(h.pids_limit, Some(100));
+    assert_eq!(h.memory, Some(512 * 1024 * 1024));
+    assert_eq!(h.memory_swap, h.memory);
+    assert_eq!(
+        h.restart_policy.as_ref().unwrap().name,
+        Some(RestartPolicyNameEnum::NO)
+    );
+    let log = h.log_config.as_ref().unwrap();
+    assert_eq!(log.typ.as_deref(), Some("json-file"));
+    assert_eq!(log.config.as_ref().unwrap()["max-size"], "1048576");
+    assert_eq!(h.auto_remove, Some(false));
+    assert_eq!(h.network_mode.as_deref(), Some("default"));
+    assert!(h.pid_mode.is_none() && h.ipc_mode.is_none() && h.runtime.is_none());
+    assert!(h.devices.is_none() && h.device_requests.is_none() && h.binds.is_none());
+    assert_eq!(cfg.cmd, Some(r.argv.clone()));
+    assert!(cfg.entrypoint.is_none());
+    let env = env_of(&cfg);
+    assert!(env.contains(&"NVIDIA_VISIBLE_DEVICES=void".to_string()));
+    assert!(env.contains(&"GPUQ_GPUS=".to_string()));
+}
+
+#[test]
+fn privileged_only_in_test_mode() {
+    let r = req(vec![sim(0)]);
+    let fenced = container_config(&r, LaunchMode::Fenced).unwrap();
+    let mut privileged = container_config(&r, LaunchMode::PrivilegedForTest).unwrap();
+    assert_eq!(host(&privileged).privileged, Some(true));
+    assert!(host(&privileged).cap_drop.is_none());
+    // Apart from those two fields the configs are identical.
+    let h = privileged.host_config.as_mut().unwrap();
+    h.privileged = Some(false);
+    h.cap_drop = Some(vec!["ALL".into()]);
+    assert_eq!(privileged, fenced);
+}
+
+#[test]
+fn env_user_first_then_fence_keys() {
+    let r = req(vec![sim(3)]);
+    let env = env_of(&container_config(&r, LaunchMode::Fenced).unwrap());
+    assert_eq!(
+        env,
+        vec![
+            "FOO=bar".to_string(),
+            "NVIDIA_VISIBLE_DEVICES=GPU-51400003".into(),
+            "GPUQ_GPUS=GPU-51400003".into(),
+            format!("GPUQ_JOB_ID={}", r.job_id),
+        ]
+    );
+}
+
+#[test]
+fn labels_identify_the_job() {
+    let r = req(vec![]);
+    let cfg = container_config(&r, LaunchMode::Fenced).unwrap();
+    let l = cfg.labels.unwrap();
+    assert_eq!(l["org.gpuq.managed"], "true");
+    assert_eq!(l["org.gpuq.job-id"], r.job_id.to_string());
+    assert_eq!(l["org.gpuq.node"], "node-a");
+    assert_eq!(l["org.gpuq.attempt"], "2");
+}
+
+#[test]
+fn verify_accepts_exact_match() {
+    let r = req(vec![sim(0), real(REAL_A)]);
+    verify(&facts_for(&r), &r).unwrap();
+}
+
+#[test]
+fn verify_catches_each_mismatch() {
+    let r = req(vec![sim(0), sim(1), real(REAL_A)]);
+    type Mutation = fn(&mut ContainerFacts);
+    let cases: Vec<(&str, Mutation)> = vec![
+        ("privileged", |f| f.privileged = true),
+        ("capabilities", |f| f.cap_add = vec!["SYS_ADMIN".into()]),
+        ("devices", |f| f.devices.push("/dev/gpuq-sim2".into())),
+        ("devices", |f| drop(f.devices.pop())),
+        ("devices", |f| f.devices[0] = "/dev/gpuq-sim9".into()),
+        ("nvidia", |f| f.gpu_device_ids.push(REAL_B.into())),
+        ("nvidia", |f| f.gpu_device_ids.clear()),
+        ("job-id", |f| {
+            let other = Uuid::new_v4().to_string();
+            f.labels.insert("org.gpuq.job-id".into(), other);
+        }),
+        ("managed", |f| drop(f.labels.remove("org.gpuq.managed"))),
+    ];
+    for (what, mutate) in cases {
+        let mut f = facts_for(&r);
+        mutate(&mut f);
+        let msg = violation(verify(&f, &r));
+        assert!(msg.contains(what), "{msg} should mention {what}");
+    }
+}

@@ -1,0 +1,131 @@
+//! Refusal-rule tests: every request that could widen the fence is refused.
+
+use std::path::PathBuf;
+
+use super::tests::{host, real, req, sim, violation, REAL_A};
+use super::*;
+use crate::server::runtime::Mount;
+
+#[test]
+fn reserved_env_keys_are_refused_case_insensitively() {
+    for key in [
+        "NVIDIA_VISIBLE_DEVICES",
+        "nvidia_driver_capabilities",
+        "CUDA_MPS_PIPE_DIRECTORY",
+        "Cuda_Visible_Devices",
+        "GPUQ_JOB_ID",
+        "gpuq_gpus",
+        "LD_PRELOAD",
+        "ld_library_path",
+        "LD_AUDIT",
+        "DOCKER_HOST",
+    ] {
+        let mut r = req(vec![]);
+        r.env.insert(key.into(), "x".into());
+        let msg = violation(container_config(&r, LaunchMode::Fenced));
+        assert!(msg.contains(key), "{msg} should name {key}");
+    }
+    for key in ["", "A=B", "A\0"] {
+        let mut r = req(vec![]);
+        r.env.insert(key.into(), "x".into());
+        violation(container_config(&r, LaunchMode::Fenced));
+    }
+    let mut r = req(vec![]);
+    r.env.insert("CUDA_HOME".into(), "/usr/local/cuda".into());
+    assert!(container_config(&r, LaunchMode::Fenced).is_ok());
+}
+
+fn mount(host: &str, container: &str, ro: bool) -> Mount {
+    Mount {
+        host: host.into(),
+        container: container.into(),
+        read_only: ro,
+    }
+}
+
+#[test]
+fn mounts_become_binds() {
+    let mut r = req(vec![]);
+    r.mounts = vec![
+        mount("/data/set", "/data", true),
+        mount("/scratch/j1", "/out", false),
+    ];
+    let cfg = container_config(&r, LaunchMode::Fenced).unwrap();
+    assert_eq!(
+        host(&cfg).binds,
+        Some(vec!["/data/set:/data:ro".into(), "/scratch/j1:/out".into()])
+    );
+}
+
+#[test]
+fn dangerous_mounts_are_refused() {
+    for h in [
+        "/",
+        "//",
+        "/proc",
+        "/proc/1/root",
+        "/sys/fs",
+        "/dev",
+        "/dev/nvidia0",
+        "/etc",
+        "/etc/shadow",
+        "//etc/",
+        "/./etc",
+        "/run/docker.sock",
+        "/var/run/docker.sock",
+        "/run",
+        "/var/run",
+        "/var",
+        "relative/path",
+        "",
+        "/data/../etc",
+        "/data:/x",
+    ] {
+        let mut r = req(vec![]);
+        r.mounts = vec![mount(h, "/mnt", true)];
+        violation(container_config(&r, LaunchMode::Fenced));
+    }
+    let mut r = req(vec![]);
+    r.mounts = vec![mount("/data", "mnt", true)];
+    violation(container_config(&r, LaunchMode::Fenced));
+    r.mounts = vec![mount("/etcetera", "/mnt", true)];
+    assert!(container_config(&r, LaunchMode::Fenced).is_ok());
+}
+
+#[test]
+fn odd_gpu_grants_are_refused() {
+    violation(container_config(
+        &req(vec![real("GPU-a,GPU-b")]),
+        LaunchMode::Fenced,
+    ));
+    violation(container_config(
+        &req(vec![real("all")]),
+        LaunchMode::Fenced,
+    ));
+    violation(container_config(
+        &req(vec![real(REAL_A), real(REAL_A)]),
+        LaunchMode::Fenced,
+    ));
+    let mut g = sim(0);
+    g.sim_device = Some(PathBuf::from("/dev/sda"));
+    violation(container_config(&req(vec![g]), LaunchMode::Fenced));
+    let mut g = sim(0);
+    g.sim_device = Some(PathBuf::from("/dev/gpuq-sim0/../sda"));
+    violation(container_config(&req(vec![g]), LaunchMode::Fenced));
+}
+
+#[test]
+fn unlimited_resources_are_refused() {
+    let mut r = req(vec![]);
+    r.pids_limit = 0;
+    assert!(matches!(
+        container_config(&r, LaunchMode::Fenced),
+        Err(RuntimeError::InvalidRequest(_))
+    ));
+    let mut r = req(vec![]);
+    r.memory_limit_mib = 0;
+    assert!(container_config(&r, LaunchMode::Fenced).is_err());
+    let mut r = req(vec![]);
+    r.argv.clear();
+    assert!(container_config(&r, LaunchMode::Fenced).is_err());
+}

@@ -1,0 +1,186 @@
+//! The Docker edge of gpuq: turns an admission decision into a container that
+//! can see exactly the GPUs it was granted, and checks that it really does.
+//!
+//! `fence` is pure (config building and verification), `docker` is the only
+//! module that talks to dockerd, `simdev` provides fake GPU device nodes so
+//! isolation can be tested on machines without GPUs.
+
+pub mod docker;
+pub mod fence;
+pub mod simdev;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+pub use docker::Docker;
+pub use fence::{container_config, verify};
+pub use simdev::ensure_sim_devices;
+
+/// Label marking containers that gpuq owns, so reconciliation never touches
+/// anything else on the host.
+pub const LABEL_MANAGED: &str = "org.gpuq.managed";
+/// Label carrying the job id, so a container can be tied back to the ledger.
+pub const LABEL_JOB_ID: &str = "org.gpuq.job-id";
+/// Label carrying the node name, so several nodes can share one dockerd.
+pub const LABEL_NODE: &str = "org.gpuq.node";
+/// Label carrying the attempt number, so retries are distinguishable.
+pub const LABEL_ATTEMPT: &str = "org.gpuq.attempt";
+
+/// One GPU the scheduler granted to a job; the unit the fence is built from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GrantedGpu {
+    /// NVIDIA UUID (`GPU-…`), the only identifier stable across reboots.
+    pub uuid: String,
+    /// `Some(/dev/gpuq-sim<N>)` for simulated cards, so tests can exercise
+    /// isolation without an NVIDIA runtime; `None` for real cards.
+    pub sim_device: Option<PathBuf>,
+}
+
+/// A bind mount the server has already resolved against its allowlist.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mount {
+    /// Absolute host path.
+    pub host: String,
+    /// Absolute path inside the container.
+    pub container: String,
+    /// Whether the job may only read it.
+    pub read_only: bool,
+}
+
+/// Everything needed to launch one attempt of an admitted job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaunchRequest {
+    /// Ledger id of the job, carried in labels and env.
+    pub job_id: Uuid,
+    /// Attempt number, so a retry gets a distinct container name.
+    pub attempt: u32,
+    /// Node the job was admitted on.
+    pub node: String,
+    /// Image reference; must already be present locally (never pulled).
+    pub image: String,
+    /// Command, passed as-is (no shell) so quoting cannot be abused.
+    pub argv: Vec<String>,
+    /// User environment; fence-owned keys are refused.
+    pub env: BTreeMap<String, String>,
+    /// Bind mounts.
+    pub mounts: Vec<Mount>,
+    /// The GPUs this attempt may see — and no others.
+    pub gpus: Vec<GrantedGpu>,
+    /// Hard memory limit (swap included) in MiB.
+    pub memory_limit_mib: u64,
+    /// Maximum number of processes, against fork bombs.
+    pub pids_limit: i64,
+    /// Cap on the json-file log, so a chatty job cannot fill the disk.
+    pub log_max_bytes: u64,
+}
+
+/// How the container is fenced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LaunchMode {
+    /// The only production mode: unprivileged, all capabilities dropped.
+    Fenced,
+    /// Test-only A/B switch proving the fence matters; never reachable from
+    /// the server's config or API.
+    PrivilegedForTest,
+}
+
+/// What dockerd actually recorded for a container, in our own terms, so
+/// `verify` can compare it with the ledger without knowing bollard.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ContainerFacts {
+    /// Full container id.
+    pub id: String,
+    /// Privileged containers see every host device; must be false.
+    pub privileged: bool,
+    /// Host paths of `HostConfig.Devices`.
+    pub devices: Vec<String>,
+    /// Device ids from `DeviceRequests` whose driver is `nvidia` (or empty
+    /// with the `gpu` capability, which dockerd resolves to nvidia). Requests
+    /// by count or through another driver appear as `<driver>:…` markers, so
+    /// `verify` rejects them.
+    pub gpu_device_ids: Vec<String>,
+    /// Added capabilities; must be empty.
+    pub cap_add: Vec<String>,
+    /// Container labels.
+    pub labels: BTreeMap<String, String>,
+    /// Whether the container is running now.
+    pub running: bool,
+    /// Exit code, once it has exited.
+    pub exit_code: Option<i64>,
+    /// Start time as dockerd reports it (RFC 3339), if ever started.
+    pub started_at: Option<String>,
+    /// Finish time as dockerd reports it (RFC 3339), if finished.
+    pub finished_at: Option<String>,
+}
+
+/// A gpuq-labelled container found on the host, for reconciliation after a
+/// restart of the server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ManagedContainer {
+    /// Full container id.
+    pub id: String,
+    /// Job id from the label.
+    pub job_id: Uuid,
+    /// Node from the label.
+    pub node: String,
+    /// Attempt from the label.
+    pub attempt: u32,
+    /// Whether it is running now.
+    pub running: bool,
+    /// Exit code once it has exited.
+    pub exit_code: Option<i64>,
+}
+
+/// Which output stream a log line came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LogStream {
+    /// Standard output.
+    Stdout,
+    /// Standard error.
+    Stderr,
+}
+
+/// One log line with dockerd's timestamp, so a reader can resume without
+/// duplicates.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogLine {
+    /// Which stream it came from.
+    pub stream: LogStream,
+    /// Fixed-width RFC3339Nano timestamp (`2006-01-02T15:04:05.000000000Z`),
+    /// so lexical order is time order.
+    pub at: String,
+    /// The line without its trailing newline.
+    pub text: String,
+}
+
+/// Everything that can go wrong at the Docker edge, in terms callers can act on.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// dockerd cannot be reached; the node should stop admitting jobs.
+    #[error("docker daemon unreachable: {0}")]
+    Unreachable(String),
+    /// The image is not present locally; gpuq never pulls.
+    #[error("image not present locally (gpuq does not pull): {0}")]
+    ImageMissing(String),
+    /// The container would not be (or is not) fenced as the ledger says.
+    #[error("fence violation: {0}")]
+    FenceViolation(String),
+    /// The launch request is malformed in a way that is not a security issue.
+    #[error("invalid launch request: {0}")]
+    InvalidRequest(String),
+    /// The container does not exist.
+    #[error("container not found: {0}")]
+    NotFound(String),
+    /// A container with that name already exists.
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// Simulated GPU device nodes could not be prepared.
+    #[error("simulated device: {0}")]
+    SimDevice(String),
+    /// Any other error reported by dockerd.
+    #[error("docker: {0}")]
+    Docker(String),
+}
