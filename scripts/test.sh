@@ -49,6 +49,7 @@ mkdir -p target/e2e
 GPUQ_BOOTSTRAP_ADMIN_PASSWORD="$GPUQ_E2E_ADMIN_PASSWORD" \
   target/debug/gpuq serve --listen "127.0.0.1:$E2E_PORT" \
   --database-url "${DATABASE_URL%/*}/$E2E_DB" --site-root target/site \
+  --data-dir target/e2e/data --node e2e --gpus sim --sim-gpus "2x24576:NVIDIA GeForce RTX 3090" \
   >target/e2e/server.log 2>&1 &
 SERVER_PID=$!
 (cd end2end && npx playwright test)

@@ -514,6 +514,7 @@ async fn the_openapi_document_describes_every_route(pool: PgPool) {
         ("get", "/api/v1/jobs"),
         ("get", "/api/v1/jobs/{id}"),
         ("post", "/api/v1/jobs/{id}/cancel"),
+        ("get", "/api/v1/jobs/{id}/logs"),
         ("get", "/api/v1/gpus"),
         ("patch", "/api/v1/gpus/{uuid}"),
         ("put", "/api/v1/gpus/{uuid}/sim"),

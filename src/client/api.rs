@@ -183,6 +183,46 @@ impl ApiClient {
         self.send(req, true).await
     }
 
+    /// `GET /api/v1/jobs/{id}/logs`: writes the log to `out` as it arrives (with `follow`, until the
+    /// job ends).
+    pub async fn logs(
+        &self,
+        id: Uuid,
+        tail: Option<usize>,
+        follow: bool,
+        out: &mut (impl std::io::Write + Send),
+    ) -> Result<()> {
+        let mut query = vec![("follow", follow.to_string())];
+        if let Some(n) = tail {
+            query.push(("tail", n.to_string()));
+        }
+        let mut req = self
+            .request(Method::GET, &format!("/api/v1/jobs/{id}/logs"))
+            .query(&query);
+        if follow {
+            // A followed log lasts as long as the job: no overall timeout.
+            req = req.timeout(Duration::from_secs(365 * 24 * 3600));
+        }
+        let mut resp = req
+            .send()
+            .await
+            .map_err(|e| anyhow!("cannot reach gpuq at {}: {}", self.base, chain(&e)))?;
+        let status = resp.status();
+        if !status.is_success() {
+            let text = resp.text().await.unwrap_or_default();
+            return Err(map_error(status.as_u16(), &text).into());
+        }
+        while let Some(chunk) = resp
+            .chunk()
+            .await
+            .map_err(|e| anyhow!("log stream from {} broke: {}", self.base, chain(&e)))?
+        {
+            out.write_all(&chunk)?;
+            out.flush()?;
+        }
+        Ok(())
+    }
+
     /// `GET /api/v1/gpus`.
     pub async fn gpus(&self) -> Result<Value> {
         let req = self.request(Method::GET, "/api/v1/gpus");

@@ -60,6 +60,8 @@ pub enum ClientCommand {
     Show(ShowArgs),
     /// Cancel a job
     Cancel(CancelArgs),
+    /// Print a job's log (`-f` follows it until the job ends)
+    Logs(LogsArgs),
     /// List GPUs and what they hold
     Gpus(GpusArgs),
 }
@@ -161,6 +163,19 @@ pub struct CancelArgs {
     pub id: String,
 }
 
+/// Arguments of `gpuq logs`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct LogsArgs {
+    /// Job ID (or a unique prefix of it)
+    pub id: String,
+    /// Keep printing new lines until the job ends
+    #[arg(short, long)]
+    pub follow: bool,
+    /// Only the last N lines
+    #[arg(long, value_name = "N")]
+    pub tail: Option<usize>,
+}
+
 /// Arguments of `gpuq gpus`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct GpusArgs {
@@ -214,6 +229,12 @@ pub async fn run(cmd: ClientCommand, conn: ConnArgs) -> Result<()> {
             let id = api.resolve_job_id(&args.id).await?;
             let r: JobStatusResponse = typed(api.cancel_job(id).await?)?;
             format!("{}: {}\n", r.job_id, r.status)
+        }
+        ClientCommand::Logs(args) => {
+            let id = api.resolve_job_id(&args.id).await?;
+            api.logs(id, args.tail, args.follow, &mut std::io::stdout())
+                .await?;
+            return Ok(());
         }
         ClientCommand::Gpus(args) => {
             let answer = api.gpus().await?;

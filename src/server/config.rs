@@ -85,6 +85,18 @@ pub struct ServeArgs {
     /// How often the GPU inventory is re-read (seconds).
     #[arg(long, env = "GPUQ_GPU_REFRESH_S", default_value_t = 10)]
     pub gpu_refresh_s: u64,
+    /// Launch admitted jobs of this node in Docker (turn off for a scheduling-only process).
+    #[arg(long, env = "GPUQ_RUNNER", default_value_t = true, action = clap::ArgAction::Set)]
+    pub runner: bool,
+    /// Docker socket (default: the local daemon's usual socket).
+    #[arg(long, env = "GPUQ_DOCKER_SOCKET")]
+    pub docker_socket: Option<String>,
+    /// Size cap of one job's log file, in bytes.
+    #[arg(long, env = "GPUQ_LOG_MAX_BYTES", default_value_t = 64 * 1024 * 1024)]
+    pub log_max_bytes: u64,
+    /// Seconds between SIGTERM and SIGKILL when a job times out or is cancelled.
+    #[arg(long, env = "GPUQ_STOP_GRACE_S", default_value_t = 10)]
+    pub stop_grace_s: u64,
     /// Mark the session cookie `Secure` (set when served over HTTPS).
     #[arg(long, env = "GPUQ_SECURE_COOKIES", default_value_t = false)]
     pub secure_cookies: bool,

@@ -10,6 +10,7 @@ pub mod gpu;
 pub mod http;
 pub mod jobs;
 pub mod manifest;
+pub mod runner;
 pub mod runtime;
 pub mod serve;
 pub mod state;

@@ -7,6 +7,8 @@ use crate::server::config::{ServeArgs, UserAddArgs};
 use crate::server::db::{self, session_store, Database};
 use crate::server::gpu::{self, GpuInventory, GpuMode};
 use crate::server::http::{app, HttpOptions};
+use crate::server::runner::{DockerHealth, Runner, RunnerConfig};
+use crate::server::runtime::{ensure_sim_devices, Docker, LaunchMode};
 use crate::server::AppState;
 use anyhow::{anyhow, Context, Result};
 use leptos::config::LeptosOptions;
@@ -66,12 +68,40 @@ async fn run(args: &ServeArgs, database: &Database) -> Result<()> {
         .context("first GPU inventory refresh")?;
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut tasks = JoinSet::new();
-    tasks.spawn(scheduler::run(
+    let logs_dir = args.db.data_dir.join("logs");
+    let sched = scheduler::run(
         pool.clone(),
         pass.clone(),
         Duration::from_millis(args.pass_interval_ms.max(50)),
         stop_rx.clone(),
-    ));
+    );
+    let docker_health = if args.runner {
+        let health = Arc::new(DockerHealth::default());
+        health.report(Some(
+            "connecting to Docker and re-adopting its containers".into(),
+        ));
+        prepare_sim_devices(&inventory)?;
+        let launch = RunnerConfig {
+            node: args.node.clone(),
+            logs_dir: logs_dir.clone(),
+            log_max_bytes: args.log_max_bytes,
+            stop_grace: Duration::from_secs(args.stop_grace_s),
+            mode: LaunchMode::Fenced,
+            poll: Duration::from_millis(500),
+        };
+        tasks.spawn(run_node(
+            pool.clone(),
+            args.docker_socket.clone(),
+            launch,
+            Arc::clone(&health),
+            sched,
+            stop_rx.clone(),
+        ));
+        Some(health)
+    } else {
+        tasks.spawn(sched);
+        None
+    };
     tasks.spawn(gpu::sync::run(
         pool.clone(),
         inventory,
@@ -83,6 +113,8 @@ async fn run(args: &ServeArgs, database: &Database) -> Result<()> {
         pool: pool.clone(),
         leptos_options,
         pass,
+        logs_dir,
+        docker: docker_health,
     };
     let router = app(
         state,
@@ -108,6 +140,56 @@ async fn run(args: &ServeArgs, database: &Database) -> Result<()> {
     let _ = stop_tx.send(true);
     while tasks.join_next().await.is_some() {}
     served.context("serving HTTP")
+}
+
+fn prepare_sim_devices(inventory: &Arc<dyn GpuInventory>) -> Result<()> {
+    if inventory.kind() != gpu::InventoryKind::Simulated {
+        return Ok(());
+    }
+    let cards = inventory.snapshot(&gpu::OurProcesses::default())?;
+    let count = cards
+        .iter()
+        .map(|c| c.index as usize + 1)
+        .max()
+        .unwrap_or(0);
+    ensure_sim_devices(count).context("creating the simulated cards' device nodes")?;
+    Ok(())
+}
+
+/// This node's Docker side: connect (retrying while Docker is unreachable), re-adopt what Docker
+/// still runs, and only then start admitting, then launch admitted jobs until stopped.
+async fn run_node(
+    pool: sqlx::PgPool,
+    socket: Option<String>,
+    cfg: RunnerConfig,
+    health: Arc<DockerHealth>,
+    scheduler: impl std::future::Future<Output = ()> + Send + 'static,
+    mut stop: watch::Receiver<bool>,
+) {
+    let docker = loop {
+        let connected = match &socket {
+            Some(path) => Docker::connect_socket(path).await,
+            None => Docker::connect().await,
+        };
+        match connected {
+            Ok(d) => break d,
+            Err(e) => {
+                tracing::warn!(error = %e, "Docker unreachable: this node starts nothing until it answers");
+                health.report(Some(e.to_string()));
+            }
+        }
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+    };
+    let runner = Runner::new(pool, docker, cfg, health);
+    if !runner.start_up(&mut stop).await {
+        return;
+    }
+    let scheduler = tokio::spawn(scheduler);
+    runner.run(stop).await;
+    let _ = scheduler.await;
 }
 
 async fn shutdown_signal() {

@@ -14,6 +14,10 @@ pub struct AppState {
     pub leptos_options: LeptosOptions,
     /// Admission settings (also used by the read side's dry runs and submit-time checks).
     pub pass: PassConfig,
+    /// Where job logs are kept.
+    pub logs_dir: std::path::PathBuf,
+    /// Docker's state on this node, when this process runs jobs.
+    pub docker: Option<std::sync::Arc<crate::server::runner::DockerHealth>>,
 }
 
 impl FromRef<AppState> for LeptosOptions {

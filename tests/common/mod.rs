@@ -31,6 +31,8 @@ pub fn pass_config() -> gpuq::server::admission::PassConfig {
 /// The application under test.
 pub struct TestApp {
     pub pool: PgPool,
+    /// Where this app's job logs are (runners started for it write there).
+    pub logs_dir: std::path::PathBuf,
     router: Router,
 }
 
@@ -73,13 +75,37 @@ impl TestApp {
             .output_name("gpuq")
             .site_root("target/site")
             .build();
+        let logs_dir =
+            std::env::temp_dir().join(format!("gpuq-test-logs-{}", uuid::Uuid::new_v4()));
         let state = AppState {
             pool: pool.clone(),
             leptos_options,
             pass: pass_config(),
+            logs_dir: logs_dir.clone(),
+            docker: None,
         };
         TestApp {
             pool,
+            logs_dir,
+            router: app(state, HttpOptions::default()),
+        }
+    }
+
+    /// The same database and users, with the logs API reading from `dir`.
+    pub fn with_logs_dir(&self, dir: std::path::PathBuf) -> TestApp {
+        let state = AppState {
+            pool: self.pool.clone(),
+            leptos_options: LeptosOptions::builder()
+                .output_name("gpuq")
+                .site_root("target/site")
+                .build(),
+            pass: pass_config(),
+            logs_dir: dir.clone(),
+            docker: None,
+        };
+        TestApp {
+            pool: self.pool.clone(),
+            logs_dir: dir,
             router: app(state, HttpOptions::default()),
         }
     }
@@ -320,7 +346,7 @@ pub async fn ledger_violations(pool: &PgPool) -> Vec<String> {
 }
 
 /// A `gpuq serve` child process, killed when dropped.
-pub struct Server(std::process::Child);
+pub struct Server(pub std::process::Child);
 
 impl Drop for Server {
     fn drop(&mut self) {
@@ -360,10 +386,18 @@ pub async fn start_server(url: &str, port: u16, log: &std::path::Path, extra: &[
             "sim",
             "--sim-gpus",
             "4x24576:NVIDIA GeForce RTX 3090",
-            "--node",
-            "shared",
         ])
+        .args(if extra.contains(&"--node") {
+            &[][..]
+        } else {
+            &["--node", "shared"][..]
+        })
         .args(["--pass-interval-ms", "100", "--vram-headroom-mib", "0"])
+        .args(if extra.contains(&"--runner") {
+            &[][..]
+        } else {
+            &["--runner", "false"][..]
+        })
         .args(extra)
         .env("GPUQ_BOOTSTRAP_ADMIN_PASSWORD", PASSWORD)
         .stdout(std::fs::File::create(log.with_extension("out")).unwrap())
@@ -387,6 +421,86 @@ pub async fn start_server(url: &str, port: u16, log: &std::path::Path, extra: &[
             std::time::Instant::now() < deadline,
             "server on {port} not ready: {}",
             std::fs::read_to_string(log).unwrap_or_default()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+/// A runner and a scheduler for `node`, in this process (so tests can choose the launch mode).
+pub struct Node {
+    stop: tokio::sync::watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// Where this node keeps job logs.
+    pub logs_dir: std::path::PathBuf,
+}
+
+impl Node {
+    /// Starts a node: re-adoption first, then the runner and a fast scheduler.
+    pub async fn start(app: &TestApp, node: &str, mode: gpuq::server::runtime::LaunchMode) -> Node {
+        use gpuq::server::runner::{DockerHealth, Runner, RunnerConfig};
+        let pool = &app.pool;
+        let logs_dir = app.logs_dir.clone();
+        let docker = gpuq::server::runtime::Docker::connect()
+            .await
+            .expect("dockerd must be running");
+        let runner = Runner::new(
+            pool.clone(),
+            docker,
+            RunnerConfig {
+                node: node.to_owned(),
+                logs_dir: logs_dir.clone(),
+                log_max_bytes: 1 << 20,
+                stop_grace: std::time::Duration::from_secs(1),
+                mode,
+                poll: std::time::Duration::from_millis(100),
+            },
+            std::sync::Arc::new(DockerHealth::default()),
+        );
+        let (stop, mut rx) = tokio::sync::watch::channel(false);
+        assert!(runner.start_up(&mut rx).await);
+        let sched = gpuq::server::admission::scheduler::run(
+            pool.clone(),
+            gpuq::server::admission::PassConfig {
+                cpu_node: node.to_owned(),
+                ..pass_config()
+            },
+            std::time::Duration::from_millis(100),
+            rx.clone(),
+        );
+        let tasks = vec![tokio::spawn(runner.run(rx)), tokio::spawn(sched)];
+        Node {
+            stop,
+            tasks,
+            logs_dir,
+        }
+    }
+
+    /// Stops the runner and scheduler (containers already running are left alone).
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        for t in self.tasks {
+            let _ = t.await;
+        }
+    }
+}
+
+/// Polls a job until its status is one of `statuses` (or panics after `secs`).
+pub async fn wait_status(
+    app: &TestApp,
+    bearer: &str,
+    id: uuid::Uuid,
+    statuses: &[&str],
+    secs: u64,
+) -> Value {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    loop {
+        let v = app.job(bearer, id).await;
+        if statuses.iter().any(|s| v["status"] == *s) {
+            return v;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "job {id} never reached {statuses:?}: {v}"
         );
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }

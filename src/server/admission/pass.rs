@@ -95,7 +95,7 @@ pub async fn lock(tx: &mut Transaction<'_, Postgres>) -> Result<()> {
 pub async fn reclaim(tx: &mut Transaction<'_, Postgres>) -> Result<u64> {
     let released: i64 = sqlx::query_scalar(
         "WITH done AS ( \
-           UPDATE jobs SET released_at = now() \
+           UPDATE jobs SET released_at = clock_timestamp() \
            WHERE released_at IS NULL \
              AND status IN ('succeeded', 'failed', 'cancelled', 'timed_out', 'rejected') \
            RETURNING id), \
@@ -213,7 +213,7 @@ pub async fn apply(
     let ids: Vec<Uuid> = plan.admitted.iter().map(|p| p.job_id).collect();
     let nodes: Vec<String> = plan.admitted.iter().map(node_of).collect();
     let still_queued: HashSet<Uuid> = sqlx::query_scalar(
-        "UPDATE jobs j SET status = 'admitted', admitted_at = now(), node = t.node, status_reason = NULL \
+        "UPDATE jobs j SET status = 'admitted', admitted_at = clock_timestamp(), node = t.node, status_reason = NULL \
          FROM unnest($1::uuid[], $2::text[]) AS t(id, node) \
          WHERE j.id = t.id AND j.status = 'queued' RETURNING j.id",
     )

@@ -205,8 +205,8 @@ pub async fn cancel_unstarted(
     reason: &str,
 ) -> sqlx::Result<Option<String>> {
     sqlx::query_scalar(
-        "UPDATE jobs SET status = 'cancelled', status_reason = $2, finished_at = now(), \
-           released_at = CASE WHEN status = 'queued' THEN now() END \
+        "UPDATE jobs SET status = 'cancelled', status_reason = $2, finished_at = clock_timestamp(), \
+           released_at = CASE WHEN status = 'queued' THEN clock_timestamp() END \
          WHERE id = $1 AND status IN ('queued', 'admitted') RETURNING status",
     )
     .bind(id)

@@ -5,6 +5,7 @@ pub mod events;
 pub mod gpus;
 pub mod jobs;
 pub mod manifest;
+pub mod runs;
 pub mod settings;
 pub mod users;
 

@@ -26,14 +26,24 @@ pub async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Value>) 
         Ok(Err(e)) => Err(format!("database error: {e}")),
         Err(_) => Err("database did not answer within 2 s".to_owned()),
     };
-    match database {
-        Ok(()) => (
+    let docker = state
+        .docker
+        .as_ref()
+        .map(|h| h.problem().map_or(Ok(()), Err));
+    let mut checks =
+        json!({ "database": database.as_ref().err().map_or("ok".to_owned(), Clone::clone) });
+    if let Some(d) = &docker {
+        checks["docker"] = json!(d.as_ref().err().map_or("ok".to_owned(), Clone::clone));
+    }
+    if database.is_ok() && docker.is_none_or(|d| d.is_ok()) {
+        (
             StatusCode::OK,
-            Json(json!({ "status": "ready", "checks": { "database": "ok" } })),
-        ),
-        Err(reason) => (
+            Json(json!({ "status": "ready", "checks": checks })),
+        )
+    } else {
+        (
             StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({ "status": "not ready", "checks": { "database": reason } })),
-        ),
+            Json(json!({ "status": "not ready", "checks": checks })),
+        )
     }
 }

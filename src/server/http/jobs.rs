@@ -9,9 +9,12 @@ use crate::server::jobs::{self, ListQuery};
 use crate::server::AppState;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
+use axum::http::header;
 use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use serde::Deserialize;
 use uuid::Uuid;
 
 /// `/api/v1/jobs…`
@@ -20,6 +23,7 @@ pub fn router() -> Router<AppState> {
         .route("/jobs", post(submit).get(list))
         .route("/jobs/{id}", get(show))
         .route("/jobs/{id}/cancel", post(cancel))
+        .route("/jobs/{id}/logs", get(logs))
 }
 
 /// `POST /api/v1/jobs`: the body is parsed by the spec parser itself, so every refusal names its
@@ -64,4 +68,35 @@ pub(super) async fn cancel(
 
 fn job_id(text: &str) -> Result<Uuid, AppError> {
     Uuid::parse_str(text).map_err(|_| AppError::invalid("id", format!("`{text}` is not a job id")))
+}
+
+/// Query of `GET /api/v1/jobs/{id}/logs`.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub(super) struct LogQuery {
+    /// Only the last N lines.
+    tail: Option<usize>,
+    /// Keep the response open and stream new lines until the job ends.
+    follow: Option<bool>,
+}
+
+/// `GET /api/v1/jobs/{id}/logs`: plain text, one line per output line of the container.
+#[utoipa::path(get, path = "/api/v1/jobs/{id}/logs", tag = "jobs", security(("bearer" = [])), params(("id" = Uuid, Path), LogQuery), responses((status = 200, description = "the log as text/plain", content_type = "text/plain", body = String), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub(super) async fn logs(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    Path(id): Path<String>,
+    query: Result<Query<LogQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(q) = query.map_err(|e| AppError::invalid("query", e.body_text()))?;
+    let body = jobs::logs::read(
+        &state,
+        &user,
+        job_id(&id)?,
+        q.tail,
+        q.follow.unwrap_or(false),
+    )
+    .await?;
+    Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body).into_response())
 }

@@ -27,7 +27,7 @@ use utoipa::{Modify, OpenApi};
         health::healthz, health::readyz,
         v1::me, v1::create_token, v1::list_tokens, v1::revoke_token,
         v1::list_users, v1::create_user, v1::update_user,
-        jobs::submit, jobs::list, jobs::show, jobs::cancel,
+        jobs::submit, jobs::list, jobs::show, jobs::cancel, jobs::logs,
         cluster::list_gpus, cluster::put_sim, cluster::patch_gpu,
         cluster::get_manifest, cluster::put_workload, cluster::delete_workload,
         cluster::get_policy, cluster::put_policy,

@@ -1,5 +1,6 @@
 //! The job rules shared by the REST API and the UI: submit, list, show, cancel.
 
+pub mod logs;
 pub mod views;
 pub mod volumes;
 

@@ -1,0 +1,212 @@
+//! Repository for the runner: claiming admitted jobs, recording launches and ends, giving cards back.
+
+use super::events;
+use chrono::{DateTime, Utc};
+use serde_json::{json, Value};
+use sqlx::{FromRow, PgExecutor, PgPool};
+use uuid::Uuid;
+
+/// A job this node is (or was) running.
+#[derive(Debug, Clone, FromRow)]
+pub struct RunRow {
+    /// Job.
+    pub id: Uuid,
+    /// Launch attempt (container `gpuq-<id>-<attempt>`).
+    pub attempt: i32,
+    /// `starting` or `running` (or `admitted` right after a claim is undone).
+    pub status: String,
+    /// The parsed spec, raw form.
+    pub spec: Value,
+    /// Run-time limit.
+    pub timeout_s: i64,
+    /// Container, once created.
+    pub container_id: Option<String>,
+    /// Absolute deadline, once created.
+    pub deadline_at: Option<DateTime<Utc>>,
+    /// The owner or an admin asked to stop it.
+    pub cancel_requested_at: Option<DateTime<Utc>>,
+}
+
+const RUN_COLUMNS: &str =
+    "id, attempt, status, spec, timeout_s, container_id, deadline_at, cancel_requested_at";
+
+/// Atomically takes up to `limit` admitted jobs of this node (no two processes take the same one).
+pub async fn claim(pool: &PgPool, node: &str, limit: i64) -> sqlx::Result<Vec<RunRow>> {
+    let mut tx = pool.begin().await?;
+    let rows: Vec<RunRow> = sqlx::query_as(&format!(
+        "UPDATE jobs SET status = 'starting', attempt = attempt + 1 \
+         WHERE id IN (SELECT id FROM jobs WHERE status = 'admitted' AND node = $1 \
+                      ORDER BY priority DESC, seq FOR UPDATE SKIP LOCKED LIMIT $2) \
+         RETURNING {RUN_COLUMNS}"
+    ))
+    .bind(node)
+    .bind(limit)
+    .fetch_all(&mut *tx)
+    .await?;
+    for r in &rows {
+        events::job_event(
+            &mut *tx,
+            r.id,
+            &actor(node),
+            "starting",
+            json!({ "attempt": r.attempt }),
+        )
+        .await?;
+    }
+    tx.commit().await?;
+    Ok(rows)
+}
+
+/// The runner's name in the audit trail.
+pub fn actor(node: &str) -> String {
+    format!("runner@{node}")
+}
+
+/// A card granted to a job, for building its fence.
+#[derive(Debug, Clone, FromRow)]
+pub struct LiveGrant {
+    /// Card.
+    pub gpu_uuid: Uuid,
+    /// Device index on the node.
+    pub idx: i32,
+    /// A simulated card (fenced through its device node).
+    pub simulated: bool,
+}
+
+/// The live cards of a job.
+pub async fn live_grants(db: impl PgExecutor<'_>, job: Uuid) -> sqlx::Result<Vec<LiveGrant>> {
+    sqlx::query_as(
+        "SELECT r.gpu_uuid, g.idx, g.simulated FROM reservations r JOIN gpus g ON g.uuid = r.gpu_uuid \
+         WHERE r.job_id = $1 AND r.released_at IS NULL ORDER BY g.idx",
+    )
+    .bind(job)
+    .fetch_all(db)
+    .await
+}
+
+/// Records the created container and the deadline. Returns false if the job left `starting`.
+pub async fn set_created(
+    pool: &PgPool,
+    job: Uuid,
+    container: &str,
+    log_path: &str,
+    deadline: DateTime<Utc>,
+) -> sqlx::Result<bool> {
+    let r = sqlx::query(
+        "UPDATE jobs SET container_id = $2, log_path = $3, deadline_at = $4 \
+         WHERE id = $1 AND status = 'starting'",
+    )
+    .bind(job)
+    .bind(container)
+    .bind(log_path)
+    .bind(deadline)
+    .execute(pool)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}
+
+/// `starting` → `running`. Returns false if the job left `starting`.
+pub async fn set_running(pool: &PgPool, job: Uuid, node: &str) -> sqlx::Result<bool> {
+    let mut tx = pool.begin().await?;
+    let r = sqlx::query(
+        "UPDATE jobs SET status = 'running', started_at = clock_timestamp() WHERE id = $1 AND status = 'starting'",
+    )
+    .bind(job)
+    .execute(&mut *tx)
+    .await?;
+    if r.rows_affected() == 1 {
+        events::job_event(&mut *tx, job, &actor(node), "started", json!({})).await?;
+        events::notify(&mut *tx, events::EVENTS_CHANNEL, r#"{"kind":"job"}"#).await?;
+    }
+    tx.commit().await?;
+    Ok(r.rows_affected() == 1)
+}
+
+/// Gives a claimed job back to `admitted` (its cards stay reserved) so a later attempt launches it:
+/// for launches interrupted by Docker being unreachable or gpuq stopping.
+pub async fn unclaim(pool: &PgPool, job: Uuid, node: &str, why: &str) -> sqlx::Result<()> {
+    let mut tx = pool.begin().await?;
+    let r = sqlx::query(
+        "UPDATE jobs SET status = 'admitted', container_id = NULL WHERE id = $1 AND status = 'starting'",
+    )
+    .bind(job)
+    .execute(&mut *tx)
+    .await?;
+    if r.rows_affected() == 1 {
+        events::job_event(
+            &mut *tx,
+            job,
+            &actor(node),
+            "launch_deferred",
+            json!({ "reason": why }),
+        )
+        .await?;
+    }
+    tx.commit().await
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ending {
+    /// `succeeded`, `failed`, `timed_out` or `cancelled`.
+    pub status: &'static str,
+    /// Container exit code, when it ran.
+    pub exit_code: Option<i32>,
+    /// Why, in plain words (None for a plain success).
+    pub reason: Option<String>,
+}
+
+/// Records the end of a run and gives its cards back, in one transaction; wakes the schedulers so
+/// the next pass admits at once. Returns false if the job was no longer starting or running.
+pub async fn finish(pool: &PgPool, job: Uuid, node: &str, end: &Ending) -> sqlx::Result<bool> {
+    let mut tx = pool.begin().await?;
+    let r = sqlx::query(
+        "UPDATE jobs SET status = $2, exit_code = $3, status_reason = $4, \
+           finished_at = clock_timestamp(), released_at = clock_timestamp() \
+         WHERE id = $1 AND status IN ('starting', 'running')",
+    )
+    .bind(job)
+    .bind(end.status)
+    .bind(end.exit_code)
+    .bind(&end.reason)
+    .execute(&mut *tx)
+    .await?;
+    if r.rows_affected() == 0 {
+        return Ok(false);
+    }
+    sqlx::query(
+        "WITH rel AS (UPDATE reservations SET released_at = now() \
+                      WHERE job_id = $1 AND released_at IS NULL RETURNING gpu_uuid, vram_mib) \
+         UPDATE gpus g SET reserved_mib = g.reserved_mib - s.total \
+         FROM (SELECT gpu_uuid, sum(vram_mib) AS total FROM rel GROUP BY gpu_uuid) s \
+         WHERE g.uuid = s.gpu_uuid",
+    )
+    .bind(job)
+    .execute(&mut *tx)
+    .await?;
+    let detail = json!({ "exit_code": end.exit_code, "reason": end.reason });
+    events::job_event(&mut *tx, job, &actor(node), end.status, detail).await?;
+    events::job_event(&mut *tx, job, &actor(node), "released", json!({})).await?;
+    events::wake(&mut *tx, "finish").await?;
+    events::notify(&mut *tx, events::EVENTS_CHANNEL, r#"{"kind":"job"}"#).await?;
+    tx.commit().await?;
+    Ok(true)
+}
+
+/// Jobs this node has claimed and not finished.
+pub async fn active_on(pool: &PgPool, node: &str) -> sqlx::Result<Vec<RunRow>> {
+    sqlx::query_as(&format!(
+        "SELECT {RUN_COLUMNS} FROM jobs WHERE node = $1 AND status IN ('starting', 'running')"
+    ))
+    .bind(node)
+    .fetch_all(pool)
+    .await
+}
+
+/// Whether someone asked to stop this job.
+pub async fn cancel_requested(pool: &PgPool, job: Uuid) -> sqlx::Result<bool> {
+    sqlx::query_scalar("SELECT cancel_requested_at IS NOT NULL FROM jobs WHERE id = $1")
+        .bind(job)
+        .fetch_one(pool)
+        .await
+}

@@ -1,0 +1,162 @@
+//! From a claimed job to a started, verified container.
+
+use super::Runner;
+use crate::model::gpu_id;
+use crate::model::spec::JobSpec;
+use crate::server::db::runs::{self, Ending, RunRow};
+use crate::server::db::{events, settings};
+use crate::server::runtime::simdev::sim_device_path;
+use crate::server::runtime::{GrantedGpu, LaunchRequest, Mount, RuntimeError};
+use chrono::{DateTime, Utc};
+use serde_json::json;
+use std::sync::Arc;
+
+/// Why a launch did not happen.
+enum NotLaunched {
+    /// Try again later (Docker unreachable): the job goes back to `admitted`, its cards stay held.
+    Retry(String),
+    /// The job cannot run: it fails with this reason and its cards are freed.
+    Fail(String),
+}
+
+impl Runner {
+    /// Launches a claimed job and supervises it to its end.
+    pub(super) async fn launch(self: Arc<Self>, job: RunRow) {
+        match self.start_container(&job).await {
+            Ok((container, deadline)) => self.supervise(job.id, container, deadline).await,
+            Err(NotLaunched::Retry(why)) => {
+                tracing::warn!(job = %job.id, %why, "launch deferred");
+                if let Err(e) = runs::unclaim(&self.pool, job.id, &self.cfg.node, &why).await {
+                    tracing::error!(job = %job.id, error = %e, "could not defer a launch");
+                }
+            }
+            Err(NotLaunched::Fail(reason)) => {
+                tracing::warn!(job = %job.id, %reason, "launch failed");
+                let end = Ending {
+                    status: "failed",
+                    exit_code: None,
+                    reason: Some(reason),
+                };
+                self.record_end(job.id, &end).await;
+            }
+        }
+    }
+
+    async fn start_container(&self, job: &RunRow) -> Result<(String, DateTime<Utc>), NotLaunched> {
+        let req = self.request(job).await?;
+        let container = self.docker.create(&req, self.cfg.mode).await.map_err(|e| match e {
+            RuntimeError::Unreachable(m) => NotLaunched::Retry(format!("Docker unreachable: {m}")),
+            RuntimeError::ImageMissing(image) => NotLaunched::Fail(format!(
+                "image {image} is not present on node {}: gpuq does not pull images; load it on the node first",
+                self.cfg.node
+            )),
+            RuntimeError::FenceViolation(m) => NotLaunched::Fail(format!("fence check failed: {m}")),
+            other => NotLaunched::Fail(format!("container could not be created: {other}")),
+        })?;
+        let devices: Vec<&str> = req.gpus.iter().map(|g| g.uuid.as_str()).collect();
+        let detail = json!({ "container": container, "gpus": devices, "mode": format!("{:?}", self.cfg.mode) });
+        let deadline = Utc::now() + chrono::Duration::seconds(job.timeout_s);
+        let log = super::logs::log_path(&self.cfg.logs_dir, job.id);
+        let recorded = async {
+            events::job_event(
+                &self.pool,
+                job.id,
+                &runs::actor(&self.cfg.node),
+                "fence_verified",
+                detail,
+            )
+            .await?;
+            runs::set_created(
+                &self.pool,
+                job.id,
+                &container,
+                &log.to_string_lossy(),
+                deadline,
+            )
+            .await
+        }
+        .await;
+        if !matches!(recorded, Ok(true)) {
+            self.discard(&container).await;
+            return Err(NotLaunched::Retry(format!(
+                "could not record the launch: {recorded:?}"
+            )));
+        }
+        let issued = Utc::now();
+        if let Err(e) = self.docker.start(&container).await {
+            self.discard(&container).await;
+            return Err(match e {
+                RuntimeError::Unreachable(m) => {
+                    NotLaunched::Retry(format!("Docker unreachable: {m}"))
+                }
+                other => NotLaunched::Fail(format!("container could not start: {other}")),
+            });
+        }
+        let _ = events::job_event(
+            &self.pool,
+            job.id,
+            &runs::actor(&self.cfg.node),
+            "start_issued",
+            json!({ "at": issued }),
+        )
+        .await;
+        match runs::set_running(&self.pool, job.id, &self.cfg.node).await {
+            Ok(_) => Ok((container, deadline)),
+            Err(e) => {
+                tracing::error!(job = %job.id, error = %e, "could not record the start; supervising anyway");
+                Ok((container, deadline))
+            }
+        }
+    }
+
+    async fn request(&self, job: &RunRow) -> Result<LaunchRequest, NotLaunched> {
+        let spec: JobSpec = serde_json::from_value(job.spec.clone())
+            .map_err(|e| NotLaunched::Fail(format!("stored spec is no longer valid: {e}")))?;
+        let grants = runs::live_grants(&self.pool, job.id)
+            .await
+            .map_err(|e| NotLaunched::Retry(format!("reading the ledger: {e}")))?;
+        if grants.len() != spec.gpu_count() as usize {
+            return Err(NotLaunched::Fail(format!(
+                "the ledger holds {} cards for this job, it needs {}",
+                grants.len(),
+                spec.gpu_count()
+            )));
+        }
+        let policy = settings::launch_policy(&self.pool)
+            .await
+            .map_err(|e| NotLaunched::Retry(format!("reading the launch policy: {e}")))?;
+        Ok(LaunchRequest {
+            job_id: job.id,
+            attempt: job.attempt.max(1) as u32,
+            node: self.cfg.node.clone(),
+            image: spec.image().to_owned(),
+            argv: spec.command().to_vec(),
+            env: spec.env().clone(),
+            mounts: spec
+                .volumes()
+                .iter()
+                .map(|v| Mount {
+                    host: v.host().to_owned(),
+                    container: v.container().to_owned(),
+                    read_only: v.read_only(),
+                })
+                .collect(),
+            gpus: grants
+                .iter()
+                .map(|g| GrantedGpu {
+                    uuid: gpu_id(&g.gpu_uuid),
+                    sim_device: g.simulated.then(|| sim_device_path(g.idx as usize)),
+                })
+                .collect(),
+            memory_limit_mib: policy.memory_limit_mib,
+            pids_limit: policy.pids_limit,
+            log_max_bytes: self.cfg.log_max_bytes.clamp(1024, 64 * 1024 * 1024),
+        })
+    }
+
+    async fn discard(&self, container: &str) {
+        if let Err(e) = self.docker.remove(container).await {
+            tracing::warn!(%container, error = %e, "could not remove a container that was not launched");
+        }
+    }
+}

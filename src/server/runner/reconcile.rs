@@ -1,0 +1,119 @@
+//! Start-up: the containers are the truth. Re-adopt running ones, record exits that happened while
+//! gpuq was down, fail jobs whose container vanished, and remove containers no job owns.
+
+use super::supervise::follow_logs;
+use super::Runner;
+use crate::server::db::events;
+use crate::server::db::runs::{self, Ending};
+use anyhow::{Context, Result};
+use serde_json::json;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+pub(super) async fn reconcile(runner: &Arc<Runner>) -> Result<()> {
+    let node = runner.cfg.node.clone();
+    // Containers first, then jobs: a job claimed in between is then seen as active, never orphaned.
+    let containers = runner
+        .docker
+        .list_managed(Some(&node))
+        .await
+        .context("listing gpuq containers")?;
+    let jobs = runs::active_on(&runner.pool, &node)
+        .await
+        .context("reading this node's jobs")?;
+    let mut by_run: HashMap<(uuid::Uuid, u32), _> = containers
+        .into_iter()
+        .map(|c| ((c.job_id, c.attempt), c))
+        .collect();
+    for job in jobs {
+        let key = (job.id, job.attempt.max(0) as u32);
+        match by_run.remove(&key) {
+            Some(c) if c.running => {
+                tracing::info!(job = %job.id, container = %c.id, "re-adopting a running container");
+                events::job_event(
+                    &runner.pool,
+                    job.id,
+                    &runs::actor(&node),
+                    "readopted",
+                    json!({ "container": c.id }),
+                )
+                .await?;
+                if job.status == "starting" {
+                    runs::set_running(&runner.pool, job.id, &node).await?;
+                }
+                let deadline = job.deadline_at.unwrap_or_else(|| {
+                    chrono::Utc::now() + chrono::Duration::seconds(job.timeout_s)
+                });
+                tokio::spawn(Arc::clone(runner).supervise(job.id, c.id, deadline));
+            }
+            Some(c) if c.exit_code.is_some() => {
+                let code = c.exit_code.unwrap_or(-1);
+                tracing::info!(job = %job.id, code, "recording an exit that happened while gpuq was down");
+                follow_logs(
+                    runner.docker.clone(),
+                    c.id.clone(),
+                    super::logs::log_path(&runner.cfg.logs_dir, job.id),
+                    runner.cfg.log_max_bytes,
+                )
+                .await;
+                let end = if code == 0 {
+                    Ending {
+                        status: "succeeded",
+                        exit_code: Some(0),
+                        reason: Some("exited while gpuq was down".into()),
+                    }
+                } else {
+                    Ending {
+                        status: "failed",
+                        exit_code: i32::try_from(code).ok(),
+                        reason: Some(format!("exited with code {code} while gpuq was down")),
+                    }
+                };
+                runner.record_end(job.id, &end).await;
+                remove(runner, &c.id).await;
+            }
+            Some(c) => {
+                // Created but never started: start afresh with a new attempt.
+                remove(runner, &c.id).await;
+                runs::unclaim(
+                    &runner.pool,
+                    job.id,
+                    &node,
+                    "launch interrupted by a restart",
+                )
+                .await?;
+            }
+            None if job.status == "starting" && job.container_id.is_none() => {
+                runs::unclaim(
+                    &runner.pool,
+                    job.id,
+                    &node,
+                    "launch interrupted by a restart",
+                )
+                .await?;
+            }
+            None => {
+                let end = Ending {
+                    status: "failed",
+                    exit_code: None,
+                    reason: Some("its container vanished while gpuq was down".into()),
+                };
+                runner.record_end(job.id, &end).await;
+            }
+        }
+    }
+    for (_, orphan) in by_run {
+        tracing::warn!(container = %orphan.id, job = %orphan.job_id, "removing a gpuq container no active job owns");
+        if orphan.running {
+            let _ = runner.docker.stop(&orphan.id, runner.cfg.stop_grace).await;
+        }
+        remove(runner, &orphan.id).await;
+    }
+    Ok(())
+}
+
+async fn remove(runner: &Runner, container: &str) {
+    if let Err(e) = runner.docker.remove(container).await {
+        tracing::warn!(%container, error = %e, "could not remove a container");
+    }
+}

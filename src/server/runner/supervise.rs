@@ -1,0 +1,179 @@
+//! Following a running container to its end: logs, exit, deadline, cancellation, and the record.
+
+use super::logs::{since_unix, LogWriter};
+use super::Runner;
+use crate::server::db::runs::{self, Ending};
+use crate::server::runtime::{Docker, RuntimeError};
+use chrono::{DateTime, Utc};
+use futures_util::StreamExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use uuid::Uuid;
+
+/// How the container's run ended, as the runner saw it.
+enum Outcome {
+    Exited(i64),
+    TimedOut(Option<i64>),
+    Cancelled(Option<i64>),
+    Vanished,
+}
+
+impl Runner {
+    /// Follows a started container until it ends, then records the end and removes the container.
+    pub(super) async fn supervise(
+        self: Arc<Self>,
+        job: Uuid,
+        container: String,
+        deadline: DateTime<Utc>,
+    ) {
+        let path = super::logs::log_path(&self.cfg.logs_dir, job);
+        let follower = tokio::spawn(follow_logs(
+            self.docker.clone(),
+            container.clone(),
+            path,
+            self.cfg.log_max_bytes,
+        ));
+        let outcome = self.watch(job, &container, deadline).await;
+        // After the exit dockerd ends the log stream; give it a moment to deliver the last lines.
+        if tokio::time::timeout(Duration::from_secs(10), follower)
+            .await
+            .is_err()
+        {
+            tracing::warn!(%job, "log follower did not finish in time");
+        }
+        let end = ending(outcome, deadline);
+        self.record_end(job, &end).await;
+        if let Err(e) = self.docker.remove(&container).await {
+            tracing::warn!(%container, error = %e, "could not remove a finished container");
+        }
+    }
+
+    async fn watch(&self, job: Uuid, container: &str, deadline: DateTime<Utc>) -> Outcome {
+        let until_deadline = (deadline - Utc::now()).to_std().unwrap_or(Duration::ZERO);
+        let deadline_at = tokio::time::Instant::now() + until_deadline;
+        loop {
+            tokio::select! {
+                waited = self.docker.wait(container) => match waited {
+                    // `docker rm -f` kills before removing: an exit followed by no container at
+                    // all means someone removed it.
+                    Ok(code) => match self.docker.inspect(container).await {
+                        Err(RuntimeError::NotFound(_)) => return Outcome::Vanished,
+                        _ => return Outcome::Exited(code),
+                    },
+                    Err(RuntimeError::NotFound(_)) => return Outcome::Vanished,
+                    Err(e) => {
+                        // Docker is unreachable or the stream broke: free nothing, look again.
+                        tracing::warn!(%job, error = %e, "lost sight of a container; checking again");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        match self.docker.inspect(container).await {
+                            Ok(f) if !f.running && f.finished_at.is_some() => {
+                                return Outcome::Exited(f.exit_code.unwrap_or(-1))
+                            }
+                            Err(RuntimeError::NotFound(_)) => return Outcome::Vanished,
+                            _ => continue,
+                        }
+                    }
+                },
+                _ = tokio::time::sleep_until(deadline_at) => {
+                    return Outcome::TimedOut(self.stop(container).await);
+                }
+                _ = self.cancelled(job) => {
+                    return Outcome::Cancelled(self.stop(container).await);
+                }
+            }
+        }
+    }
+
+    /// SIGTERM, the grace period, SIGKILL; then the exit code.
+    async fn stop(&self, container: &str) -> Option<i64> {
+        if let Err(e) = self.docker.stop(container, self.cfg.stop_grace).await {
+            tracing::warn!(%container, error = %e, "stopping a container failed");
+        }
+        self.docker.wait(container).await.ok()
+    }
+
+    async fn cancelled(&self, job: Uuid) {
+        loop {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            if matches!(runs::cancel_requested(&self.pool, job).await, Ok(true)) {
+                return;
+            }
+        }
+    }
+
+    /// Records an end, retrying while the database is unreachable (the cards stay held until then).
+    pub(super) async fn record_end(&self, job: Uuid, end: &Ending) {
+        let mut delay = Duration::from_millis(200);
+        loop {
+            match runs::finish(&self.pool, job, &self.cfg.node, end).await {
+                Ok(_) => return,
+                Err(e) => {
+                    tracing::warn!(%job, error = %e, "recording a job's end failed; retrying");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(10));
+                }
+            }
+        }
+    }
+}
+
+fn ending(outcome: Outcome, deadline: DateTime<Utc>) -> Ending {
+    let code = |c: Option<i64>| c.and_then(|c| i32::try_from(c).ok());
+    match outcome {
+        Outcome::Exited(0) => Ending {
+            status: "succeeded",
+            exit_code: Some(0),
+            reason: None,
+        },
+        Outcome::Exited(c) => Ending {
+            status: "failed",
+            exit_code: code(Some(c)),
+            reason: Some(format!("exited with code {c}")),
+        },
+        Outcome::TimedOut(c) => Ending {
+            status: "timed_out",
+            exit_code: code(c),
+            reason: Some(format!(
+                "ran past its deadline ({deadline}) and was stopped"
+            )),
+        },
+        Outcome::Cancelled(c) => Ending {
+            status: "cancelled",
+            exit_code: code(c),
+            reason: Some("cancelled while running".into()),
+        },
+        Outcome::Vanished => Ending {
+            status: "failed",
+            exit_code: None,
+            reason: Some("its container was removed outside gpuq".into()),
+        },
+    }
+}
+
+/// Appends a container's output to its log file, resuming after the last line already kept.
+pub(super) async fn follow_logs(docker: Docker, container: String, path: PathBuf, cap: u64) {
+    let mut writer = match LogWriter::open(&path, cap) {
+        Ok(w) => w,
+        Err(e) => {
+            tracing::error!(path = %path.display(), error = %e, "cannot open a job log");
+            return;
+        }
+    };
+    let since = writer.last_at().and_then(since_unix);
+    let mut lines = docker.logs(&container, since, true);
+    while let Some(item) = lines.next().await {
+        match item {
+            Ok(line) => {
+                if let Err(e) = writer.push(&line) {
+                    tracing::error!(path = %path.display(), error = %e, "writing a job log failed");
+                    return;
+                }
+            }
+            Err(e) => {
+                tracing::warn!(%container, error = %e, "log stream ended with an error");
+                return;
+            }
+        }
+    }
+}
