@@ -445,3 +445,103 @@ async fn two_servers_on_one_docker_launch_every_job_once(pool: PgPool) {
         .unwrap();
     assert!(attempts.iter().all(|a| *a == 1), "{attempts:?}");
 }
+
+#[sqlx::test(migrations = false)]
+async fn without_docker_the_node_starts_nothing_frees_nothing_and_says_why(pool: PgPool) {
+    let app = TestApp::new(pool).await;
+    let url = database_url(&app.pool);
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let data = dir.path().to_str().unwrap().to_owned();
+    let args = [
+        "--runner",
+        "true",
+        "--data-dir",
+        &data,
+        "--node",
+        "nodocker",
+        "--docker-socket",
+        "/nonexistent/docker.sock",
+    ];
+    let _server = start_server(&url, port, &dir.path().join("s.log"), &args).await;
+    let client = reqwest::Client::new();
+    let ready = client
+        .get(format!("http://127.0.0.1:{port}/readyz"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ready.status(), 503);
+    let body: Value = ready.json().await.unwrap();
+    assert_eq!(body["checks"]["database"], "ok");
+    assert!(
+        body["checks"]["docker"]
+            .as_str()
+            .unwrap()
+            .contains("docker"),
+        "{body}"
+    );
+    // Admission elsewhere may hand this node work: it is not started, and its cards stay held.
+    app.sim_cards("4x24576:NVIDIA GeForce RTX 3090", "nodocker")
+        .await;
+    let member = app.bearer("alice", Role::Member).await;
+    let id = app.submit_ok(&member, sh("echo hi", json!({}))).await;
+    app.pass().await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let v = app.job(&member, id).await;
+    assert_eq!(v["status"], "admitted", "{v}");
+    assert_eq!(reserved(&app).await, 1000);
+}
+
+#[sqlx::test(migrations = false)]
+async fn gpuq_logs_follows_a_running_job_to_its_end(pool: PgPool) {
+    let app = TestApp::new(pool).await;
+    ensure_sim_devices(4).unwrap();
+    let url = database_url(&app.pool);
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let data = dir.path().to_str().unwrap().to_owned();
+    let args = [
+        "--runner",
+        "true",
+        "--data-dir",
+        &data,
+        "--node",
+        "cli-logs",
+    ];
+    let _server = start_server(&url, port, &dir.path().join("s.log"), &args).await;
+    let server = format!("http://127.0.0.1:{port}");
+    let (client, bearer) = api_as_admin(port).await;
+    let r: Value = client
+        .post(format!("{server}/api/v1/jobs"))
+        .header("authorization", &bearer)
+        .json(&sh(
+            "for i in 1 2 3 4 5; do echo tick $i; sleep 0.3; done",
+            json!({}),
+        ))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = r["job_id"].as_str().unwrap().to_owned();
+    let token = bearer.trim_start_matches("Bearer ").to_owned();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_gpuq"))
+            .args(["logs", "-f", &id])
+            .env("GPUQ_URL", &server)
+            .env("GPUQ_TOKEN", &token)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let expected: Vec<String> = (1..=5).map(|i| format!("tick {i}")).collect();
+    assert_eq!(text.lines().collect::<Vec<_>>(), expected);
+}

@@ -174,8 +174,11 @@ async fn run_node(
         match connected {
             Ok(d) => break d,
             Err(e) => {
-                tracing::warn!(error = %e, "Docker unreachable: this node starts nothing until it answers");
-                health.report(Some(e.to_string()));
+                let problem = e.to_string();
+                if health.problem().as_deref() != Some(problem.as_str()) {
+                    tracing::warn!(error = %problem, "Docker unreachable: this node starts nothing until it answers");
+                }
+                health.report(Some(problem));
             }
         }
         tokio::select! {

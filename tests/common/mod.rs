@@ -408,8 +408,14 @@ pub async fn start_server(url: &str, port: u16, log: &std::path::Path, extra: &[
     let client = reqwest::Client::new();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     loop {
+        // Without a usable Docker the server answers but is not ready, by design.
+        let probe = if extra.contains(&"--docker-socket") {
+            "healthz"
+        } else {
+            "readyz"
+        };
         if let Ok(r) = client
-            .get(format!("http://127.0.0.1:{port}/readyz"))
+            .get(format!("http://127.0.0.1:{port}/{probe}"))
             .send()
             .await
         {
