@@ -19,6 +19,7 @@ async fn main() -> std::process::ExitCode {
         Command::Serve(args) => serve::serve(args).await,
         Command::User(UserCommand::Add(args)) => serve::user_add(args).await,
         Command::Bench(BenchCommand::Admission(args)) => serve::bench_admission(args).await,
+        Command::Bench(BenchCommand::Runner(args)) => serve::bench_runner(args).await,
         Command::Client(cmd) => gpuq::client::run(cmd, cli.conn).await,
     };
     match result {

@@ -23,6 +23,7 @@
 //! finished rows stay behind, outside every partial index a pass reads.
 
 mod db;
+pub mod launch;
 mod synth;
 
 use crate::server::admission::planner::plan;

@@ -135,6 +135,19 @@ fn default_node() -> String {
 pub enum BenchCommand {
     /// Planner time, whole-pass time and burst admission rate (needs an empty, scratch database).
     Admission(BenchAdmissionArgs),
+    /// Submit → container start overhead and exit → next start (needs dockerd and a scratch database).
+    Runner(BenchRunnerArgs),
+}
+
+/// Flags of `gpuq bench runner`.
+#[derive(Debug, Args)]
+pub struct BenchRunnerArgs {
+    /// Database location (a scratch one).
+    #[command(flatten)]
+    pub db: DbArgs,
+    /// Sizes and image.
+    #[command(flatten)]
+    pub opts: crate::server::bench::launch::RunnerBenchOptions,
 }
 
 /// Flags of `gpuq bench admission`.

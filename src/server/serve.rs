@@ -246,3 +246,15 @@ pub async fn bench_admission(args: crate::server::config::BenchAdmissionArgs) ->
     }
     result
 }
+
+/// `gpuq bench runner`: prints launch overhead figures.
+pub async fn bench_runner(args: crate::server::config::BenchRunnerArgs) -> Result<()> {
+    let mut database = db::open(&args.db).await?;
+    let mut out = std::io::stdout();
+    let result = crate::server::bench::launch::runner(&database.pool, &args.opts, &mut out).await;
+    database.pool.close().await;
+    if let Some(mut pg) = database.embedded.take() {
+        tokio::task::spawn_blocking(move || pg.stop()).await??;
+    }
+    result
+}
