@@ -666,3 +666,61 @@ async fn a_vanished_card_goes_offline_and_is_not_used(pool: PgPool) {
         r.text
     );
 }
+
+/// Reads SSE frames until one contains `needle` (or panics after `secs`).
+async fn read_until(body: &mut axum::body::Body, needle: &str, secs: u64) -> String {
+    use http_body_util::BodyExt;
+    let mut seen = String::new();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while !seen.contains(needle) {
+        let frame = tokio::time::timeout_at(deadline, body.frame())
+            .await
+            .unwrap_or_else(|_| panic!("no `{needle}` in the event stream; got: {seen}"))
+            .expect("stream open")
+            .expect("frame");
+        if let Ok(data) = frame.into_data() {
+            seen.push_str(&String::from_utf8_lossy(&data));
+        }
+    }
+    seen
+}
+
+#[sqlx::test(migrations = false)]
+async fn live_events_carry_changes_made_by_any_process(pool: PgPool) {
+    let (app, admin, member) = setup(pool).await;
+    let (status, _) = app.stream("/api/v1/events", "Bearer gpuq_nope").await;
+    assert_eq!(status, 401);
+    let (status, mut body) = app.stream("/api/v1/events", &member).await;
+    assert_eq!(status, 200);
+    let id = app
+        .submit_ok(&member, job(json!({ "min_vram_mb": 1000 })))
+        .await;
+    let seen = read_until(&mut body, &id.to_string(), 10).await;
+    assert!(seen.contains("event: job"), "{seen}");
+    assert!(seen.contains("\"status\":\"queued\""), "{seen}");
+    app.pass().await;
+    read_until(&mut body, "event: pass", 10).await;
+    // Another gpuq process on the same database: its NOTIFY reaches this process's streams.
+    let other = sqlx::PgPool::connect_with((*app.pool.connect_options()).clone())
+        .await
+        .unwrap();
+    sqlx::query("SELECT pg_notify('gpuq_events', '{\"kind\":\"job\",\"job_id\":\"from-elsewhere\",\"status\":\"running\"}')")
+        .execute(&other)
+        .await
+        .unwrap();
+    read_until(&mut body, "from-elsewhere", 10).await;
+    let gpus = app
+        .api("GET", "/api/v1/gpus", Some(&admin), None)
+        .await
+        .json();
+    let card = gpus["gpus"][0]["uuid"].as_str().unwrap().to_owned();
+    app.api(
+        "PATCH",
+        &format!("/api/v1/gpus/{card}"),
+        Some(&admin),
+        Some(json!({ "state": "draining" })),
+    )
+    .await;
+    let seen = read_until(&mut body, "gpu.state", 10).await;
+    assert!(seen.contains("event: changed"), "{seen}");
+}

@@ -503,6 +503,7 @@ async fn the_openapi_document_describes_every_route(pool: PgPool) {
         ("get", "/healthz"),
         ("get", "/readyz"),
         ("get", "/api/v1/openapi.json"),
+        ("get", "/api/v1/events"),
         ("get", "/api/v1/me"),
         ("post", "/api/v1/tokens"),
         ("get", "/api/v1/tokens"),

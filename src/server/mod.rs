@@ -9,6 +9,7 @@ pub mod db;
 pub mod gpu;
 pub mod http;
 pub mod jobs;
+pub mod live;
 pub mod manifest;
 pub mod runner;
 pub mod runtime;

@@ -67,6 +67,7 @@ async fn run(args: &ServeArgs, database: &Database) -> Result<()> {
         .await
         .context("first GPU inventory refresh")?;
     let (stop_tx, stop_rx) = watch::channel(false);
+    let stop_rx_live = stop_rx.clone();
     let mut tasks = JoinSet::new();
     let logs_dir = args.db.data_dir.join("logs");
     let sched = scheduler::run(
@@ -109,11 +110,18 @@ async fn run(args: &ServeArgs, database: &Database) -> Result<()> {
         Duration::from_secs(args.gpu_refresh_s.max(1)),
         stop_rx,
     ));
+    let live = crate::server::live::channel();
+    tasks.spawn(crate::server::live::forward(
+        pool.clone(),
+        live.clone(),
+        stop_rx_live,
+    ));
     let state = AppState {
         pool: pool.clone(),
         leptos_options,
         pass,
         logs_dir,
+        live,
         docker: docker_health,
     };
     let router = app(

@@ -16,6 +16,8 @@ pub struct AppState {
     pub pass: PassConfig,
     /// Where job logs are kept.
     pub logs_dir: std::path::PathBuf,
+    /// Live notification payloads for SSE streams (see `server::live`).
+    pub live: tokio::sync::broadcast::Sender<String>,
     /// Docker's state on this node, when this process runs jobs.
     pub docker: Option<std::sync::Arc<crate::server::runner::DockerHealth>>,
 }

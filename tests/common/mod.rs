@@ -77,11 +77,21 @@ impl TestApp {
             .build();
         let logs_dir =
             std::env::temp_dir().join(format!("gpuq-test-logs-{}", uuid::Uuid::new_v4()));
+        // Live events, as `gpuq serve` forwards them (the task ends with the test's runtime).
+        let live = gpuq::server::live::channel();
+        let (_keep, stop) = tokio::sync::watch::channel(false);
+        std::mem::forget(_keep);
+        tokio::spawn(gpuq::server::live::forward(
+            pool.clone(),
+            live.clone(),
+            stop,
+        ));
         let state = AppState {
             pool: pool.clone(),
             leptos_options,
             pass: pass_config(),
             logs_dir: logs_dir.clone(),
+            live: live.clone(),
             docker: None,
         };
         TestApp {
@@ -101,6 +111,7 @@ impl TestApp {
                 .build(),
             pass: pass_config(),
             logs_dir: dir.clone(),
+            live: gpuq::server::live::channel(),
             docker: None,
         };
         TestApp {
@@ -156,6 +167,17 @@ impl TestApp {
             None => Body::empty(),
         };
         self.send(req.body(body).expect("request")).await
+    }
+
+    /// Opens a streaming response (SSE) and returns its body.
+    pub async fn stream(&self, path: &str, bearer: &str) -> (StatusCode, Body) {
+        let req = Request::builder()
+            .uri(path)
+            .header(header::AUTHORIZATION, bearer)
+            .body(Body::empty())
+            .expect("request");
+        let res = self.router.clone().oneshot(req).await.expect("router");
+        (res.status(), res.into_body())
     }
 
     /// A page load as a browser makes it (`Accept: text/html`).

@@ -75,6 +75,7 @@ pub async fn runner(pool: &PgPool, opts: &RunnerBenchOptions, out: &mut impl Wri
             .build(),
         pass: pass.clone(),
         logs_dir: logs.clone(),
+        live: crate::server::live::channel(),
         docker: None,
     };
     let docker = Docker::connect()

@@ -84,6 +84,12 @@ pub async fn job_events_of(
         .await
 }
 
+/// Tells listeners (runners, live pages) that a job changed status (delivered at commit).
+pub async fn job_changed(db: impl PgExecutor<'_>, job_id: Uuid, status: &str) -> sqlx::Result<()> {
+    let payload = serde_json::json!({ "kind": "job", "job_id": job_id, "status": status });
+    notify(db, EVENTS_CHANNEL, &payload.to_string()).await
+}
+
 /// Ends an admin's change that decides admission: audits it, wakes every scheduler, commits.
 pub async fn commit_audited(
     mut tx: sqlx::Transaction<'_, sqlx::Postgres>,
@@ -94,5 +100,7 @@ pub async fn commit_audited(
 ) -> sqlx::Result<()> {
     audit(&mut *tx, actor, kind, subject, detail).await?;
     wake(&mut *tx, kind).await?;
+    let payload = serde_json::json!({ "kind": "changed", "what": kind, "subject": subject });
+    notify(&mut *tx, EVENTS_CHANNEL, &payload.to_string()).await?;
     tx.commit().await
 }

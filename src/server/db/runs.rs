@@ -116,7 +116,7 @@ pub async fn set_running(pool: &PgPool, job: Uuid, node: &str) -> sqlx::Result<b
     .await?;
     if r.rows_affected() == 1 {
         events::job_event(&mut *tx, job, &actor(node), "started", json!({})).await?;
-        events::notify(&mut *tx, events::EVENTS_CHANNEL, r#"{"kind":"job"}"#).await?;
+        events::job_changed(&mut *tx, job, "running").await?;
     }
     tx.commit().await?;
     Ok(r.rows_affected() == 1)
@@ -188,7 +188,7 @@ pub async fn finish(pool: &PgPool, job: Uuid, node: &str, end: &Ending) -> sqlx:
     events::job_event(&mut *tx, job, &actor(node), end.status, detail).await?;
     events::job_event(&mut *tx, job, &actor(node), "released", json!({})).await?;
     events::wake(&mut *tx, "finish").await?;
-    events::notify(&mut *tx, events::EVENTS_CHANNEL, r#"{"kind":"job"}"#).await?;
+    events::job_changed(&mut *tx, job, end.status).await?;
     tx.commit().await?;
     Ok(true)
 }

@@ -6,6 +6,7 @@ mod error;
 mod health;
 mod jobs;
 mod json;
+mod live;
 pub mod openapi;
 mod v1;
 
@@ -49,6 +50,7 @@ pub fn app(state: AppState, opts: HttpOptions) -> Router {
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/api/v1/openapi.json", get(openapi::openapi_json))
+        .route("/api/v1/events", get(live::events))
         .nest(
             "/api/v1",
             v1::router().merge(jobs::router()).merge(cluster::router()),

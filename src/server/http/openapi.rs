@@ -2,7 +2,7 @@
 //! types, served at `GET /api/v1/openapi.json`.
 
 use super::error::ErrorBody;
-use super::{cluster, health, jobs, v1};
+use super::{cluster, health, jobs, live, v1};
 use crate::model::spec::{RawCommand, RawJobSpec};
 use crate::model::{
     AssignedGpu, GpuHolder, GpuView, JobAck, JobPage, JobStatus, JobView, LaunchPolicy,
@@ -31,6 +31,7 @@ use utoipa::{Modify, OpenApi};
         cluster::list_gpus, cluster::put_sim, cluster::patch_gpu,
         cluster::get_manifest, cluster::put_workload, cluster::delete_workload,
         cluster::get_policy, cluster::put_policy,
+        live::events,
         openapi_json,
     ),
     components(schemas(

@@ -155,6 +155,9 @@ pub async fn submit(state: &AppState, user: &CurrentUser, body: &str) -> Result<
             .await
             .or_internal("waking the scheduler")?;
     }
+    events::job_changed(&mut *tx, id, status.as_str())
+        .await
+        .or_internal("announcing a submission")?;
     tx.commit().await.or_internal("committing a submission")?;
     match never {
         Some(reason) => Err(AppError::invalid(
@@ -190,6 +193,9 @@ pub async fn cancel(state: &AppState, user: &CurrentUser, id: Uuid) -> Result<Jo
         events::wake(&mut *tx, "cancel")
             .await
             .or_internal("waking the scheduler")?;
+        events::job_changed(&mut *tx, id, "cancelled")
+            .await
+            .or_internal("announcing a cancellation")?;
         tx.commit().await.or_internal("committing a cancellation")?;
         let status = status.parse().unwrap_or(JobStatus::Cancelled);
         return Ok(JobAck { job_id: id, status });
@@ -201,7 +207,7 @@ pub async fn cancel(state: &AppState, user: &CurrentUser, id: Uuid) -> Result<Jo
         events::job_event(&mut *tx, id, &user.username, "cancel_requested", json!({}))
             .await
             .or_internal("recording a cancellation")?;
-        events::notify(&mut *tx, events::EVENTS_CHANNEL, r#"{"kind":"cancel"}"#)
+        events::job_changed(&mut *tx, id, "cancel_requested")
             .await
             .or_internal("notifying the runner")?;
         tx.commit().await.or_internal("committing a cancellation")?;
