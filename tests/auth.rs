@@ -566,3 +566,196 @@ async fn the_openapi_document_describes_every_route(pool: PgPool) {
         assert_ne!(reply.status, 405, "{method} {path}");
     }
 }
+
+/// Who may call what: every REST route × anonymous, the owning member, another member, a manager
+/// and an admin. The table must name every route the OpenAPI document lists, so a new route
+/// without an entry fails this test.
+#[sqlx::test(migrations = false)]
+async fn every_route_allows_exactly_the_roles_it_should(pool: PgPool) {
+    let app = TestApp::new(pool).await;
+    app.sim_cards("2x24576:NVIDIA GeForce RTX 3090", "roles")
+        .await;
+    let owner = app.bearer("alice", Role::Member).await;
+    let other = app.bearer("bob", Role::Member).await;
+    let manager = app.bearer("mia", Role::Manager).await;
+    let admin = app.bearer("root", Role::Admin).await;
+    let spec =
+        json!({ "image": "gpuq-test/busybox:latest", "command": ["true"], "min_vram_mb": 1000 });
+    let job = app.submit_ok(&owner, spec.clone()).await;
+    let card = app
+        .api("GET", "/api/v1/gpus", Some(&admin), None)
+        .await
+        .json()["gpus"][0]["uuid"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let bob_id = app
+        .api("GET", "/api/v1/me", Some(&other), None)
+        .await
+        .json()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let token_id = |bearer: &str| {
+        let bearer = bearer.to_owned();
+        let app = &app;
+        async move {
+            let list = app
+                .api("GET", "/api/v1/tokens", Some(&bearer), None)
+                .await
+                .json();
+            list[0]["id"].as_str().unwrap().to_owned()
+        }
+    };
+    // Who is allowed: [anonymous, owner, other member, manager, admin].
+    const ALL: [bool; 5] = [false, true, true, true, true];
+    const ADMIN: [bool; 5] = [false, false, false, false, true];
+    const OWNER_ADMIN: [bool; 5] = [false, true, false, false, true];
+    const OWNER_MANAGER: [bool; 5] = [false, true, false, true, true];
+    const ANYONE: [bool; 5] = [true; 5];
+    let policy = app
+        .api("GET", "/api/v1/settings/launch-policy", Some(&admin), None)
+        .await
+        .json();
+    let table: Vec<(&str, String, Option<serde_json::Value>, [bool; 5])> = vec![
+        ("GET", "/healthz".into(), None, ANYONE),
+        ("GET", "/readyz".into(), None, ANYONE),
+        ("GET", "/api/v1/openapi.json".into(), None, ANYONE),
+        ("GET", "/api/v1/me".into(), None, ALL),
+        ("GET", "/api/v1/tokens".into(), None, ALL),
+        ("GET", "/api/v1/users".into(), None, ADMIN),
+        (
+            "POST",
+            "/api/v1/users".into(),
+            Some(json!({ "username": "x", "role": "member", "password": "short" })),
+            ADMIN,
+        ),
+        (
+            "PATCH",
+            format!("/api/v1/users/{bob_id}"),
+            Some(json!({ "disabled": false })),
+            ADMIN,
+        ),
+        ("POST", "/api/v1/jobs".into(), Some(spec.clone()), ALL),
+        ("GET", "/api/v1/jobs".into(), None, ALL),
+        ("GET", format!("/api/v1/jobs/{job}"), None, ALL),
+        (
+            "GET",
+            format!("/api/v1/jobs/{job}/logs"),
+            None,
+            OWNER_MANAGER,
+        ),
+        (
+            "POST",
+            format!("/api/v1/jobs/{job}/cancel"),
+            None,
+            OWNER_ADMIN,
+        ),
+        ("GET", "/api/v1/gpus".into(), None, ALL),
+        (
+            "PATCH",
+            format!("/api/v1/gpus/{card}"),
+            Some(json!({ "state": "online" })),
+            ADMIN,
+        ),
+        (
+            "PUT",
+            format!("/api/v1/gpus/{card}/sim"),
+            Some(json!({ "external_mib": 0 })),
+            ADMIN,
+        ),
+        ("GET", "/api/v1/manifest".into(), None, ALL),
+        (
+            "PUT",
+            "/api/v1/manifest/w".into(),
+            Some(json!({ "vram_mib": { "NVIDIA GeForce RTX 3090": 1000 } })),
+            ADMIN,
+        ),
+        ("DELETE", "/api/v1/manifest/w".into(), None, ADMIN),
+        ("GET", "/api/v1/settings/launch-policy".into(), None, ALL),
+        (
+            "PUT",
+            "/api/v1/settings/launch-policy".into(),
+            Some(policy),
+            ADMIN,
+        ),
+    ];
+    let callers = [
+        None,
+        Some(&owner),
+        Some(&other),
+        Some(&manager),
+        Some(&admin),
+    ];
+    let names = ["anonymous", "owner", "other member", "manager", "admin"];
+    for (method, path, body, allowed) in &table {
+        for (i, caller) in callers.iter().enumerate() {
+            let reply = app
+                .api(method, path, caller.map(|s| s.as_str()), body.clone())
+                .await;
+            let refused = matches!(reply.status.as_u16(), 401 | 403);
+            assert_eq!(
+                !refused, allowed[i],
+                "{method} {path} as {}: {} {}",
+                names[i], reply.status, reply.text
+            );
+            if refused {
+                let expected = if caller.is_none() { 401 } else { 403 };
+                assert_eq!(reply.status, expected, "{method} {path} as {}", names[i]);
+            }
+        }
+    }
+    // Token routes act on the caller's own tokens: another user's token is not found, not revoked.
+    let alices = token_id(&owner).await;
+    let r = app
+        .api(
+            "DELETE",
+            &format!("/api/v1/tokens/{alices}"),
+            Some(&other),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 404);
+    let r = app
+        .api("DELETE", &format!("/api/v1/tokens/{alices}"), None, None)
+        .await;
+    assert_eq!(r.status, 401);
+    // Token creation is by password, open to anyone who has one.
+    assert_eq!(app.token("bob", PASSWORD).await.status, 201);
+    // The SSE stream is for signed-in users.
+    assert_eq!(app.stream("/api/v1/events", "Bearer nope").await.0, 401);
+    // Every documented route has an entry above (or a check just above).
+    let doc = app
+        .api("GET", "/api/v1/openapi.json", None, None)
+        .await
+        .json();
+    let mut covered: Vec<String> = table
+        .iter()
+        .map(|(m, p, ..)| format!("{} {}", m.to_lowercase(), p))
+        .collect();
+    covered.extend(
+        [
+            "delete /api/v1/tokens/{id}",
+            "post /api/v1/tokens",
+            "get /api/v1/events",
+        ]
+        .map(String::from),
+    );
+    for (path, ops) in doc["paths"].as_object().unwrap() {
+        for method in ops.as_object().unwrap().keys() {
+            let concrete = path
+                .replace("{id}", &job.to_string())
+                .replace("{uuid}", &card)
+                .replace("{workload}", "w");
+            let users_path = path.replace("{id}", &bob_id);
+            let key = format!("{method} {concrete}");
+            let alt = format!("{method} {users_path}");
+            assert!(
+                covered.contains(&key)
+                    || covered.contains(&alt)
+                    || covered.contains(&format!("{method} {path}")),
+                "route {method} {path} has no entry in the role table"
+            );
+        }
+    }
+}
