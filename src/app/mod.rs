@@ -2,7 +2,10 @@
 //! server functions in `crate::api`.
 
 mod dashboard;
+mod job;
+mod live;
 mod login;
+mod submit;
 
 use crate::api::{whoami, Login, Logout};
 use crate::model::{AppError, UserView};
@@ -58,6 +61,9 @@ pub fn App() -> impl IntoView {
         logout,
         user,
     });
+    live::provide_live(Signal::derive(move || {
+        matches!(user.get(), Some(Ok(Some(_))))
+    }));
 
     view! {
         <Stylesheet id="leptos" href="/pkg/gpuq.css" />
@@ -69,6 +75,8 @@ pub fn App() -> impl IntoView {
                     // Async: the sign-in check decides between the page and a redirect before any byte is sent.
                     <Route path=path!("/") view=DashboardPage ssr=SsrMode::Async />
                     <Route path=path!("/login") view=LoginPage />
+                    <Route path=path!("/submit") view=submit::SubmitPage ssr=SsrMode::Async />
+                    <Route path=path!("/jobs/:id") view=job::JobPage ssr=SsrMode::Async />
                 </Routes>
             </main>
         </Router>
@@ -85,6 +93,7 @@ fn Header() -> impl IntoView {
             </a>
             <nav aria-label="Main">
                 <A href="/">"Dashboard"</A>
+                <A href="/submit">"Submit"</A>
             </nav>
             <div class="account">
                 <Transition fallback=|| ()>

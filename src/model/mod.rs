@@ -1,5 +1,6 @@
 //! Types shared by the browser and the server: what crosses the wire.
 
+mod dashboard;
 mod error;
 mod gpu;
 mod job;
@@ -8,6 +9,7 @@ pub mod spec;
 mod status;
 mod user;
 
+pub use dashboard::{DashboardView, JobDetail, JobEventView, Preview};
 pub use error::AppError;
 pub use gpu::{gpu_id, parse_gpu_id, GpuHolder, GpuView, ManifestView, WorkloadView};
 pub use job::{AssignedGpu, JobAck, JobPage, JobStatus, JobView};

@@ -5,8 +5,9 @@ pub mod views;
 pub mod volumes;
 
 use crate::model::spec::{JobSpec, SpecError, SpecLimits, VramNeed};
-use crate::model::{AppError, JobAck, JobStatus, Role};
-use crate::server::admission::planner::{never_fits, Card, Need};
+use crate::model::{AppError, JobAck, JobStatus, Preview, Role};
+use crate::server::admission::pass;
+use crate::server::admission::planner::{self, never_fits, Card, Need, QueuedJob};
 use crate::server::auth::CurrentUser;
 use crate::server::db::{events, gpus, jobs, manifest, settings};
 use crate::server::http::OrInternal;
@@ -40,9 +41,18 @@ fn largest_node(cards: &[Card]) -> u32 {
     per_node.values().copied().max().unwrap_or(0)
 }
 
-/// Parses, checks against policy and capacity, and queues a job. A job that could never run here
-/// is recorded as `rejected` and refused with the reason.
-pub async fn submit(state: &AppState, user: &CurrentUser, body: &str) -> Result<JobAck, AppError> {
+/// A spec that passed every check, with its resolved need and whether it could ever run here.
+struct Checked {
+    spec: JobSpec,
+    need: Option<Need>,
+    /// The field a "can never run" refusal names.
+    field: &'static str,
+    never: Option<String>,
+}
+
+/// Everything a submission is checked against, without storing anything: the parser, the launch
+/// policy, the manifest and the cards present.
+async fn check(state: &AppState, body: &str) -> Result<Checked, AppError> {
     let pool = &state.pool;
     let policy = settings::launch_policy(pool)
         .await
@@ -70,16 +80,15 @@ pub async fn submit(state: &AppState, user: &CurrentUser, body: &str) -> Result<
     tokio::task::spawn_blocking(move || volumes::check(&vols, &allow))
         .await
         .or_internal("checking volumes")??;
-
-    let mut tx = pool.begin().await.or_internal("beginning a submission")?;
+    let mut conn = pool.acquire().await.or_internal("acquiring a connection")?;
     let (need, field) = match spec.vram() {
-        VramNeed::Workload(w) => match manifest::needs_of(&mut tx, w)
+        VramNeed::Workload(w) => match manifest::needs_of(&mut conn, w)
             .await
             .or_internal("reading the manifest")?
         {
             Some(map) => (Some(Need::PerModel(map)), "workload"),
             None => {
-                let known = manifest::load(&mut tx)
+                let known = manifest::load(&mut conn)
                     .await
                     .or_internal("reading the manifest")?;
                 let names: Vec<&str> = known.needs.keys().map(String::as_str).collect();
@@ -108,6 +117,73 @@ pub async fn submit(state: &AppState, user: &CurrentUser, body: &str) -> Result<
             state.pass.headroom_mib,
         )
     });
+    Ok(Checked {
+        spec,
+        need,
+        field,
+        never,
+    })
+}
+
+/// What would happen to a spec submitted now: fits at the next pass (and where), waits (and why,
+/// behind the jobs already queued), or can never run here.
+pub async fn preview(state: &AppState, body: &str) -> Result<Preview, AppError> {
+    let Checked {
+        spec, need, never, ..
+    } = check(state, body).await?;
+    if let Some(reason) = never {
+        return Ok(Preview::Never(reason));
+    }
+    let Some(need) = need else {
+        return Ok(Preview::FitsNow("runs without GPUs".into()));
+    };
+    let (st, _) = pass::dry_run(&state.pool, &state.pass, chrono::Utc::now())
+        .await
+        .or_internal("planning a preview")?;
+    let mut input = st.input;
+    let id = Uuid::new_v4();
+    input.queue.push(QueuedJob {
+        id,
+        seq: i64::MAX,
+        priority: spec.priority(),
+        gpu_count: spec.gpu_count(),
+        need,
+        exclusive: spec.exclusive(),
+        queued_at_ms: input.now_ms,
+    });
+    let plan = planner::plan(&input);
+    if let Some(p) = plan.admitted.iter().find(|p| p.job_id == id) {
+        let cards: Vec<String> = p
+            .cards
+            .iter()
+            .filter_map(|g| input.cards.iter().find(|c| c.uuid == g.uuid))
+            .map(|c| format!("GPU {} ({})", c.index, c.model))
+            .collect();
+        return Ok(Preview::FitsNow(format!(
+            "fits now on {}",
+            cards.join(", ")
+        )));
+    }
+    let reason = plan
+        .waiting
+        .iter()
+        .find(|w| w.job_id == id)
+        .map(|w| w.reason.message())
+        .unwrap_or_else(|| "behind the jobs already queued".into());
+    Ok(Preview::WouldWait(format!("would wait: {reason}")))
+}
+
+/// Parses, checks against policy and capacity, and queues a job. A job that could never run here
+/// is recorded as `rejected` and refused with the reason.
+pub async fn submit(state: &AppState, user: &CurrentUser, body: &str) -> Result<JobAck, AppError> {
+    let Checked {
+        spec, field, never, ..
+    } = check(state, body).await?;
+    let mut tx = state
+        .pool
+        .begin()
+        .await
+        .or_internal("beginning a submission")?;
     let status = if never.is_some() {
         JobStatus::Rejected
     } else {

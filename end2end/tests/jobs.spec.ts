@@ -1,0 +1,93 @@
+import { test, expect, Page, APIRequestContext } from "@playwright/test";
+
+const adminPassword = process.env.GPUQ_E2E_ADMIN_PASSWORD ?? "e2e-admin-password";
+const memberPassword = "member-password-1";
+
+async function waitForServer(request: APIRequestContext) {
+  const deadline = Date.now() + 60_000;
+  for (;;) {
+    try {
+      const res = await request.get("/readyz");
+      if (res.ok()) return;
+    } catch {
+      // not listening yet
+    }
+    if (Date.now() > deadline) throw new Error("gpuq did not become ready within 60 s");
+    await new Promise((r) => setTimeout(r, 250));
+  }
+}
+
+// A member account, made through the REST API as the admin would.
+async function ensureMember(request: APIRequestContext, name: string) {
+  const token = await request.post("/api/v1/tokens", {
+    data: { username: "admin", password: adminPassword, name: `e2e-${name}` },
+  });
+  expect(token.status()).toBe(201);
+  const bearer = `Bearer ${(await token.json()).token}`;
+  const created = await request.post("/api/v1/users", {
+    headers: { Authorization: bearer },
+    data: { username: name, role: "member", password: memberPassword },
+  });
+  expect([201, 409]).toContain(created.status());
+}
+
+async function signIn(page: Page, name: string) {
+  await page.goto("/login");
+  await page.getByLabel("Username").fill(name);
+  await page.getByLabel("Password").fill(memberPassword);
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await expect(page.getByRole("heading", { name: `Welcome, ${name}` })).toBeVisible();
+}
+
+test("a member submits through the form and watches the job run to the end without reloading", async ({ page, request }) => {
+  await waitForServer(request);
+  await ensureMember(request, "maria");
+  await signIn(page, "maria");
+
+  // The dashboard shows every card with its memory bar.
+  await expect(page.locator("article.gpu")).toHaveCount(2);
+  await expect(page.locator("#queue-summary")).toContainText("Nobody is waiting");
+  await page.screenshot({ path: "screenshots/dashboard-member.png", fullPage: true });
+
+  await page.getByRole("link", { name: "Submit", exact: true }).click();
+  await expect(page.getByRole("heading", { name: "Submit a job" })).toBeVisible();
+  await page.getByLabel("Image").fill("gpuq-test/busybox:latest");
+  await page.getByLabel("Command").fill("sh -c 'echo hello-from-e2e; sleep 3; echo done'");
+  await page.getByLabel("VRAM per card (MiB)").fill("1000");
+  await page.getByLabel("Name (optional)").fill("e2e-job");
+
+  // A reserved variable is refused next to its field, by the same parser as the API.
+  await page.getByLabel("Environment (KEY=value per line)").fill("LD_PRELOAD=/evil.so");
+  await page.getByRole("button", { name: "Submit" }).click();
+  await expect(page.locator(".field-error")).toContainText("env.LD_PRELOAD");
+  await page.getByLabel("Environment (KEY=value per line)").fill("GREETING=hi");
+
+  // The preview says where it would run before anything is submitted.
+  await page.getByLabel("Name (optional)").focus();
+  await expect(page.locator("#preview")).toContainText("fits now on GPU");
+  await page.screenshot({ path: "screenshots/submit.png", fullPage: true });
+
+  await page.getByRole("button", { name: "Submit" }).click();
+  await expect(page).toHaveURL(/\/jobs\/[0-9a-f-]{36}$/);
+  const url = page.url();
+  // Live: no reload from here on.
+  await expect(page.locator("#job-status")).toHaveText("running", { timeout: 30_000 });
+  await expect(page.locator("#log")).toContainText("hello-from-e2e", { timeout: 15_000 });
+  await expect(page.locator("#job-status")).toHaveText("succeeded", { timeout: 30_000 });
+  await expect(page.locator("#log")).toContainText("done");
+  await expect(page.locator(".timeline li[data-kind='fence_verified']")).toBeVisible();
+  expect(page.url()).toBe(url);
+  await page.screenshot({ path: "screenshots/job.png", fullPage: true });
+});
+
+test("a job that can never run here is explained before submission", async ({ page, request }) => {
+  await waitForServer(request);
+  await ensureMember(request, "marco");
+  await signIn(page, "marco");
+  await page.goto("/submit");
+  await page.getByLabel("Image").fill("gpuq-test/busybox:latest");
+  await page.getByLabel("Command").fill("true");
+  await page.getByLabel("VRAM per card (MiB)").fill("90000");
+  await page.getByLabel("Name (optional)").focus();
+  await expect(page.locator("#preview")).toContainText("can never run here");
+});
