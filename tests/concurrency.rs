@@ -4,7 +4,8 @@
 mod common;
 
 use common::{
-    database_url, free_port, ledger_violations, pass_config, start_server, TestApp, PASSWORD,
+    database_url, free_port, ledger_violations, pass_config, post_job, start_server, TestApp,
+    PASSWORD,
 };
 use gpuq::model::Role;
 use gpuq::server::admission::{pass, planner, run_pass};
@@ -201,17 +202,8 @@ async fn two_server_processes_on_one_database_never_double_book(pool: PgPool) {
     let mut ids = Vec::new();
     for i in 0..120usize {
         let port = ports[i % 2];
-        let r: serde_json::Value = client
-            .post(format!("http://127.0.0.1:{port}/api/v1/jobs"))
-            .header("authorization", &bearer)
-            .json(&spec(10_000, 1 + (i % 2) as u32))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        ids.push(r["job_id"].as_str().unwrap().to_owned());
+        let spec = spec(10_000, 1 + (i % 2) as u32);
+        ids.push(post_job(&client, port, &bearer, &spec).await.to_string());
         if i % 4 == 1 {
             let victim = &ids[i / 2];
             client

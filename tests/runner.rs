@@ -2,7 +2,9 @@
 
 mod common;
 
-use common::{database_url, free_port, start_server, wait_status, Node, TestApp, PASSWORD};
+use common::{
+    database_url, free_port, post_job, start_server, wait_status, Node, TestApp, PASSWORD,
+};
 use gpuq::model::Role;
 use gpuq::server::runtime::{ensure_sim_devices, Docker, LaunchMode};
 use serde_json::{json, Value};
@@ -300,17 +302,7 @@ async fn killed_server_readopts_its_running_containers(pool: PgPool) {
     let script = "for i in $(seq 1 40); do echo line $i; sleep 0.2; done";
     let mut ids = Vec::new();
     for _ in 0..2 {
-        let r: Value = client
-            .post(format!("http://127.0.0.1:{port}/api/v1/jobs"))
-            .header("authorization", &bearer)
-            .json(&sh(script, json!({})))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        ids.push(r["job_id"].as_str().unwrap().parse::<uuid::Uuid>().unwrap());
+        ids.push(post_job(&client, port, &bearer, &sh(script, json!({}))).await);
     }
     let running = |app: &TestApp| {
         let pool = app.pool.clone();
@@ -414,17 +406,7 @@ async fn two_servers_on_one_docker_launch_every_job_once(pool: PgPool) {
     let (client, bearer) = api_as_admin(ports[0]).await;
     let mut ids = Vec::new();
     for i in 0..12 {
-        let r: Value = client
-            .post(format!("http://127.0.0.1:{}/api/v1/jobs", ports[i % 2]))
-            .header("authorization", &bearer)
-            .json(&sh("echo hi", json!({})))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        ids.push(r["job_id"].as_str().unwrap().parse::<uuid::Uuid>().unwrap());
+        ids.push(post_job(&client, ports[i % 2], &bearer, &sh("echo hi", json!({}))).await);
     }
     let admin = app.bearer("root", Role::Admin).await;
     for id in &ids {
@@ -511,20 +493,10 @@ async fn gpuq_logs_follows_a_running_job_to_its_end(pool: PgPool) {
     let _server = start_server(&url, port, &dir.path().join("s.log"), &args).await;
     let server = format!("http://127.0.0.1:{port}");
     let (client, bearer) = api_as_admin(port).await;
-    let r: Value = client
-        .post(format!("{server}/api/v1/jobs"))
-        .header("authorization", &bearer)
-        .json(&sh(
-            "for i in 1 2 3 4 5; do echo tick $i; sleep 0.3; done",
-            json!({}),
-        ))
-        .send()
+    let script = "for i in 1 2 3 4 5; do echo tick $i; sleep 0.3; done";
+    let id = post_job(&client, port, &bearer, &sh(script, json!({})))
         .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let id = r["job_id"].as_str().unwrap().to_owned();
+        .to_string();
     let token = bearer.trim_start_matches("Bearer ").to_owned();
     let out = tokio::task::spawn_blocking(move || {
         std::process::Command::new(env!("CARGO_BIN_EXE_gpuq"))

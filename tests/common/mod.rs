@@ -533,3 +533,27 @@ pub async fn wait_status(
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
 }
+
+/// Submits a job over HTTP to a running `gpuq serve`; returns its id.
+pub async fn post_job(
+    client: &reqwest::Client,
+    port: u16,
+    bearer: &str,
+    spec: &Value,
+) -> uuid::Uuid {
+    let r: Value = client
+        .post(format!("http://127.0.0.1:{port}/api/v1/jobs"))
+        .header("authorization", bearer)
+        .json(spec)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    r["job_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("not accepted: {r}"))
+        .parse()
+        .unwrap()
+}

@@ -10,8 +10,9 @@ use super::SpecError;
 /// Longest path accepted on either side (Linux `PATH_MAX`).
 const MAX_PATH_BYTES: usize = 4096;
 
-/// Host paths that give away the host: system trees and the Docker socket.
-const FORBIDDEN_HOST: &[&str] = &[
+/// Host paths that give away the host: system trees and the Docker socket (and everything below
+/// them). The server applies the same list again after resolving symlinks.
+pub const FORBIDDEN_HOST: &[&str] = &[
     "/proc",
     "/sys",
     "/dev",

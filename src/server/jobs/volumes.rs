@@ -1,20 +1,9 @@
 //! Host folders a job may mount: only inside the admin's allowlist, judged after resolving
 //! symlinks, and never the system's own folders or the Docker socket.
 
-use crate::model::spec::Volume;
+use crate::model::spec::{Volume, FORBIDDEN_HOST};
 use crate::model::{AppError, VolumeRule};
 use std::path::{Path, PathBuf};
-
-/// Host paths no job may mount, whatever the allowlist says.
-const NEVER: [&str; 7] = [
-    "/",
-    "/proc",
-    "/sys",
-    "/dev",
-    "/etc",
-    "/run/docker.sock",
-    "/var/run/docker.sock",
-];
 
 /// Checks every volume of a spec against the allowlist. `field` names come from the spec
 /// (`volumes[i]`).
@@ -71,9 +60,15 @@ pub fn check(volumes: &[Volume], allowlist: &[VolumeRule]) -> Result<(), AppErro
     Ok(())
 }
 
+/// Host paths no job may mount, whatever the allowlist says: `/` itself, the parser's list with
+/// everything below it, and every folder above one of them (`/var` holds the Docker socket) —
+/// judged here on the resolved path.
 fn forbidden(resolved: &Path) -> Option<&'static str> {
-    NEVER.iter().copied().find(|n| {
+    if resolved == Path::new("/") {
+        return Some("/");
+    }
+    FORBIDDEN_HOST.iter().copied().find(|n| {
         let n = PathBuf::from(n);
-        resolved == n || (n != Path::new("/") && resolved.starts_with(&n))
+        resolved.starts_with(&n) || n.starts_with(resolved)
     })
 }
