@@ -690,8 +690,30 @@ async fn live_events_carry_changes_made_by_any_process(pool: PgPool) {
     let (app, admin, member) = setup(pool).await;
     let (status, _) = app.stream("/api/v1/events", "Bearer gpuq_nope").await;
     assert_eq!(status, 401);
+    let (stop, forwarder) = app.start_live();
     let (status, mut body) = app.stream("/api/v1/events", &member).await;
     assert_eq!(status, 200);
+    // The forwarder LISTENs in the background: poke until a probe comes through.
+    let mut ready = false;
+    for _ in 0..50 {
+        sqlx::query("SELECT pg_notify('gpuq_events', '{\"kind\":\"probe\"}')")
+            .execute(&app.pool)
+            .await
+            .unwrap();
+        use http_body_util::BodyExt;
+        if let Ok(Some(Ok(frame))) =
+            tokio::time::timeout(std::time::Duration::from_millis(200), body.frame()).await
+        {
+            if frame
+                .into_data()
+                .is_ok_and(|d| String::from_utf8_lossy(&d).contains("probe"))
+            {
+                ready = true;
+                break;
+            }
+        }
+    }
+    assert!(ready, "the live forwarder never started listening");
     let id = app
         .submit_ok(&member, job(json!({ "min_vram_mb": 1000 })))
         .await;
@@ -723,4 +745,6 @@ async fn live_events_carry_changes_made_by_any_process(pool: PgPool) {
     .await;
     let seen = read_until(&mut body, "gpu.state", 10).await;
     assert!(seen.contains("event: changed"), "{seen}");
+    stop.send(true).unwrap();
+    forwarder.await.unwrap();
 }

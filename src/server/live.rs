@@ -2,7 +2,6 @@
 //! notification (from any gpuq process on the database) to the SSE streams of this process.
 
 use crate::server::db::events::EVENTS_CHANNEL;
-use sqlx::postgres::PgListener;
 use sqlx::PgPool;
 use std::time::Duration;
 use tokio::sync::{broadcast, watch};
@@ -20,11 +19,7 @@ pub fn channel() -> broadcast::Sender<String> {
 pub async fn forward(pool: PgPool, tx: broadcast::Sender<String>, mut stop: watch::Receiver<bool>) {
     let mut first = true;
     loop {
-        let listener = async {
-            let mut l = PgListener::connect_with(&pool).await?;
-            l.listen(EVENTS_CHANNEL).await?;
-            Ok::<_, sqlx::Error>(l)
-        };
+        let listener = crate::server::db::events::listener(&pool, EVENTS_CHANNEL);
         let mut listener = tokio::select! {
             _ = stop.changed() => return,
             l = listener => match l {

@@ -31,6 +31,8 @@ pub fn pass_config() -> gpuq::server::admission::PassConfig {
 /// The application under test.
 pub struct TestApp {
     pub pool: PgPool,
+    /// The live-event channel SSE streams read.
+    pub live: tokio::sync::broadcast::Sender<String>,
     /// Where this app's job logs are (runners started for it write there).
     pub logs_dir: std::path::PathBuf,
     router: Router,
@@ -77,15 +79,8 @@ impl TestApp {
             .build();
         let logs_dir =
             std::env::temp_dir().join(format!("gpuq-test-logs-{}", uuid::Uuid::new_v4()));
-        // Live events, as `gpuq serve` forwards them (the task ends with the test's runtime).
+        // Live events reach SSE streams only once a test starts the forwarder (`start_live`).
         let live = gpuq::server::live::channel();
-        let (_keep, stop) = tokio::sync::watch::channel(false);
-        std::mem::forget(_keep);
-        tokio::spawn(gpuq::server::live::forward(
-            pool.clone(),
-            live.clone(),
-            stop,
-        ));
         let state = AppState {
             pool: pool.clone(),
             leptos_options,
@@ -96,6 +91,7 @@ impl TestApp {
         };
         TestApp {
             pool,
+            live,
             logs_dir,
             router: app(state, HttpOptions::default()),
         }
@@ -116,6 +112,7 @@ impl TestApp {
         };
         TestApp {
             pool: self.pool.clone(),
+            live: self.live.clone(),
             logs_dir: dir,
             router: app(state, HttpOptions::default()),
         }
@@ -167,6 +164,23 @@ impl TestApp {
             None => Body::empty(),
         };
         self.send(req.body(body).expect("request")).await
+    }
+
+    /// Starts forwarding NOTIFY payloads to the SSE streams, as `gpuq serve` does. Stop it before
+    /// the test ends (its LISTEN connection would keep the test database from being dropped).
+    pub fn start_live(
+        &self,
+    ) -> (
+        tokio::sync::watch::Sender<bool>,
+        tokio::task::JoinHandle<()>,
+    ) {
+        let (stop, rx) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(gpuq::server::live::forward(
+            self.pool.clone(),
+            self.live.clone(),
+            rx,
+        ));
+        (stop, task)
     }
 
     /// Opens a streaming response (SSE) and returns its body.

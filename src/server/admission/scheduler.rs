@@ -49,15 +49,8 @@ pub async fn run(pool: PgPool, cfg: PassConfig, tick: Duration, mut stop: watch:
 }
 
 async fn connect(pool: &PgPool) -> Option<PgListener> {
-    let mut l = match PgListener::connect_with(pool).await {
-        Ok(l) => l,
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot LISTEN; passes run on the timer only");
-            return None;
-        }
-    };
-    match l.listen(WAKE_CHANNEL).await {
-        Ok(()) => Some(l),
+    match crate::server::db::events::listener(pool, WAKE_CHANNEL).await {
+        Ok(l) => Some(l),
         Err(e) => {
             tracing::warn!(error = %e, "cannot LISTEN; passes run on the timer only");
             None

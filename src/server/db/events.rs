@@ -104,3 +104,18 @@ pub async fn commit_audited(
     notify(&mut *tx, EVENTS_CHANNEL, &payload.to_string()).await?;
     tx.commit().await
 }
+
+/// A LISTEN connection on its own one-connection pool: a listener holds its connection for as long
+/// as it lives, and must not take one from the pool requests and passes share.
+pub async fn listener(
+    pool: &sqlx::PgPool,
+    channel: &str,
+) -> sqlx::Result<sqlx::postgres::PgListener> {
+    let own = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect_with((*pool.connect_options()).clone())
+        .await?;
+    let mut l = sqlx::postgres::PgListener::connect_with(&own).await?;
+    l.listen(channel).await?;
+    Ok(l)
+}

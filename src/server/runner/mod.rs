@@ -157,9 +157,7 @@ impl Runner {
 }
 
 async fn listen(pool: &PgPool) -> Option<PgListener> {
-    let mut l = PgListener::connect_with(pool).await.ok()?;
-    l.listen(events::EVENTS_CHANNEL).await.ok()?;
-    Some(l)
+    events::listener(pool, events::EVENTS_CHANNEL).await.ok()
 }
 
 async fn recv(listener: &mut Option<PgListener>) -> Result<(), sqlx::Error> {
