@@ -4,6 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
+. scripts/services.sh
+start_dockerd        # jobs run in Docker; gpuq also serves (and says why in /readyz) without it
+build_test_image     # gpuq-test/busybox:latest, for the demo below
 export PATH="$PWD/end2end/node_modules/.bin:$PATH"   # binaryen's wasm-opt, for the release bundle
 cargo leptos build --release
 LISTEN=${GPUQ_LISTEN:-127.0.0.1:3000}
