@@ -91,3 +91,52 @@ test("a job that can never run here is explained before submission", async ({ pa
   await page.getByLabel("Name (optional)").focus();
   await expect(page.locator("#preview")).toContainText("can never run here");
 });
+
+async function tokenFor(request: APIRequestContext, name: string): Promise<string> {
+  const res = await request.post("/api/v1/tokens", {
+    data: { username: name, password: memberPassword, name: `e2e-${name}-${Date.now()}` },
+  });
+  expect(res.status()).toBe(201);
+  return `Bearer ${(await res.json()).token}`;
+}
+
+test("a big job waits with its reason on the queue page, then starts when the cards free up", async ({ page, request }) => {
+  await waitForServer(request);
+  await ensureMember(request, "maria");
+  await ensureMember(request, "marco");
+  const maria = await tokenFor(request, "maria");
+  const marco = await tokenFor(request, "marco");
+  // Maria's job holds both cards for a few seconds.
+  const first = await request.post("/api/v1/jobs", {
+    headers: { Authorization: maria },
+    data: { image: "gpuq-test/busybox:latest", command: ["sleep", "6"], gpu_count: 2, min_vram_mb: 20000, name: "holder" },
+  });
+  expect(first.status()).toBe(201);
+  const second = await request.post("/api/v1/jobs", {
+    headers: { Authorization: marco },
+    data: { image: "gpuq-test/busybox:latest", command: ["true"], min_vram_mb: 20000, name: "big-wait" },
+  });
+  expect(second.status()).toBe(201);
+
+  await signIn(page, "marco");
+  await page.getByRole("link", { name: "Jobs", exact: true }).click();
+  await page.getByLabel("Only mine").check();
+  const row = page.locator("#jobs tbody tr", { hasText: "big-wait" });
+  await expect(row).toContainText("queued");
+  await expect(row.locator("td.wait")).toContainText("needs 20000 MiB");
+  await page.screenshot({ path: "screenshots/queue.png", fullPage: true });
+  // When the holder ends, the waiting job starts and finishes: the row changes in place.
+  await expect(row).toContainText("succeeded", { timeout: 45_000 });
+});
+
+test("the queue page pages through history", async ({ page, request }) => {
+  await waitForServer(request);
+  await ensureMember(request, "maria");
+  await signIn(page, "maria");
+  await page.goto("/jobs");
+  const pager = page.locator("nav.pager");
+  await expect(pager).toContainText("page 1 of");
+  await expect(page.getByRole("button", { name: "Previous" })).toBeDisabled();
+  await expect(pager.getByRole("button")).toHaveCount(2);
+  await expect(pager.getByRole("button", { name: "Next", exact: true })).toBeDisabled();
+});

@@ -161,3 +161,26 @@ pub async fn get_manifest() -> Result<crate::model::ManifestView, AppError> {
     let (state, _) = server_fn_require(Role::Member).await?;
     crate::server::manifest::view(&state).await
 }
+
+/// A page of jobs, newest first (the queue and history page).
+#[server(endpoint = "list_jobs")]
+pub async fn list_jobs(
+    status: String,
+    owner: String,
+    mine: bool,
+    page: i64,
+) -> Result<crate::model::JobPage, AppError> {
+    use crate::model::Role;
+    use crate::server::auth::server_fn_require;
+    use crate::server::jobs::ListQuery;
+
+    let (state, user) = server_fn_require(Role::Member).await?;
+    let query = ListQuery {
+        status: (!status.is_empty()).then_some(status),
+        owner: (!owner.trim().is_empty()).then(|| owner.trim().to_owned()),
+        mine: Some(mine),
+        page: Some(page),
+        per_page: Some(20),
+    };
+    crate::server::jobs::list(&state, &user, &query).await
+}

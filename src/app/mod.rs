@@ -5,6 +5,7 @@ mod dashboard;
 mod job;
 mod live;
 mod login;
+mod queue;
 mod submit;
 
 use crate::api::{whoami, Login, Logout};
@@ -76,6 +77,7 @@ pub fn App() -> impl IntoView {
                     <Route path=path!("/") view=DashboardPage ssr=SsrMode::Async />
                     <Route path=path!("/login") view=LoginPage />
                     <Route path=path!("/submit") view=submit::SubmitPage ssr=SsrMode::Async />
+                    <Route path=path!("/jobs") view=queue::QueuePage ssr=SsrMode::Async />
                     <Route path=path!("/jobs/:id") view=job::JobPage ssr=SsrMode::Async />
                 </Routes>
             </main>
@@ -93,6 +95,7 @@ fn Header() -> impl IntoView {
             </a>
             <nav aria-label="Main">
                 <A href="/">"Dashboard"</A>
+                <A href="/jobs">"Jobs"</A>
                 <A href="/submit">"Submit"</A>
             </nav>
             <div class="account">
