@@ -1,30 +1,20 @@
 //! The dashboard: every card and what holds it, the queue, my jobs; a live server check; (for
 //! admins) the users. Updates in place on live events.
 
+use super::gate::SignedIn;
 use super::live::use_live;
-use crate::api::{dashboard, list_users, whoami, ServerStatus};
+use crate::api::{dashboard, list_users, ServerStatus};
 use crate::model::{DashboardView, GpuView, JobView, Role, StatusView, UserView};
 use leptos::prelude::*;
 use leptos_meta::Title;
-use leptos_router::components::Redirect;
 use leptos_router::components::A;
 
 /// `/`: signed-in users only; others are sent to the sign-in page.
 #[component]
 pub fn DashboardPage() -> impl IntoView {
-    // Its own fetch (not the header's): right after sign-in the header's copy may still be stale.
-    let user = Resource::new(|| (), |_| whoami());
     view! {
         <Title text="Dashboard · gpuq" />
-        <Transition fallback=|| view! { <p class="card">"Loading…"</p> }>
-            {move || Suspend::new(async move {
-                match user.await {
-                    Ok(Some(user)) => view! { <Dashboard user /> }.into_any(),
-                    Ok(None) => view! { <Redirect path="/login" /> }.into_any(),
-                    Err(e) => view! { <p class="card error">{e.to_string()}</p> }.into_any(),
-                }
-            })}
-        </Transition>
+        <SignedIn page=|user| view! { <Dashboard user /> } />
     }
 }
 

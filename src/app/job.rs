@@ -1,11 +1,11 @@
 //! A job's page: status, timeline from the audit trail, cards, spec, live log tail, cancel.
 
+use super::gate::SignedIn;
 use super::live::use_live;
-use crate::api::{get_job_detail, job_log, whoami, CancelJob};
+use crate::api::{get_job_detail, job_log, CancelJob};
 use crate::model::{JobDetail, JobStatus};
 use leptos::prelude::*;
 use leptos_meta::Title;
-use leptos_router::components::Redirect;
 use leptos_router::hooks::use_params_map;
 use uuid::Uuid;
 
@@ -19,19 +19,12 @@ pub fn JobPage() -> impl IntoView {
             .get("id")
             .and_then(|s| Uuid::parse_str(&s).ok())
     };
-    let user = Resource::new(|| (), |_| whoami());
     view! {
         <Title text="Job · gpuq" />
-        <Transition fallback=|| view! { <p class="card">"Loading…"</p> }>
-            {move || Suspend::new(async move {
-                match (user.await, id()) {
-                    (Ok(Some(_)), Some(id)) => view! { <JobView id /> }.into_any(),
-                    (Ok(Some(_)), None) => view! { <p class="card error">"Not a job id."</p> }.into_any(),
-                    (Ok(None), _) => view! { <Redirect path="/login" /> }.into_any(),
-                    (Err(e), _) => view! { <p class="card error">{e.to_string()}</p> }.into_any(),
-                }
-            })}
-        </Transition>
+        <SignedIn page=move |_| match id() {
+            Some(id) => view! { <JobView id /> }.into_any(),
+            None => view! { <p class="card error">"Not a job id."</p> }.into_any(),
+        } />
     }
 }
 

@@ -2,6 +2,7 @@
 //! server functions in `crate::api`.
 
 mod dashboard;
+mod gate;
 mod job;
 mod live;
 mod login;

@@ -1,28 +1,20 @@
 //! Queue and history: every job, filtered by status, owner or "mine", newest first, a page at a
 //! time; queue positions and wait reasons for queued jobs; cancel where allowed.
 
+use super::gate::SignedIn;
 use super::live::use_live;
-use crate::api::{list_jobs, whoami, CancelJob};
+use crate::api::{list_jobs, CancelJob};
 use crate::model::{JobPage, JobStatus, Role, UserView};
 use leptos::prelude::*;
 use leptos_meta::Title;
-use leptos_router::components::{Redirect, A};
+use leptos_router::components::A;
 
 /// `/jobs`
 #[component]
 pub fn QueuePage() -> impl IntoView {
-    let user = Resource::new(|| (), |_| whoami());
     view! {
         <Title text="Jobs · gpuq" />
-        <Transition fallback=|| view! { <p class="card">"Loading…"</p> }>
-            {move || Suspend::new(async move {
-                match user.await {
-                    Ok(Some(u)) => view! { <Queue me=u /> }.into_any(),
-                    Ok(None) => view! { <Redirect path="/login" /> }.into_any(),
-                    Err(e) => view! { <p class="card error">{e.to_string()}</p> }.into_any(),
-                }
-            })}
-        </Transition>
+        <SignedIn page=|me| view! { <Queue me /> } />
     }
 }
 

@@ -1,28 +1,19 @@
 //! The submit form: the same parser as the API decides, errors appear next to their field, and a
 //! live preview says whether the job fits now, would wait, or can never run here.
 
-use crate::api::{get_manifest, whoami, PreviewJob, SubmitJob};
+use super::gate::SignedIn;
+use crate::api::{get_manifest, PreviewJob, SubmitJob};
 use crate::model::{AppError, Preview};
 use leptos::prelude::*;
 use leptos_meta::Title;
-use leptos_router::components::Redirect;
 use leptos_router::hooks::use_navigate;
 
 /// `/submit`
 #[component]
 pub fn SubmitPage() -> impl IntoView {
-    let user = Resource::new(|| (), |_| whoami());
     view! {
         <Title text="Submit · gpuq" />
-        <Transition fallback=|| view! { <p class="card">"Loading…"</p> }>
-            {move || Suspend::new(async move {
-                match user.await {
-                    Ok(Some(_)) => view! { <SubmitForm /> }.into_any(),
-                    Ok(None) => view! { <Redirect path="/login" /> }.into_any(),
-                    Err(e) => view! { <p class="card error">{e.to_string()}</p> }.into_any(),
-                }
-            })}
-        </Transition>
+        <SignedIn page=|_| view! { <SubmitForm /> } />
     }
 }
 

@@ -1,0 +1,32 @@
+//! The one sign-in gate every page goes through.
+
+use crate::api::whoami;
+use crate::model::UserView;
+use leptos::prelude::*;
+use leptos_router::components::Redirect;
+
+/// Renders `page` for the signed-in user; sends everyone else to the sign-in page. Pages that use
+/// it are rendered `SsrMode::Async`, so the redirect is a real 302 before any byte is sent.
+#[component]
+pub fn SignedIn<F, V>(page: F) -> impl IntoView
+where
+    F: Fn(UserView) -> V + Clone + Send + Sync + 'static,
+    V: IntoView + 'static,
+{
+    // Its own fetch (not the header's): right after sign-in the header's copy may still be stale.
+    let user = Resource::new(|| (), |_| whoami());
+    view! {
+        <Transition fallback=|| view! { <p class="card">"Loading…"</p> }>
+            {move || {
+                let page = page.clone();
+                Suspend::new(async move {
+                    match user.await {
+                        Ok(Some(u)) => page(u).into_any(),
+                        Ok(None) => view! { <Redirect path="/login" /> }.into_any(),
+                        Err(e) => view! { <p class="card error">{e.to_string()}</p> }.into_any(),
+                    }
+                })
+            }}
+        </Transition>
+    }
+}
