@@ -4,8 +4,8 @@
 mod common;
 
 use common::{
-    database_url, free_port, ledger_violations, pass_config, post_job, start_server, TestApp,
-    PASSWORD,
+    api_as_admin, database_url, free_port, ledger_violations, pass_config, post_job, start_server,
+    TestApp,
 };
 use gpuq::model::Role;
 use gpuq::server::admission::{pass, planner, run_pass};
@@ -188,17 +188,7 @@ async fn two_server_processes_on_one_database_never_double_book(pool: PgPool) {
     let ports = [free_port(), free_port()];
     let _a = start_server(&url, ports[0], &dir.path().join("a.log"), &[]).await;
     let _b = start_server(&url, ports[1], &dir.path().join("b.log"), &[]).await;
-    let client = reqwest::Client::new();
-    let token: serde_json::Value = client
-        .post(format!("http://127.0.0.1:{}/api/v1/tokens", ports[0]))
-        .json(&json!({ "username": "admin", "password": PASSWORD, "name": "burst" }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let bearer = format!("Bearer {}", token["token"].as_str().unwrap());
+    let (client, bearer) = api_as_admin(ports[0]).await;
     let mut ids = Vec::new();
     for i in 0..120usize {
         let port = ports[i % 2];

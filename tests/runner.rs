@@ -3,7 +3,7 @@
 mod common;
 
 use common::{
-    database_url, free_port, post_job, start_server, wait_status, Node, TestApp, PASSWORD,
+    api_as_admin, database_url, free_port, post_job, start_server, wait_status, Node, TestApp,
 };
 use gpuq::model::Role;
 use gpuq::server::runtime::{ensure_sim_devices, Docker, LaunchMode};
@@ -260,23 +260,6 @@ async fn privileged_launches_are_refused_by_the_fence_check(pool: PgPool) {
         "{reason}"
     );
     node.stop().await;
-}
-
-async fn api_as_admin(port: u16) -> (reqwest::Client, String) {
-    let client = reqwest::Client::new();
-    let token: Value = client
-        .post(format!("http://127.0.0.1:{port}/api/v1/tokens"))
-        .json(&json!({ "username": "admin", "password": PASSWORD, "name": "t" }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    (
-        client,
-        format!("Bearer {}", token["token"].as_str().unwrap()),
-    )
 }
 
 #[sqlx::test(migrations = false)]

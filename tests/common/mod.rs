@@ -571,3 +571,21 @@ pub async fn post_job(
         .parse()
         .unwrap()
 }
+
+/// An HTTP client and an admin bearer header for a running `gpuq serve`.
+pub async fn api_as_admin(port: u16) -> (reqwest::Client, String) {
+    let client = reqwest::Client::new();
+    let token: Value = client
+        .post(format!("http://127.0.0.1:{port}/api/v1/tokens"))
+        .json(&serde_json::json!({ "username": "admin", "password": PASSWORD, "name": "t" }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    (
+        client,
+        format!("Bearer {}", token["token"].as_str().unwrap()),
+    )
+}
