@@ -101,6 +101,27 @@ impl Fields {
     }
 }
 
+/// The spec fields the form shows errors next to; errors on anything else appear below the form.
+const FORM_FIELDS: [&str; 10] = [
+    "image",
+    "command",
+    "name",
+    "gpu_count",
+    "workload",
+    "min_vram_mb",
+    "env",
+    "volumes",
+    "timeout_s",
+    "priority",
+];
+
+/// Whether an error's field (`env.FOO`, `volumes[2]`, `image`) belongs to a form field.
+fn belongs_to(field: &str, form_field: &str) -> bool {
+    field
+        .strip_prefix(form_field)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('.') || rest.starts_with('['))
+}
+
 #[component]
 fn SubmitForm() -> impl IntoView {
     let f = Fields::new();
@@ -123,38 +144,15 @@ fn SubmitForm() -> impl IntoView {
     };
     let field_error = move |prefix: &'static str| {
         move || match error() {
-            Some(AppError::Invalid { field, message })
-                if field == prefix
-                    || field.starts_with(&format!("{prefix}."))
-                    || field.starts_with(&format!("{prefix}[")) =>
-            {
-                Some(
-                    view! { <p class="field-error" role="alert">{format!("{field}: {message}")}</p> },
-                )
-            }
+            Some(AppError::Invalid { field, message }) if belongs_to(&field, prefix) => Some(
+                view! { <p class="field-error" role="alert">{format!("{field}: {message}")}</p> },
+            ),
             _ => None,
         }
     };
     let other_error = move || match error() {
         Some(AppError::Invalid { field, .. })
-            if [
-                "image",
-                "command",
-                "name",
-                "gpu_count",
-                "workload",
-                "min_vram_mb",
-                "env",
-                "volumes",
-                "timeout_s",
-                "priority",
-            ]
-            .iter()
-            .any(|p| {
-                field == *p
-                    || field.starts_with(&format!("{p}."))
-                    || field.starts_with(&format!("{p}["))
-            }) =>
+            if FORM_FIELDS.iter().any(|p| belongs_to(&field, p)) =>
         {
             None
         }
