@@ -3,6 +3,10 @@
 //! The crate builds twice: with `ssr` as the server binary (axum, Postgres, scheduler, Docker) and with
 //! `hydrate` as the browser bundle. Everything server-only lives behind the one `server` module wall.
 
+// Leptos views are nested types; without `--cfg erase_components` (release builds) the deepest pages
+// need more than the default 128.
+#![recursion_limit = "256"]
+
 pub mod api;
 pub mod app;
 pub mod model;

@@ -505,6 +505,7 @@ async fn the_openapi_document_describes_every_route(pool: PgPool) {
         ("get", "/api/v1/openapi.json"),
         ("get", "/api/v1/events"),
         ("get", "/api/v1/me"),
+        ("post", "/api/v1/me/password"),
         ("post", "/api/v1/tokens"),
         ("get", "/api/v1/tokens"),
         ("delete", "/api/v1/tokens/{id}"),
@@ -515,6 +516,7 @@ async fn the_openapi_document_describes_every_route(pool: PgPool) {
         ("get", "/api/v1/jobs"),
         ("get", "/api/v1/jobs/{id}"),
         ("post", "/api/v1/jobs/{id}/cancel"),
+        ("post", "/api/v1/jobs/{id}/resubmit"),
         ("get", "/api/v1/jobs/{id}/logs"),
         ("get", "/api/v1/gpus"),
         ("patch", "/api/v1/gpus/{uuid}"),
@@ -522,8 +524,13 @@ async fn the_openapi_document_describes_every_route(pool: PgPool) {
         ("get", "/api/v1/manifest"),
         ("put", "/api/v1/manifest/{workload}"),
         ("delete", "/api/v1/manifest/{workload}"),
+        ("post", "/api/v1/manifest/{workload}/rename"),
+        ("get", "/api/v1/manifest/history"),
         ("get", "/api/v1/settings/launch-policy"),
         ("put", "/api/v1/settings/launch-policy"),
+        ("get", "/api/v1/usage"),
+        ("get", "/api/v1/usage/samples.csv"),
+        ("get", "/api/v1/usage/jobs.csv"),
     ];
     let paths = doc["paths"].as_object().unwrap();
     let documented: usize = paths.values().map(|p| p.as_object().unwrap().len()).sum();
@@ -612,7 +619,9 @@ async fn every_route_allows_exactly_the_roles_it_should(pool: PgPool) {
     const ADMIN: [bool; 5] = [false, false, false, false, true];
     const OWNER_ADMIN: [bool; 5] = [false, true, false, false, true];
     const OWNER_MANAGER: [bool; 5] = [false, true, false, true, true];
+    const OWNER: [bool; 5] = [false, true, false, false, false];
     const ANYONE: [bool; 5] = [true; 5];
+    const MANAGER: [bool; 5] = [false, false, false, true, true];
     let policy = app
         .api("GET", "/api/v1/settings/launch-policy", Some(&admin), None)
         .await
@@ -622,6 +631,12 @@ async fn every_route_allows_exactly_the_roles_it_should(pool: PgPool) {
         ("GET", "/readyz".into(), None, ANYONE),
         ("GET", "/api/v1/openapi.json".into(), None, ANYONE),
         ("GET", "/api/v1/me".into(), None, ALL),
+        (
+            "POST",
+            "/api/v1/me/password".into(),
+            Some(json!({ "current_password": "wrong-one", "new_password": "long-enough-1" })),
+            ALL,
+        ),
         ("GET", "/api/v1/tokens".into(), None, ALL),
         ("GET", "/api/v1/users".into(), None, ADMIN),
         (
@@ -651,6 +666,7 @@ async fn every_route_allows_exactly_the_roles_it_should(pool: PgPool) {
             None,
             OWNER_ADMIN,
         ),
+        ("POST", format!("/api/v1/jobs/{job}/resubmit"), None, OWNER),
         ("GET", "/api/v1/gpus".into(), None, ALL),
         (
             "PATCH",
@@ -672,6 +688,13 @@ async fn every_route_allows_exactly_the_roles_it_should(pool: PgPool) {
             ADMIN,
         ),
         ("DELETE", "/api/v1/manifest/w".into(), None, ADMIN),
+        (
+            "POST",
+            "/api/v1/manifest/w/rename".into(),
+            Some(json!({ "to": "w2" })),
+            ADMIN,
+        ),
+        ("GET", "/api/v1/manifest/history".into(), None, ALL),
         ("GET", "/api/v1/settings/launch-policy".into(), None, ALL),
         (
             "PUT",
@@ -679,6 +702,9 @@ async fn every_route_allows_exactly_the_roles_it_should(pool: PgPool) {
             Some(policy),
             ADMIN,
         ),
+        ("GET", "/api/v1/usage".into(), None, MANAGER),
+        ("GET", "/api/v1/usage/samples.csv".into(), None, MANAGER),
+        ("GET", "/api/v1/usage/jobs.csv".into(), None, MANAGER),
     ];
     let callers = [
         None,

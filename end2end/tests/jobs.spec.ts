@@ -1,47 +1,9 @@
-import { test, expect, Page, APIRequestContext } from "@playwright/test";
-
-const adminPassword = process.env.GPUQ_E2E_ADMIN_PASSWORD ?? "e2e-admin-password";
-const memberPassword = "member-password-1";
-
-async function waitForServer(request: APIRequestContext) {
-  const deadline = Date.now() + 60_000;
-  for (;;) {
-    try {
-      const res = await request.get("/readyz");
-      if (res.ok()) return;
-    } catch {
-      // not listening yet
-    }
-    if (Date.now() > deadline) throw new Error("gpuq did not become ready within 60 s");
-    await new Promise((r) => setTimeout(r, 250));
-  }
-}
-
-// A member account, made through the REST API as the admin would.
-async function ensureMember(request: APIRequestContext, name: string) {
-  const token = await request.post("/api/v1/tokens", {
-    data: { username: "admin", password: adminPassword, name: `e2e-${name}` },
-  });
-  expect(token.status()).toBe(201);
-  const bearer = `Bearer ${(await token.json()).token}`;
-  const created = await request.post("/api/v1/users", {
-    headers: { Authorization: bearer },
-    data: { username: name, role: "member", password: memberPassword },
-  });
-  expect([201, 409]).toContain(created.status());
-}
-
-async function signIn(page: Page, name: string) {
-  await page.goto("/login");
-  await page.getByLabel("Username").fill(name);
-  await page.getByLabel("Password").fill(memberPassword);
-  await page.getByRole("button", { name: "Sign in" }).click();
-  await expect(page.getByRole("heading", { name: `Welcome, ${name}` })).toBeVisible();
-}
+import { test, expect } from "@playwright/test";
+import { ensureUser, signIn, tokenFor, waitForServer } from "./util";
 
 test("a member submits through the form and watches the job run to the end without reloading", async ({ page, request }) => {
   await waitForServer(request);
-  await ensureMember(request, "maria");
+  await ensureUser(request, "maria");
   await signIn(page, "maria");
 
   // The dashboard shows every card with its memory bar.
@@ -82,7 +44,7 @@ test("a member submits through the form and watches the job run to the end witho
 
 test("a job that can never run here is explained before submission", async ({ page, request }) => {
   await waitForServer(request);
-  await ensureMember(request, "marco");
+  await ensureUser(request, "marco");
   await signIn(page, "marco");
   await page.goto("/submit");
   await page.getByLabel("Image").fill("gpuq-test/busybox:latest");
@@ -92,18 +54,10 @@ test("a job that can never run here is explained before submission", async ({ pa
   await expect(page.locator("#preview")).toContainText("can never run here");
 });
 
-async function tokenFor(request: APIRequestContext, name: string): Promise<string> {
-  const res = await request.post("/api/v1/tokens", {
-    data: { username: name, password: memberPassword, name: `e2e-${name}-${Date.now()}` },
-  });
-  expect(res.status()).toBe(201);
-  return `Bearer ${(await res.json()).token}`;
-}
-
 test("a big job waits with its reason on the queue page, then starts when the cards free up", async ({ page, request }) => {
   await waitForServer(request);
-  await ensureMember(request, "maria");
-  await ensureMember(request, "marco");
+  await ensureUser(request, "maria");
+  await ensureUser(request, "marco");
   const maria = await tokenFor(request, "maria");
   const marco = await tokenFor(request, "marco");
   // Maria's job holds both cards for a few seconds.
@@ -131,7 +85,7 @@ test("a big job waits with its reason on the queue page, then starts when the ca
 
 test("the queue page pages through history", async ({ page, request }) => {
   await waitForServer(request);
-  await ensureMember(request, "maria");
+  await ensureUser(request, "maria");
   await signIn(page, "maria");
   await page.goto("/jobs");
   const pager = page.locator("nav.pager");

@@ -71,6 +71,7 @@ pub async fn get_job_detail(id: Uuid) -> Result<JobDetail, AppError> {
     let owner = job.owner == user.username;
     Ok(JobDetail {
         can_cancel: (owner || user.role.at_least(Role::Admin)) && !job.status.is_terminal(),
+        can_resubmit: owner,
         job,
         events: rows
             .into_iter()
@@ -152,6 +153,16 @@ pub async fn cancel_job(id: Uuid) -> Result<JobAck, AppError> {
     crate::server::jobs::cancel(&state, &user, id).await
 }
 
+/// Submits a copy of one of the caller's jobs as a new job.
+#[server(endpoint = "resubmit_job")]
+pub async fn resubmit_job(id: Uuid) -> Result<JobAck, AppError> {
+    use crate::model::Role;
+    use crate::server::auth::server_fn_require;
+
+    let (state, user) = server_fn_require(Role::Member).await?;
+    crate::server::jobs::resubmit(&state, &user, id).await
+}
+
 /// The manifest, for the submit form's workload choice.
 #[server(endpoint = "get_manifest")]
 pub async fn get_manifest() -> Result<crate::model::ManifestView, AppError> {
@@ -169,6 +180,7 @@ pub async fn list_jobs(
     owner: String,
     mine: bool,
     page: i64,
+    #[server(default)] sort: String,
 ) -> Result<crate::model::JobPage, AppError> {
     use crate::model::Role;
     use crate::server::auth::server_fn_require;
@@ -181,6 +193,7 @@ pub async fn list_jobs(
         mine: Some(mine),
         page: Some(page),
         per_page: Some(20),
+        sort: (!sort.is_empty()).then_some(sort),
     };
     crate::server::jobs::list(&state, &user, &query).await
 }

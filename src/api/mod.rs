@@ -1,8 +1,12 @@
 //! Server functions: the browser's door to the service layer. Each one authorizes, calls the same
 //! service functions as the REST API, and maps errors to [`crate::model::AppError`].
 
+pub mod admin;
 pub mod jobs;
 pub mod session;
+pub mod usage;
 
+pub use admin::*;
 pub use jobs::*;
 pub use session::*;
+pub use usage::*;

@@ -1,10 +1,10 @@
-//! The dashboard: every card and what holds it, the queue, my jobs; a live server check; (for
-//! admins) the users. Updates in place on live events.
+//! The dashboard: every card and what holds it, the queue, my jobs; a live server check.
+//! Updates in place on live events.
 
 use super::gate::SignedIn;
 use super::live::use_live;
-use crate::api::{dashboard, list_users, ServerStatus};
-use crate::model::{DashboardView, GpuView, JobView, Role, StatusView, UserView};
+use crate::api::{dashboard, ServerStatus};
+use crate::model::{DashboardView, GpuView, JobView, StatusView, UserView};
 use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::components::A;
@@ -20,7 +20,6 @@ pub fn DashboardPage() -> impl IntoView {
 
 #[component]
 fn Dashboard(user: UserView) -> impl IntoView {
-    let is_admin = user.role.at_least(Role::Admin);
     view! {
         <section class="card">
             <h1>{format!("Welcome, {}", user.username)}</h1>
@@ -31,7 +30,6 @@ fn Dashboard(user: UserView) -> impl IntoView {
         </section>
         <Overview />
         <StatusCard />
-        {is_admin.then(|| view! { <UsersCard /> })}
     }
 }
 
@@ -63,33 +61,6 @@ fn describe(s: &StatusView) -> String {
         s.active_users,
         s.checked_at.format("%H:%M:%S")
     )
-}
-
-#[component]
-fn UsersCard() -> impl IntoView {
-    let users = Resource::new(|| (), |_| list_users());
-    view! {
-        <section class="card">
-            <h2>"Users"</h2>
-            <Transition fallback=|| view! { <p>"Loading…"</p> }>
-                {move || Suspend::new(async move {
-                    match users.await {
-                        Ok(list) => view! {
-                            <table>
-                                <thead><tr><th scope="col">"Name"</th><th scope="col">"Role"</th></tr></thead>
-                                <tbody>
-                                    {list.into_iter().map(|u| view! {
-                                        <tr><td>{u.username}</td><td>{u.role.as_str()}</td></tr>
-                                    }).collect_view()}
-                                </tbody>
-                            </table>
-                        }.into_any(),
-                        Err(e) => view! { <p class="error">{e.to_string()}</p> }.into_any(),
-                    }
-                })}
-            </Transition>
-        </section>
-    }
 }
 
 /// Cards, the queue summary and my jobs, refetched on every live event.

@@ -2,7 +2,7 @@
 
 use super::gate::SignedIn;
 use super::live::use_live;
-use crate::api::{get_job_detail, job_log, CancelJob};
+use crate::api::{get_job_detail, job_log, CancelJob, ResubmitJob};
 use crate::model::{JobDetail, JobStatus};
 use leptos::prelude::*;
 use leptos_meta::Title;
@@ -81,6 +81,13 @@ fn follow(_tick: RwSignal<u64>) {}
 
 #[component]
 fn Detail(d: JobDetail, cancel: ServerAction<CancelJob>) -> impl IntoView {
+    let resubmit = ServerAction::<ResubmitJob>::new();
+    let navigate = leptos_router::hooks::use_navigate();
+    Effect::new(move |_| {
+        if let Some(Ok(ack)) = resubmit.value().get() {
+            navigate(&format!("/jobs/{}", ack.job_id), Default::default());
+        }
+    });
     let j = d.job;
     let id = j.id;
     let status = j.status;
@@ -116,6 +123,12 @@ fn Detail(d: JobDetail, cancel: ServerAction<CancelJob>) -> impl IntoView {
                     "Cancel job"
                 </button>
             })}
+            {d.can_resubmit.then(|| view! {
+                <button id="resubmit" type="button" on:click=move |_| { resubmit.dispatch(ResubmitJob { id }); }>
+                    "Resubmit as new job"
+                </button>
+            })}
+            {move || resubmit.value().get().and_then(|r| r.err()).map(|e| view! { <p class="error" role="alert">{e.to_string()}</p> })}
             <dl class="spec">
                 <dt>"Owner"</dt><dd>{j.owner.clone()}</dd>
                 <dt>"Image"</dt><dd>{j.image.clone()}</dd>

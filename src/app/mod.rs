@@ -1,16 +1,20 @@
 //! The Leptos UI: the document shell, the router and the pages. No SQL or Docker here: pages call
 //! server functions in `crate::api`.
 
+mod account;
+mod admin;
 mod dashboard;
 mod gate;
 mod job;
 mod live;
 mod login;
+mod manifest;
 mod queue;
 mod submit;
+mod usage;
 
 use crate::api::{whoami, Login, Logout};
-use crate::model::{AppError, UserView};
+use crate::model::{AppError, Role, UserView};
 use dashboard::DashboardPage;
 use leptos::prelude::*;
 use leptos_meta::{provide_meta_context, MetaTags, Stylesheet, Title};
@@ -80,6 +84,10 @@ pub fn App() -> impl IntoView {
                     <Route path=path!("/submit") view=submit::SubmitPage ssr=SsrMode::Async />
                     <Route path=path!("/jobs") view=queue::QueuePage ssr=SsrMode::Async />
                     <Route path=path!("/jobs/:id") view=job::JobPage ssr=SsrMode::Async />
+                    <Route path=path!("/manifest") view=manifest::ManifestPage ssr=SsrMode::Async />
+                    <Route path=path!("/usage") view=usage::UsagePage ssr=SsrMode::Async />
+                    <Route path=path!("/admin") view=admin::AdminPage ssr=SsrMode::Async />
+                    <Route path=path!("/account") view=account::AccountPage ssr=SsrMode::Async />
                 </Routes>
             </main>
         </Router>
@@ -90,6 +98,7 @@ pub fn App() -> impl IntoView {
 fn Header() -> impl IntoView {
     let auth = expect_context::<Auth>();
     view! {
+        <a class="skip" href="#content">"Skip to content"</a>
         <header class="topbar">
             <a class="brand" href="/">
                 "gpuq"
@@ -98,6 +107,20 @@ fn Header() -> impl IntoView {
                 <A href="/">"Dashboard"</A>
                 <A href="/jobs">"Jobs"</A>
                 <A href="/submit">"Submit"</A>
+                <A href="/manifest">"Manifest"</A>
+                <Transition fallback=|| ()>
+                    {move || Suspend::new(async move {
+                        let role = match auth.user.await {
+                            Ok(Some(u)) => Some(u.role),
+                            _ => None,
+                        };
+                        view! {
+                            {role.is_some_and(|r| r.at_least(Role::Manager)).then(|| view! { <A href="/usage">"Usage"</A> })}
+                            {role.is_some_and(|r| r.at_least(Role::Admin)).then(|| view! { <A href="/admin">"Admin"</A> })}
+                        }
+                    })}
+                </Transition>
+                <A href="/account">"Account"</A>
             </nav>
             <div class="account">
                 <Transition fallback=|| ()>

@@ -1,5 +1,5 @@
-//! Queue and history: every job, filtered by status, owner or "mine", newest first, a page at a
-//! time; queue positions and wait reasons for queued jobs; cancel where allowed.
+//! Queue and history: every job, filtered by status, owner or "mine", sorted newest or oldest
+//! first, in queue order or by name, a page at a time; queue positions and wait reasons for queued jobs; cancel where allowed.
 
 use super::gate::SignedIn;
 use super::live::use_live;
@@ -24,6 +24,7 @@ fn Queue(me: UserView) -> impl IntoView {
     let status = RwSignal::new(String::new());
     let owner = RwSignal::new(String::new());
     let mine = RwSignal::new(false);
+    let sort = RwSignal::new(String::new());
     let page = RwSignal::new(1i64);
     let cancel = ServerAction::<CancelJob>::new();
     let jobs = Resource::new(
@@ -35,9 +36,10 @@ fn Queue(me: UserView) -> impl IntoView {
                 owner.get(),
                 mine.get(),
                 page.get(),
+                sort.get(),
             )
         },
-        |(_, _, s, o, m, p)| list_jobs(s, o, m, p),
+        |(_, _, s, o, m, p, order)| list_jobs(s, o, m, p, order),
     );
     let statuses = [
         ("", "all"),
@@ -59,6 +61,15 @@ fn Queue(me: UserView) -> impl IntoView {
                     <label for="filter-owner">"Owner"</label>
                     <input id="filter-owner" type="text" prop:value=move || owner.get()
                         on:change=move |ev| { owner.set(event_target_value(&ev)); page.set(1); } />
+                </div>
+                <div class="field">
+                    <label for="filter-sort">"Sort"</label>
+                    <select id="filter-sort" on:change=move |ev| { sort.set(event_target_value(&ev)); page.set(1); }>
+                        <option value="newest">"newest first"</option>
+                        <option value="oldest">"oldest first"</option>
+                        <option value="queue">"queue order (priority, then age)"</option>
+                        <option value="name">"name"</option>
+                    </select>
                 </div>
                 <div class="field checkbox">
                     <label>

@@ -39,6 +39,8 @@ pub struct JobDetail {
     pub events: Vec<JobEventView>,
     /// Whether the caller may cancel it now.
     pub can_cancel: bool,
+    /// Whether the caller may submit a copy of it (its owner).
+    pub can_resubmit: bool,
 }
 
 /// What would happen to a job spec if it were submitted now.

@@ -123,6 +123,9 @@ pub struct UserView {
     pub username: String,
     /// What the user may do.
     pub role: Role,
+    /// Disabled by an admin: can no longer sign in, and sessions and tokens are refused.
+    #[serde(default)]
+    pub disabled: bool,
 }
 
 #[cfg(test)]

@@ -85,6 +85,12 @@ pub struct ServeArgs {
     /// How often the GPU inventory is re-read (seconds).
     #[arg(long, env = "GPUQ_GPU_REFRESH_S", default_value_t = 10)]
     pub gpu_refresh_s: u64,
+    /// How often each card of this node is sampled for the usage charts (seconds).
+    #[arg(long, env = "GPUQ_SAMPLE_EVERY_S", default_value_t = 5)]
+    pub sample_every_s: u64,
+    /// How long usage samples are kept (hours); longer usage ranges are refused.
+    #[arg(long, env = "GPUQ_SAMPLE_RETENTION_H", default_value_t = 720)]
+    pub sample_retention_h: u64,
     /// Launch admitted jobs of this node in Docker (turn off for a scheduling-only process).
     #[arg(long, env = "GPUQ_RUNNER", default_value_t = true, action = clap::ArgAction::Set)]
     pub runner: bool,

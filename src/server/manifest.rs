@@ -128,7 +128,8 @@ pub async fn delete(state: &AppState, user: &CurrentUser, name: &str) -> Result<
     Ok(())
 }
 
-fn check_name(name: &str) -> Result<(), AppError> {
+/// Checks a workload type name.
+pub fn check_name(name: &str) -> Result<(), AppError> {
     let ok = !name.is_empty()
         && name.len() <= 64
         && name

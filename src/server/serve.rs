@@ -103,6 +103,13 @@ async fn run(args: &ServeArgs, database: &Database) -> Result<()> {
         tasks.spawn(sched);
         None
     };
+    tasks.spawn(crate::server::usage::sampler::run(
+        pool.clone(),
+        Arc::clone(&inventory),
+        args.node.clone(),
+        crate::server::usage::Sampling::from_flags(args.sample_every_s, args.sample_retention_h),
+        stop_rx.clone(),
+    ));
     tasks.spawn(gpu::sync::run(
         pool.clone(),
         inventory,

@@ -65,6 +65,7 @@ pub async fn run_pass(pool: &PgPool, cfg: &PassConfig, now: DateTime<Utc>) -> Re
     let plan = planner::plan(&state.input);
     let plan_time = planned.elapsed();
     let admitted = apply(&mut tx, cfg, &state, &plan).await?;
+    record_pass(&mut tx).await?;
     if reclaimed > 0 || admitted > 0 {
         let payload = json!({ "kind": "pass", "admitted": admitted, "reclaimed": reclaimed });
         events::notify(&mut *tx, events::EVENTS_CHANNEL, &payload.to_string()).await?;
@@ -87,6 +88,17 @@ pub async fn lock(tx: &mut Transaction<'_, Postgres>) -> Result<()> {
         .execute(&mut **tx)
         .await
         .context("taking the admission lock")?;
+    Ok(())
+}
+
+/// Notes that a pass committed (read by the UI: "applied by the pass at …").
+pub async fn record_pass(tx: &mut Transaction<'_, Postgres>) -> Result<()> {
+    sqlx::query(
+        "UPDATE scheduler_state SET last_pass_at = clock_timestamp(), passes = passes + 1 WHERE id = 1",
+    )
+    .execute(&mut **tx)
+    .await
+    .context("recording the pass")?;
     Ok(())
 }
 

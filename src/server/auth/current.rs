@@ -56,6 +56,7 @@ impl CurrentUser {
             id: self.id,
             username: self.username.clone(),
             role: self.role,
+            disabled: false,
         }
     }
 

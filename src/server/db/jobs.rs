@@ -139,6 +139,46 @@ pub struct JobFilter {
     pub limit: i64,
     /// Rows to skip.
     pub offset: i64,
+    /// Order of the page.
+    pub sort: JobSort,
+}
+
+/// How a list of jobs is ordered.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum JobSort {
+    /// Newest first (submit order, descending).
+    #[default]
+    Newest,
+    /// Oldest first.
+    Oldest,
+    /// The order the scheduler considers them: priority, then submit order.
+    Queue,
+    /// Alphabetical by job name.
+    Name,
+}
+
+impl JobSort {
+    /// Parses `newest`, `oldest`, `queue` or `name`.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "" | "newest" => Ok(JobSort::Newest),
+            "oldest" => Ok(JobSort::Oldest),
+            "queue" => Ok(JobSort::Queue),
+            "name" => Ok(JobSort::Name),
+            other => Err(format!(
+                "unknown sort `{other}`: expected newest, oldest, queue or name"
+            )),
+        }
+    }
+
+    fn order_by(self) -> &'static str {
+        match self {
+            JobSort::Newest => " ORDER BY j.seq DESC",
+            JobSort::Oldest => " ORDER BY j.seq ASC",
+            JobSort::Queue => " ORDER BY j.priority DESC, j.seq ASC",
+            JobSort::Name => " ORDER BY j.name ASC, j.seq DESC",
+        }
+    }
 }
 
 fn push_where(q: &mut QueryBuilder<'_, sqlx::Postgres>, f: &JobFilter) {
@@ -153,13 +193,14 @@ fn push_where(q: &mut QueryBuilder<'_, sqlx::Postgres>, f: &JobFilter) {
     }
 }
 
-/// A page of jobs, newest first, and the number matching.
+/// A page of jobs in the asked order, and the number matching.
 pub async fn list(db: &mut sqlx::PgConnection, f: &JobFilter) -> sqlx::Result<(Vec<JobRow>, i64)> {
     let mut q = QueryBuilder::new(format!(
         "SELECT {COLUMNS} FROM jobs j JOIN users u ON u.id = j.owner_id"
     ));
     push_where(&mut q, f);
-    q.push(" ORDER BY j.seq DESC LIMIT ")
+    q.push(f.sort.order_by())
+        .push(" LIMIT ")
         .push_bind(f.limit)
         .push(" OFFSET ")
         .push_bind(f.offset);

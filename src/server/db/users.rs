@@ -34,6 +34,7 @@ impl UserRow {
             id: self.id,
             username: self.username.clone(),
             role: self.role()?,
+            disabled: self.disabled_at.is_some(),
         })
     }
 }
@@ -105,6 +106,34 @@ pub async fn set_disabled(db: impl PgExecutor<'_>, id: Uuid, disabled: bool) -> 
     .execute(db)
     .await?;
     Ok(res.rows_affected() == 1)
+}
+
+/// Changes a user's role. Returns whether the user exists.
+pub async fn set_role(db: impl PgExecutor<'_>, id: Uuid, role: Role) -> sqlx::Result<bool> {
+    let res = sqlx::query("UPDATE users SET role = $2 WHERE id = $1")
+        .bind(id)
+        .bind(role.as_str())
+        .execute(db)
+        .await?;
+    Ok(res.rows_affected() == 1)
+}
+
+/// Replaces a user's password hash.
+pub async fn set_password_hash(db: impl PgExecutor<'_>, id: Uuid, hash: &str) -> sqlx::Result<()> {
+    sqlx::query("UPDATE users SET password_hash = $2 WHERE id = $1")
+        .bind(id)
+        .bind(hash)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+/// A user by id, enabled or not.
+pub async fn by_id(db: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<Option<UserRow>> {
+    sqlx::query_as(&format!("SELECT {USER_COLUMNS} FROM users WHERE id = $1"))
+        .bind(id)
+        .fetch_optional(db)
+        .await
 }
 
 /// Records one failed sign-in for a name.

@@ -3,17 +3,18 @@
 use super::error::ErrorBody;
 use super::{ApiError, ApiJson};
 use crate::model::{
-    parse_gpu_id, AppError, GpuView, LaunchPolicy, ManifestView, Role, WorkloadView,
+    parse_gpu_id, AppError, GpuView, LaunchPolicy, ManifestState, ManifestView, Role, WorkloadView,
 };
+use crate::server::admin;
 use crate::server::auth::CurrentUser;
-use crate::server::db::{events, settings};
+use crate::server::db::settings;
 use crate::server::gpu::views as gpu_views;
 use crate::server::http::OrInternal;
 use crate::server::manifest::{self, WorkloadPut};
 use crate::server::AppState;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use axum::routing::{get, patch, put};
+use axum::routing::{get, patch, post, put};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -25,10 +26,12 @@ pub fn router() -> Router<AppState> {
         .route("/gpus/{uuid}", patch(patch_gpu))
         .route("/gpus/{uuid}/sim", put(put_sim))
         .route("/manifest", get(get_manifest))
+        .route("/manifest/history", get(manifest_history))
         .route(
             "/manifest/{workload}",
             put(put_workload).delete(delete_workload),
         )
+        .route("/manifest/{workload}/rename", post(rename_workload))
         .route("/settings/launch-policy", get(get_policy).put(put_policy))
 }
 
@@ -107,6 +110,36 @@ pub(super) async fn put_workload(
     Ok(Json(manifest::put(&state, &user, &name, &body).await?))
 }
 
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct WorkloadRename {
+    /// The new name.
+    to: String,
+}
+
+#[utoipa::path(post, path = "/api/v1/manifest/{workload}/rename", tag = "manifest", security(("bearer" = [])), params(("workload" = String, Path)), request_body = WorkloadRename, responses((status = 200, body = WorkloadView), (status = 400, description = "invalid input; `field` names it", body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, description = "the new name is taken", body = ErrorBody)))]
+pub(super) async fn rename_workload(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    Path(name): Path<String>,
+    ApiJson(body): ApiJson<WorkloadRename>,
+) -> Result<Json<WorkloadView>, ApiError> {
+    user.require(Role::Admin)?;
+    Ok(Json(
+        admin::rename_workload(&state, &user, &name, &body.to).await?,
+    ))
+}
+
+/// The manifest with its edit history (newest first) and when the last admission pass ran: an
+/// edit whose time is before `last_pass_at` has been applied.
+#[utoipa::path(get, path = "/api/v1/manifest/history", tag = "manifest", security(("bearer" = [])), responses((status = 200, body = ManifestState), (status = 401, body = ErrorBody)))]
+pub(super) async fn manifest_history(
+    State(state): State<AppState>,
+    _user: CurrentUser,
+) -> Result<Json<ManifestState>, ApiError> {
+    Ok(Json(admin::manifest_state(&state).await?))
+}
+
 #[utoipa::path(delete, path = "/api/v1/manifest/{workload}", tag = "manifest", security(("bearer" = [])), params(("workload" = String, Path)), responses((status = 204), (status = 404, body = ErrorBody)))]
 pub(super) async fn delete_workload(
     State(state): State<AppState>,
@@ -137,26 +170,5 @@ pub(super) async fn put_policy(
     ApiJson(policy): ApiJson<LaunchPolicy>,
 ) -> Result<Json<LaunchPolicy>, ApiError> {
     user.require(Role::Admin)?;
-    policy
-        .check()
-        .map_err(|(field, message)| AppError::invalid(field, message))?;
-    let mut tx = state
-        .pool
-        .begin()
-        .await
-        .or_internal("beginning a policy edit")?;
-    settings::save_launch_policy(&mut *tx, &policy)
-        .await
-        .or_internal("saving the launch policy")?;
-    events::audit(
-        &mut *tx,
-        &user.username,
-        "settings.launch_policy",
-        "launch_policy",
-        serde_json::to_value(&policy).or_internal("encoding a policy")?,
-    )
-    .await
-    .or_internal("auditing a policy edit")?;
-    tx.commit().await.or_internal("committing a policy edit")?;
-    Ok(Json(policy))
+    Ok(Json(admin::save_policy(&state, &user, &policy).await?))
 }

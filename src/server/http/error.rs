@@ -74,3 +74,29 @@ pub struct ErrorBody {
     /// The request field at fault, for `invalid`.
     pub field: Option<String>,
 }
+
+/// Server functions answer every error with 500; this gives them the status the error stands for
+/// (401, 403, 400, 404, 409, 429…), so logs, proxies and tests see what happened. The browser
+/// decodes any 4xx/5xx body as the error either way.
+pub async fn server_fn_status(
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let is_server_fn =
+        req.uri().path().starts_with("/api/") && !req.uri().path().starts_with("/api/v1/");
+    let res = next.run(req).await;
+    if !is_server_fn || res.status() != axum::http::StatusCode::INTERNAL_SERVER_ERROR {
+        return res;
+    }
+    let (mut parts, body) = res.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, 64 * 1024).await else {
+        parts.status = axum::http::StatusCode::INTERNAL_SERVER_ERROR;
+        return Response::from_parts(parts, axum::body::Body::empty());
+    };
+    if let Ok(err) = serde_json::from_slice::<AppError>(&bytes) {
+        if let Ok(status) = axum::http::StatusCode::from_u16(err.status()) {
+            parts.status = status;
+        }
+    }
+    Response::from_parts(parts, axum::body::Body::from(bytes))
+}

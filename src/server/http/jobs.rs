@@ -23,6 +23,7 @@ pub fn router() -> Router<AppState> {
         .route("/jobs", post(submit).get(list))
         .route("/jobs/{id}", get(show))
         .route("/jobs/{id}/cancel", post(cancel))
+        .route("/jobs/{id}/resubmit", post(resubmit))
         .route("/jobs/{id}/logs", get(logs))
 }
 
@@ -55,6 +56,17 @@ pub(super) async fn show(
     Path(id): Path<String>,
 ) -> Result<Json<JobView>, ApiError> {
     Ok(Json(jobs::get(&state, &user, job_id(&id)?).await?))
+}
+
+/// Submits a copy of one of the caller's jobs as a new job (through today's rules).
+#[utoipa::path(post, path = "/api/v1/jobs/{id}/resubmit", tag = "jobs", security(("bearer" = [])), params(("id" = Uuid, Path)), responses((status = 201, body = JobAck), (status = 400, description = "the old spec no longer passes; `field` names why", body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub(super) async fn resubmit(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    Path(id): Path<String>,
+) -> Result<(StatusCode, Json<JobAck>), ApiError> {
+    let ack = jobs::resubmit(&state, &user, job_id(&id)?).await?;
+    Ok((StatusCode::CREATED, Json(ack)))
 }
 
 #[utoipa::path(post, path = "/api/v1/jobs/{id}/cancel", tag = "jobs", security(("bearer" = [])), params(("id" = Uuid, Path)), responses((status = 200, body = JobAck), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, description = "already ended", body = ErrorBody)))]

@@ -8,6 +8,7 @@ mod jobs;
 mod json;
 mod live;
 pub mod openapi;
+mod usage;
 mod v1;
 
 pub use error::{ApiError, OrInternal};
@@ -53,10 +54,14 @@ pub fn app(state: AppState, opts: HttpOptions) -> Router {
         .route("/api/v1/events", get(live::events))
         .nest(
             "/api/v1",
-            v1::router().merge(jobs::router()).merge(cluster::router()),
+            v1::router()
+                .merge(jobs::router())
+                .merge(cluster::router())
+                .merge(usage::router()),
         )
         .leptos_routes(&state, routes, move || shell(leptos_options.clone()))
         .fallback(leptos_axum::file_and_error_handler::<AppState, _>(shell))
+        .layer(axum::middleware::from_fn(error::server_fn_status))
         .layer(sessions)
         .layer(axum::middleware::from_fn(csrf::same_origin_only))
         .layer(RequestBodyLimitLayer::new(MAX_BODY_BYTES))

@@ -2,11 +2,11 @@
 //! types, served at `GET /api/v1/openapi.json`.
 
 use super::error::ErrorBody;
-use super::{cluster, health, jobs, live, v1};
+use super::{cluster, health, jobs, live, usage, v1};
 use crate::model::spec::{RawCommand, RawJobSpec};
 use crate::model::{
-    AssignedGpu, GpuHolder, GpuView, JobAck, JobPage, JobStatus, JobView, LaunchPolicy,
-    ManifestView, Role, UserView, VolumeRule, WorkloadView,
+    AssignedGpu, AuditEntry, GpuHolder, GpuView, JobAck, JobPage, JobStatus, JobView, LaunchPolicy,
+    ManifestState, ManifestView, Role, UserView, VolumeRule, WorkloadView,
 };
 use crate::server::auth::service::NewToken;
 use crate::server::db::users::TokenRow;
@@ -26,19 +26,24 @@ use utoipa::{Modify, OpenApi};
     paths(
         health::healthz, health::readyz,
         v1::me, v1::create_token, v1::list_tokens, v1::revoke_token,
-        v1::list_users, v1::create_user, v1::update_user,
-        jobs::submit, jobs::list, jobs::show, jobs::cancel, jobs::logs,
+        v1::list_users, v1::create_user, v1::update_user, v1::change_password,
+        jobs::submit, jobs::list, jobs::show, jobs::cancel, jobs::resubmit, jobs::logs,
         cluster::list_gpus, cluster::put_sim, cluster::patch_gpu,
         cluster::get_manifest, cluster::put_workload, cluster::delete_workload,
+        cluster::rename_workload, cluster::manifest_history,
         cluster::get_policy, cluster::put_policy,
+        usage::report, usage::samples_csv, usage::jobs_csv,
         live::events,
         openapi_json,
     ),
     components(schemas(
-        ErrorBody, Role, UserView, TokenRow, NewToken, v1::TokenRequest, v1::NewUser, v1::UserPatch,
+        ErrorBody, Role, UserView, TokenRow, NewToken, v1::TokenRequest, v1::NewUser, v1::UserPatch, v1::PasswordChange,
+        cluster::WorkloadRename, ManifestState, AuditEntry,
         RawJobSpec, RawCommand, JobStatus, AssignedGpu, JobView, JobPage, JobAck,
         GpuHolder, GpuView, cluster::GpuList, cluster::SimPut, cluster::GpuPatch,
         WorkloadView, ManifestView, WorkloadPut, LaunchPolicy, VolumeRule,
+        crate::model::UsageReport, crate::model::CardSeries, crate::model::CardPoint,
+        crate::model::WaitStats, crate::model::WaitBucket, crate::model::UsageTotal,
     )),
     modifiers(&BearerAuth)
 )]

@@ -3,6 +3,7 @@
 use super::error::ErrorBody;
 use super::{ApiError, ApiJson};
 use crate::model::{AppError, Role, UserView};
+use crate::server::admin;
 use crate::server::auth::service::NewToken;
 use crate::server::auth::{service, CurrentUser};
 use crate::server::db::users;
@@ -21,6 +22,7 @@ use uuid::Uuid;
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/me", get(me))
+        .route("/me/password", post(change_password))
         .route("/tokens", post(create_token).get(list_tokens))
         .route("/tokens/{id}", delete(revoke_token))
         .route("/users", get(list_users).post(create_user))
@@ -109,17 +111,17 @@ pub(super) async fn create_user(
     ApiJson(req): ApiJson<NewUser>,
 ) -> Result<(StatusCode, Json<UserView>), ApiError> {
     user.require(Role::Admin)?;
-    let row = service::add_user(&state.pool, &req.username, req.role, &req.password).await?;
-    Ok((
-        StatusCode::CREATED,
-        Json(row.view().or_internal("reading a user")?),
-    ))
+    let view = admin::create_user(&state, &user, &req.username, req.role, &req.password).await?;
+    Ok((StatusCode::CREATED, Json(view)))
 }
 
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct UserPatch {
+    /// Disable (true) or re-enable (false): a disabled user's sessions and tokens stop at once.
     disabled: Option<bool>,
+    /// A new role.
+    role: Option<Role>,
 }
 
 #[utoipa::path(patch, path = "/api/v1/users/{id}", tag = "users", security(("bearer" = [])), params(("id" = Uuid, Path)), request_body = UserPatch, responses((status = 204), (status = 400, description = "invalid input; `field` names it", body = ErrorBody), (status = 401, description = "not signed in", body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
@@ -130,16 +132,24 @@ pub(super) async fn update_user(
     ApiJson(req): ApiJson<UserPatch>,
 ) -> Result<StatusCode, ApiError> {
     user.require(Role::Admin)?;
-    if let Some(disabled) = req.disabled {
-        if disabled && id == user.id {
-            return Err(AppError::invalid("disabled", "you cannot disable yourself").into());
-        }
-        if !users::set_disabled(&state.pool, id, disabled)
-            .await
-            .or_internal("disabling a user")?
-        {
-            return Err(AppError::NotFound(format!("no user {id}")).into());
-        }
-    }
+    admin::update_user(&state, &user, id, req.role, req.disabled).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct PasswordChange {
+    current_password: String,
+    new_password: String,
+}
+
+/// Changes the caller's password (the current one is checked, and counted by the sign-in throttle).
+#[utoipa::path(post, path = "/api/v1/me/password", tag = "auth", security(("bearer" = [])), request_body = PasswordChange, responses((status = 204), (status = 400, description = "invalid input; `field` names it", body = ErrorBody), (status = 401, description = "not signed in", body = ErrorBody), (status = 429, description = "too many failed tries", body = ErrorBody)))]
+pub(super) async fn change_password(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    ApiJson(req): ApiJson<PasswordChange>,
+) -> Result<StatusCode, ApiError> {
+    admin::change_password(&state, &user, &req.current_password, &req.new_password).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -246,6 +246,31 @@ pub async fn submit(state: &AppState, user: &CurrentUser, body: &str) -> Result<
 
 /// Cancels a job (its owner or an admin). Queued and admitted jobs end at once; a started job is
 /// stopped by the runner of its node.
+/// Submits a new job with the spec of an earlier one (its owner only: the env is private). The
+/// spec goes through today's parser, manifest and launch policy, like any submission.
+pub async fn resubmit(state: &AppState, user: &CurrentUser, id: Uuid) -> Result<JobAck, AppError> {
+    let job = jobs::get(&state.pool, id)
+        .await
+        .or_internal("reading a job")?
+        .ok_or_else(|| AppError::NotFound(format!("no job {id}")))?;
+    if job.owner_id != user.id {
+        return Err(AppError::Forbidden(
+            "only the job's owner may resubmit it (its environment is private)".into(),
+        ));
+    }
+    let ack = submit(state, user, &job.spec.to_string()).await?;
+    events::job_event(
+        &state.pool,
+        ack.job_id,
+        &user.username,
+        "resubmitted_from",
+        json!({ "job": id }),
+    )
+    .await
+    .or_internal("recording a resubmission")?;
+    Ok(ack)
+}
+
 pub async fn cancel(state: &AppState, user: &CurrentUser, id: Uuid) -> Result<JobAck, AppError> {
     let pool = &state.pool;
     let job = jobs::get(pool, id)

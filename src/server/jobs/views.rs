@@ -5,7 +5,7 @@ use crate::model::spec::RawJobSpec;
 use crate::model::{gpu_id, AppError, AssignedGpu, JobPage, JobStatus, JobView, Role};
 use crate::server::admission::pass;
 use crate::server::auth::CurrentUser;
-use crate::server::db::jobs::{self, GrantRow, JobFilter, JobRow};
+use crate::server::db::jobs::{self, GrantRow, JobFilter, JobRow, JobSort};
 use crate::server::http::OrInternal;
 use crate::server::AppState;
 use serde::Deserialize;
@@ -27,9 +27,11 @@ pub struct ListQuery {
     pub page: Option<i64>,
     /// Page size (1–500).
     pub per_page: Option<i64>,
+    /// `newest` (default), `oldest`, `queue` (priority, then submit order) or `name`.
+    pub sort: Option<String>,
 }
 
-/// A page of jobs, newest first.
+/// A page of jobs, newest first unless asked otherwise.
 pub async fn list(
     state: &AppState,
     viewer: &CurrentUser,
@@ -63,7 +65,10 @@ pub async fn list(
     } else {
         q.owner.clone()
     };
+    let sort = JobSort::parse(q.sort.as_deref().unwrap_or_default())
+        .map_err(|e| AppError::invalid("sort", e))?;
     let filter = JobFilter {
+        sort,
         statuses,
         owner,
         limit: per_page,

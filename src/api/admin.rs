@@ -1,0 +1,172 @@
+//! The manifest editor, card states, users, the launch policy and the caller's account: the same
+//! service functions as the REST API.
+
+use crate::model::{
+    AppError, CreatedToken, LaunchPolicy, ManifestState, Role, TokenView, UserView, WorkloadView,
+};
+use leptos::prelude::*;
+use leptos::server_fn::codec::Json;
+use std::collections::BTreeMap;
+use uuid::Uuid;
+
+/// The manifest, its history and when the last pass ran (everyone signed in may read it).
+#[server(endpoint = "manifest_state")]
+pub async fn get_manifest_state() -> Result<ManifestState, AppError> {
+    use crate::server::auth::server_fn_require;
+
+    let (state, _) = server_fn_require(Role::Member).await?;
+    crate::server::admin::manifest_state(&state).await
+}
+
+/// Creates or replaces a workload type (admins).
+#[server(endpoint = "save_workload", input = Json)]
+pub async fn save_workload(
+    name: String,
+    description: String,
+    vram_mib: BTreeMap<String, i64>,
+) -> Result<WorkloadView, AppError> {
+    use crate::server::auth::server_fn_require;
+    use crate::server::manifest::{self, WorkloadPut};
+
+    let (state, user) = server_fn_require(Role::Admin).await?;
+    let body = WorkloadPut {
+        description,
+        vram_mib,
+    };
+    manifest::put(&state, &user, name.trim(), &body).await
+}
+
+/// Renames a workload type; queued jobs follow (admins).
+#[server(endpoint = "rename_workload")]
+pub async fn rename_workload(from: String, to: String) -> Result<WorkloadView, AppError> {
+    use crate::server::auth::server_fn_require;
+
+    let (state, user) = server_fn_require(Role::Admin).await?;
+    crate::server::admin::rename_workload(&state, &user, &from, to.trim()).await
+}
+
+/// Deletes a workload type (admins).
+#[server(endpoint = "delete_workload")]
+pub async fn delete_workload(name: String) -> Result<(), AppError> {
+    use crate::server::auth::server_fn_require;
+
+    let (state, user) = server_fn_require(Role::Admin).await?;
+    crate::server::manifest::delete(&state, &user, &name).await
+}
+
+/// Puts a card online, draining (runs its jobs out, admits nothing) or offline (admins).
+#[server(endpoint = "set_gpu_state")]
+pub async fn set_gpu_state(uuid: String, state: String) -> Result<(), AppError> {
+    use crate::model::parse_gpu_id;
+    use crate::server::auth::server_fn_require;
+
+    let (app, user) = server_fn_require(Role::Admin).await?;
+    let id = parse_gpu_id(&uuid)
+        .ok_or_else(|| AppError::invalid("uuid", format!("`{uuid}` is not a card id (GPU-…)")))?;
+    crate::server::gpu::views::set_state(&app, &user, id, &state).await
+}
+
+/// Creates a user (admins).
+#[server(endpoint = "create_user")]
+pub async fn create_user(
+    username: String,
+    role: Role,
+    password: String,
+) -> Result<UserView, AppError> {
+    use crate::server::auth::server_fn_require;
+
+    let (state, admin) = server_fn_require(Role::Admin).await?;
+    crate::server::admin::create_user(&state, &admin, &username, role, &password).await
+}
+
+/// Changes a user's role and/or disables or re-enables them (admins).
+#[server(endpoint = "update_user")]
+pub async fn update_user(
+    id: Uuid,
+    #[server(default)] role: Option<Role>,
+    #[server(default)] disabled: Option<bool>,
+) -> Result<UserView, AppError> {
+    use crate::server::auth::server_fn_require;
+
+    let (state, admin) = server_fn_require(Role::Admin).await?;
+    crate::server::admin::update_user(&state, &admin, id, role, disabled).await
+}
+
+/// The launch policy (everyone signed in may read it: it says what they may run).
+#[server(endpoint = "launch_policy")]
+pub async fn get_launch_policy() -> Result<LaunchPolicy, AppError> {
+    use crate::server::auth::server_fn_require;
+    use crate::server::http::OrInternal;
+
+    let (state, _) = server_fn_require(Role::Member).await?;
+    crate::server::db::settings::launch_policy(&state.pool)
+        .await
+        .or_internal("reading the launch policy")
+}
+
+/// Replaces the launch policy (admins).
+#[server(endpoint = "save_launch_policy", input = Json)]
+pub async fn save_launch_policy(policy: LaunchPolicy) -> Result<LaunchPolicy, AppError> {
+    use crate::server::auth::server_fn_require;
+
+    let (state, admin) = server_fn_require(Role::Admin).await?;
+    crate::server::admin::save_policy(&state, &admin, &policy).await
+}
+
+/// Changes the caller's password.
+#[server(endpoint = "change_password")]
+pub async fn change_password(
+    current_password: String,
+    new_password: String,
+) -> Result<(), AppError> {
+    use crate::server::auth::server_fn_require;
+
+    let (state, user) = server_fn_require(Role::Member).await?;
+    crate::server::admin::change_password(&state, &user, &current_password, &new_password).await
+}
+
+/// The caller's API tokens, newest first.
+#[server(endpoint = "my_tokens")]
+pub async fn my_tokens() -> Result<Vec<TokenView>, AppError> {
+    use crate::server::auth::server_fn_require;
+    use crate::server::http::OrInternal;
+
+    let (state, user) = server_fn_require(Role::Member).await?;
+    let rows = crate::server::db::users::tokens_of(&state.pool, user.id)
+        .await
+        .or_internal("listing tokens")?;
+    Ok(rows.into_iter().map(token_view).collect())
+}
+
+/// Creates an API token for the caller; the secret is returned this once.
+#[server(endpoint = "create_token")]
+pub async fn create_token(name: String) -> Result<CreatedToken, AppError> {
+    use crate::server::auth::{server_fn_require, service};
+
+    let (state, user) = server_fn_require(Role::Member).await?;
+    let made = service::create_token(&state.pool, user.id, &name).await?;
+    Ok(CreatedToken {
+        token: made.token,
+        record: token_view(made.record),
+    })
+}
+
+/// Revokes one of the caller's tokens.
+#[server(endpoint = "revoke_token")]
+pub async fn revoke_token(id: Uuid) -> Result<(), AppError> {
+    use crate::server::auth::{server_fn_require, service};
+
+    let (state, user) = server_fn_require(Role::Member).await?;
+    service::revoke_token(&state.pool, user.id, id).await
+}
+
+#[cfg(feature = "ssr")]
+fn token_view(row: crate::server::db::users::TokenRow) -> TokenView {
+    TokenView {
+        id: row.id,
+        name: row.name,
+        created_at: row.created_at,
+        last_used_at: row.last_used_at,
+        revoked_at: row.revoked_at,
+    }
+}

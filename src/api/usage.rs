@@ -1,0 +1,15 @@
+//! Usage for the browser page: the same report the REST API serves, plus its chart options.
+
+use crate::model::{AppError, UsageView};
+use leptos::prelude::*;
+
+/// The usage report of `[from, to)` (forms as for `GET /api/v1/usage`; empty means the last
+/// 24 hours) with the charts' ECharts options. Managers and admins only.
+#[server(endpoint = "usage_report")]
+pub async fn usage_report(from: String, to: String) -> Result<UsageView, AppError> {
+    use crate::model::Role;
+    use crate::server::auth::server_fn_require;
+
+    let (state, _) = server_fn_require(Role::Manager).await?;
+    crate::server::usage::view(&state.pool, &from, &to, chrono::Utc::now()).await
+}

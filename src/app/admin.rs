@@ -1,0 +1,310 @@
+//! `/admin` (admins): cards (drain / undrain / offline), users (create, role, disable) and the
+//! launch policy. Every change goes through the same service functions as the REST API.
+
+use super::gate::SignedIn;
+use super::live::use_live;
+use crate::api::{
+    dashboard, get_launch_policy, list_users, CreateUser, SaveLaunchPolicy, SetGpuState, UpdateUser,
+};
+use crate::model::{AppError, LaunchPolicy, Role, UserView, VolumeRule};
+use leptos::prelude::*;
+use leptos_meta::Title;
+
+/// `/admin`
+#[component]
+pub fn AdminPage() -> impl IntoView {
+    view! {
+        <Title text="Admin · gpuq" />
+        <SignedIn page=|me| {
+            if me.role.at_least(Role::Admin) {
+                view! { <Cards /> <Users me /> <Policy /> }.into_any()
+            } else {
+                view! { <p class="card error" role="alert">"This page is for admins."</p> }.into_any()
+            }
+        } />
+    }
+}
+
+fn error_line<T: Clone + Send + Sync + 'static>(
+    r: Option<Result<T, AppError>>,
+) -> Option<impl IntoView> {
+    r.and_then(|r| r.err())
+        .map(|e| view! { <p class="error" role="alert">{e.to_string()}</p> })
+}
+
+#[component]
+fn Cards() -> impl IntoView {
+    let live = use_live();
+    let set = ServerAction::<SetGpuState>::new();
+    let data = Resource::new(move || (live.get(), set.version().get()), |_| dashboard());
+    view! {
+        <section class="card">
+            <h1>"Admin"</h1>
+            <h2>"GPUs"</h2>
+            <p class="muted">"A draining card runs its jobs out and admits nothing new; an offline card is not counted at all."</p>
+            {move || error_line(set.value().get())}
+            <Transition fallback=|| view! { <p>"Loading…"</p> }>
+                {move || Suspend::new(async move {
+                    match data.await {
+                        Ok(d) => view! {
+                            <table id="gpu-states">
+                                <thead><tr>
+                                    <th scope="col">"Card"</th><th scope="col">"Node"</th><th scope="col">"Jobs"</th><th scope="col">"State"</th>
+                                </tr></thead>
+                                <tbody>
+                                    {d.gpus.into_iter().map(|g| {
+                                        let uuid = g.uuid.clone();
+                                        let label = format!("State of GPU {} on {}", g.index, g.node);
+                                        let current = g.state.clone();
+                                        view! {
+                                            <tr data-gpu=g.index>
+                                                <td>{format!("GPU {} · {}", g.index, g.model)}<br /><code class="muted">{g.uuid.clone()}</code></td>
+                                                <td>{g.node.clone()}</td>
+                                                <td>{g.jobs.len()}</td>
+                                                <td>
+                                                    <select aria-label=label on:change=move |ev| {
+                                                        set.dispatch(SetGpuState { uuid: uuid.clone(), state: event_target_value(&ev) });
+                                                    }>
+                                                        {["online", "draining", "offline"].into_iter().map(|s| view! {
+                                                            <option value=s selected=current == s>{s}</option>
+                                                        }).collect_view()}
+                                                    </select>
+                                                </td>
+                                            </tr>
+                                        }
+                                    }).collect_view()}
+                                </tbody>
+                            </table>
+                        }.into_any(),
+                        Err(e) => view! { <p class="error">{e.to_string()}</p> }.into_any(),
+                    }
+                })}
+            </Transition>
+        </section>
+    }
+}
+
+#[component]
+fn Users(me: UserView) -> impl IntoView {
+    let create = ServerAction::<CreateUser>::new();
+    let update = ServerAction::<UpdateUser>::new();
+    let users = Resource::new(
+        move || (create.version().get(), update.version().get()),
+        |_| list_users(),
+    );
+    let created = move || {
+        create.value().get().and_then(|r| r.ok()).map(
+            |u| view! { <p role="status">{format!("Created {} ({}).", u.username, u.role)}</p> },
+        )
+    };
+    view! {
+        <section class="card">
+            <h2>"Users"</h2>
+            {move || error_line(update.value().get())}
+            <Transition fallback=|| view! { <p>"Loading…"</p> }>
+                {move || {
+                    let me = me.clone();
+                    Suspend::new(async move {
+                        match users.await {
+                            Ok(list) => view! { <UserTable list me update /> }.into_any(),
+                            Err(e) => view! { <p class="error">{e.to_string()}</p> }.into_any(),
+                        }
+                    })
+                }}
+            </Transition>
+            <h3>"Add a user"</h3>
+            <ActionForm action=create attr:id="new-user" attr:class="row">
+                <div class="field">
+                    <label for="new-username">"Name"</label>
+                    <input id="new-username" name="username" type="text" required autocomplete="off" />
+                </div>
+                <div class="field">
+                    <label for="new-role">"Role"</label>
+                    <select id="new-role" name="role">
+                        {Role::ALL.into_iter().map(|r| view! { <option value=r.as_str()>{r.as_str()}</option> }).collect_view()}
+                    </select>
+                </div>
+                <div class="field">
+                    <label for="new-password">"Initial password"</label>
+                    <input id="new-password" name="password" type="password" required minlength="8" autocomplete="new-password" />
+                </div>
+                <div class="field"><button type="submit">"Create"</button></div>
+            </ActionForm>
+            {move || error_line(create.value().get())}
+            {created}
+        </section>
+    }
+}
+
+#[component]
+fn UserTable(list: Vec<UserView>, me: UserView, update: ServerAction<UpdateUser>) -> impl IntoView {
+    view! {
+        <table id="users">
+            <thead><tr>
+                <th scope="col">"Name"</th><th scope="col">"Role"</th><th scope="col">"Status"</th><th scope="col"></th>
+            </tr></thead>
+            <tbody>
+                {list.into_iter().map(|u| {
+                    let id = u.id;
+                    let is_me = u.id == me.id;
+                    let label = format!("Role of {}", u.username);
+                    let role = u.role;
+                    let disabled = u.disabled;
+                    view! {
+                        <tr data-user=u.username.clone()>
+                            <td>{u.username.clone()}{is_me.then_some(" (you)")}</td>
+                            <td>
+                                <select aria-label=label disabled=is_me on:change=move |ev| {
+                                    let role = event_target_value(&ev).parse::<Role>().ok();
+                                    update.dispatch(UpdateUser { id, role, disabled: None });
+                                }>
+                                    {Role::ALL.into_iter().map(|r| view! {
+                                        <option value=r.as_str() selected=r == role>{r.as_str()}</option>
+                                    }).collect_view()}
+                                </select>
+                            </td>
+                            <td>{if disabled { "disabled" } else { "active" }}</td>
+                            <td>
+                                {(!is_me).then(|| view! {
+                                    <button type="button" class="small" class:danger=!disabled on:click=move |_| {
+                                        update.dispatch(UpdateUser { id, role: None, disabled: Some(!disabled) });
+                                    }>{if disabled { "Enable" } else { "Disable" }}</button>
+                                })}
+                            </td>
+                        </tr>
+                    }
+                }).collect_view()}
+            </tbody>
+        </table>
+    }
+}
+
+#[component]
+fn Policy() -> impl IntoView {
+    let save = ServerAction::<SaveLaunchPolicy>::new();
+    let policy = Resource::new(move || save.version().get(), |_| get_launch_policy());
+    view! {
+        <section class="card">
+            <h2>"Launch policy"</h2>
+            <Transition fallback=|| view! { <p>"Loading…"</p> }>
+                {move || Suspend::new(async move {
+                    match policy.await {
+                        Ok(p) => view! { <PolicyForm p save /> }.into_any(),
+                        Err(e) => view! { <p class="error">{e.to_string()}</p> }.into_any(),
+                    }
+                })}
+            </Transition>
+        </section>
+    }
+}
+
+/// `path` or `path:ro`, one per line.
+fn parse_volumes(text: &str) -> Vec<VolumeRule> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(|l| match l.strip_suffix(":ro") {
+            Some(path) => VolumeRule {
+                path: path.trim().to_owned(),
+                read_only: true,
+            },
+            None => VolumeRule {
+                path: l.to_owned(),
+                read_only: false,
+            },
+        })
+        .collect()
+}
+
+#[component]
+fn PolicyForm(p: LaunchPolicy, save: ServerAction<SaveLaunchPolicy>) -> impl IntoView {
+    let images = RwSignal::new(p.image_allowlist.join("\n"));
+    let volumes = RwSignal::new(
+        p.volume_allowlist
+            .iter()
+            .map(|v| {
+                if v.read_only {
+                    format!("{}:ro", v.path)
+                } else {
+                    v.path.clone()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\n"),
+    );
+    let default_timeout = RwSignal::new(p.default_timeout_s.to_string());
+    let max_timeout = RwSignal::new(p.max_timeout_s.to_string());
+    let memory = RwSignal::new(p.memory_limit_mib.to_string());
+    let pids = RwSignal::new(p.pids_limit.to_string());
+    let local_error = RwSignal::new(None::<String>);
+    let number = |field: &str, s: RwSignal<String>| -> Result<u64, String> {
+        let text = s.get_untracked();
+        text.trim()
+            .parse::<u64>()
+            .map_err(|_| format!("{field}: `{text}` is not a whole number"))
+    };
+    let submit = move |ev: leptos::ev::SubmitEvent| {
+        ev.prevent_default();
+        let policy = (|| -> Result<LaunchPolicy, String> {
+            Ok(LaunchPolicy {
+                image_allowlist: images
+                    .get_untracked()
+                    .lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty())
+                    .map(str::to_owned)
+                    .collect(),
+                volume_allowlist: parse_volumes(&volumes.get_untracked()),
+                default_timeout_s: number("default timeout", default_timeout)?,
+                max_timeout_s: number("maximum timeout", max_timeout)?,
+                memory_limit_mib: number("memory limit", memory)?,
+                pids_limit: number("process limit", pids)? as i64,
+            })
+        })();
+        match policy {
+            Ok(policy) => {
+                local_error.set(None);
+                save.dispatch(SaveLaunchPolicy { policy });
+            }
+            Err(e) => local_error.set(Some(e)),
+        }
+    };
+    let saved = move || {
+        save.value()
+            .get()
+            .and_then(|r| r.ok())
+            .map(|_| view! { <p role="status">"Saved. New jobs are checked against it from now on."</p> })
+    };
+    let field = |id: &'static str, label: &'static str, s: RwSignal<String>| {
+        view! {
+            <div class="field">
+                <label for=id>{label}</label>
+                <input id=id type="number" min="1" prop:value=move || s.get() on:input=move |ev| s.set(event_target_value(&ev)) />
+            </div>
+        }
+    };
+    view! {
+        <form id="policy" on:submit=submit>
+            <div class="row">
+                <div class="field">
+                    <label for="policy-images">"Image allowlist (one pattern per line; * matches anything)"</label>
+                    <textarea id="policy-images" rows="4" prop:value=move || images.get() on:input=move |ev| images.set(event_target_value(&ev))></textarea>
+                </div>
+                <div class="field">
+                    <label for="policy-volumes">"Volume allowlist (one host folder per line; add :ro for read-only)"</label>
+                    <textarea id="policy-volumes" rows="4" prop:value=move || volumes.get() on:input=move |ev| volumes.set(event_target_value(&ev))></textarea>
+                </div>
+            </div>
+            <div class="row">
+                {field("policy-default-timeout", "Default timeout (s)", default_timeout)}
+                {field("policy-max-timeout", "Maximum timeout (s)", max_timeout)}
+                {field("policy-memory", "Container memory limit (MiB)", memory)}
+                {field("policy-pids", "Container process limit", pids)}
+            </div>
+            <button type="submit">"Save policy"</button>
+            {move || local_error.get().map(|e| view! { <p class="error" role="alert">{e}</p> })}
+            {move || error_line(save.value().get())}
+            {saved}
+        </form>
+    }
+}

@@ -1,0 +1,346 @@
+//! `/manifest`: the grid of workload types × GPU models present (VRAM MiB per card). Admins edit
+//! it: add, change, rename, delete, each validated by the same rules as the REST API. Everyone
+//! sees the change history and whether the last change has been applied by an admission pass.
+
+use super::gate::SignedIn;
+use super::live::use_live;
+use crate::api::{get_manifest_state, DeleteWorkload, RenameWorkload, SaveWorkload};
+use crate::model::{AppError, ManifestState, Role, UserView, WorkloadView};
+use leptos::prelude::*;
+use leptos_meta::Title;
+use std::collections::BTreeMap;
+
+/// `/manifest`
+#[component]
+pub fn ManifestPage() -> impl IntoView {
+    view! {
+        <Title text="Manifest · gpuq" />
+        <SignedIn page=|me| view! { <Manifest me /> } />
+    }
+}
+
+/// The three edit actions the grid shares; any of them finishing refetches the manifest.
+#[derive(Clone, Copy)]
+struct Edits {
+    save: ServerAction<SaveWorkload>,
+    rename: ServerAction<RenameWorkload>,
+    delete: ServerAction<DeleteWorkload>,
+}
+
+#[component]
+fn Manifest(me: UserView) -> impl IntoView {
+    let admin = me.role.at_least(Role::Admin);
+    let live = use_live();
+    let edits = Edits {
+        save: ServerAction::new(),
+        rename: ServerAction::new(),
+        delete: ServerAction::new(),
+    };
+    // Until a pass has seen the newest edit, look again every second.
+    let tick = RwSignal::new(0u64);
+    let data = Resource::new(
+        move || {
+            (
+                live.get(),
+                tick.get(),
+                edits.save.version().get(),
+                edits.rename.version().get(),
+                edits.delete.version().get(),
+            )
+        },
+        |_| get_manifest_state(),
+    );
+    poll_until_applied(data, tick);
+    view! {
+        <section class="card">
+            <h1>"Manifest"</h1>
+            <p class="muted">
+                "VRAM each workload type needs per card, by GPU model (MiB). An empty cell: that type does not run on that model. "
+                "A change applies at the next admission pass (every 2 s, or at once when woken)."
+            </p>
+            <Transition fallback=|| view! { <p>"Loading…"</p> }>
+                {move || Suspend::new(async move {
+                    match data.await {
+                        Ok(state) => view! { <Grid state admin edits /> }.into_any(),
+                        Err(e) => view! { <p class="error">{e.to_string()}</p> }.into_any(),
+                    }
+                })}
+            </Transition>
+        </section>
+    }
+}
+
+#[cfg(feature = "hydrate")]
+fn poll_until_applied(data: Resource<Result<ManifestState, AppError>>, tick: RwSignal<u64>) {
+    Effect::new(move |_| {
+        if let Some(Ok(state)) = data.get() {
+            if !state.applied() {
+                set_timeout(
+                    move || tick.update(|n| *n += 1),
+                    std::time::Duration::from_millis(700),
+                );
+            }
+        }
+    });
+}
+
+#[cfg(not(feature = "hydrate"))]
+fn poll_until_applied(_: Resource<Result<ManifestState, AppError>>, _: RwSignal<u64>) {}
+
+#[component]
+fn Grid(state: ManifestState, admin: bool, edits: Edits) -> impl IntoView {
+    // Models present first, then any model named only in the manifest (no such card here now).
+    let mut models = state.manifest.models_present.clone();
+    for w in &state.manifest.workloads {
+        for m in w.vram_mib.keys() {
+            if !models.contains(m) {
+                models.push(m.clone());
+            }
+        }
+    }
+    let present = state.manifest.models_present.clone();
+    let applied = state.applied();
+    let last = state.history.first().cloned();
+    let pass = state
+        .last_pass_at
+        .map(|t| t.format("%H:%M:%S%.3f").to_string());
+    let status = match (last, applied) {
+        (None, _) => "No edits yet.".to_owned(),
+        (Some(c), true) => format!(
+            "Last change: {} {} by {} at {}; applied by the admission pass at {} UTC.",
+            c.subject,
+            c.summary,
+            c.actor,
+            c.at.format("%H:%M:%S%.3f"),
+            pass.unwrap_or_default()
+        ),
+        (Some(c), false) => format!(
+            "Last change: {} {} by {} at {}; waiting for the next admission pass…",
+            c.subject,
+            c.summary,
+            c.actor,
+            c.at.format("%H:%M:%S%.3f")
+        ),
+    };
+    let error = move || {
+        let e = edits
+            .save
+            .value()
+            .get()
+            .and_then(|r| r.err())
+            .or_else(|| edits.rename.value().get().and_then(|r| r.err()))
+            .or_else(|| edits.delete.value().get().and_then(|r| r.err()));
+        e.map(|e| view! { <p class="error" role="alert">{e.to_string()}</p> })
+    };
+    let headers = models
+        .iter()
+        .map(|m| {
+            let note = (!present.contains(m)).then_some(" (no such card here)");
+            view! { <th scope="col">{m.clone()}<span class="muted">{note}</span></th> }
+        })
+        .collect_view();
+    let rows = state
+        .manifest
+        .workloads
+        .iter()
+        .cloned()
+        .map(|w| {
+            let models = models.clone();
+            view! { <Row w models admin edits /> }
+        })
+        .collect_view();
+    let add = admin.then(|| view! { <AddRow models=models.clone() edits /> });
+    let history = state.history;
+    view! {
+        <p id="manifest-status" class=if applied { "applied" } else { "pending" } role="status" aria-live="polite">
+            {status}
+        </p>
+        {error}
+        <div class="scroll">
+            <table id="manifest" class="grid">
+                <thead>
+                    <tr>
+                        <th scope="col">"Workload type"</th>
+                        {headers}
+                        {admin.then(|| view! { <th scope="col">"Actions"</th> })}
+                    </tr>
+                </thead>
+                <tbody>{rows}{add}</tbody>
+            </table>
+        </div>
+        <h2>"History"</h2>
+        <ol id="manifest-history" class="history">
+            {history.into_iter().map(|h| view! {
+                <li>
+                    <time>{h.at.format("%Y-%m-%d %H:%M:%S").to_string()}</time>
+                    {format!(" {} · {} {}", h.actor, h.subject, h.summary)}
+                </li>
+            }).collect_view()}
+        </ol>
+    }
+}
+
+/// Cell inputs → the map the server expects; an unparsable cell names its model.
+fn needs(cells: &[(String, RwSignal<String>)]) -> Result<BTreeMap<String, i64>, String> {
+    let mut out = BTreeMap::new();
+    for (model, value) in cells {
+        let text = value.get_untracked();
+        let text = text.trim();
+        if text.is_empty() {
+            continue;
+        }
+        match text.parse::<i64>() {
+            Ok(n) => {
+                out.insert(model.clone(), n);
+            }
+            Err(_) => return Err(format!("{model}: `{text}` is not a whole number of MiB")),
+        }
+    }
+    Ok(out)
+}
+
+#[component]
+fn Row(w: WorkloadView, models: Vec<String>, admin: bool, edits: Edits) -> impl IntoView {
+    let name = w.name.clone();
+    let cells: Vec<(String, RwSignal<String>)> = models
+        .iter()
+        .map(|m| {
+            let v = w.vram_mib.get(m).map(|n| n.to_string()).unwrap_or_default();
+            (m.clone(), RwSignal::new(v))
+        })
+        .collect();
+    let description = RwSignal::new(w.description.clone());
+    let new_name = RwSignal::new(w.name.clone());
+    let local_error = RwSignal::new(None::<String>);
+    let confirm = RwSignal::new(false);
+    let inputs = cells
+        .iter()
+        .map(|(model, value)| {
+            let value = *value;
+            let label = format!("VRAM MiB for {} on {}", w.name, model);
+            if admin {
+                view! {
+                    <td>
+                        <input type="number" min="1" step="1" inputmode="numeric" aria-label=label
+                            prop:value=move || value.get() on:input=move |ev| value.set(event_target_value(&ev)) />
+                    </td>
+                }
+                .into_any()
+            } else {
+                view! { <td>{move || value.get()}</td> }.into_any()
+            }
+        })
+        .collect_view();
+    let save = {
+        let cells = cells.clone();
+        let name = name.clone();
+        move |_| match needs(&cells) {
+            Ok(vram_mib) => {
+                local_error.set(None);
+                edits.save.dispatch(SaveWorkload {
+                    name: name.clone(),
+                    description: description.get_untracked(),
+                    vram_mib,
+                });
+            }
+            Err(e) => local_error.set(Some(e)),
+        }
+    };
+    let rename = {
+        let name = name.clone();
+        move |_| {
+            edits.rename.dispatch(RenameWorkload {
+                from: name.clone(),
+                to: new_name.get_untracked(),
+            });
+        }
+    };
+    let delete = {
+        let name = name.clone();
+        move |_| {
+            if confirm.get_untracked() {
+                edits.delete.dispatch(DeleteWorkload { name: name.clone() });
+            } else {
+                confirm.set(true);
+            }
+        }
+    };
+    let head = if admin {
+        view! {
+            <th scope="row">
+                <input type="text" class="name" aria-label=format!("Name of {}", w.name)
+                    prop:value=move || new_name.get() on:input=move |ev| new_name.set(event_target_value(&ev)) />
+                <input type="text" class="description" aria-label=format!("Description of {}", w.name) placeholder="description"
+                    prop:value=move || description.get() on:input=move |ev| description.set(event_target_value(&ev)) />
+            </th>
+        }
+        .into_any()
+    } else {
+        view! {
+            <th scope="row">{w.name.clone()}<br /><span class="muted">{w.description.clone()}</span></th>
+        }
+        .into_any()
+    };
+    let actions = admin.then(|| {
+        view! {
+            <td class="actions">
+                <button type="button" class="small" on:click=save>"Save"</button>
+                <button type="button" class="small" on:click=rename>"Rename"</button>
+                <button type="button" class="small danger" on:click=delete>
+                    {move || if confirm.get() { "Really delete?" } else { "Delete" }}
+                </button>
+                {move || local_error.get().map(|e| view! { <p class="error" role="alert">{e}</p> })}
+            </td>
+        }
+    });
+    view! { <tr data-workload=name.clone()>{head}{inputs}{actions}</tr> }
+}
+
+#[component]
+fn AddRow(models: Vec<String>, edits: Edits) -> impl IntoView {
+    let name = RwSignal::new(String::new());
+    let description = RwSignal::new(String::new());
+    let cells: Vec<(String, RwSignal<String>)> = models
+        .iter()
+        .map(|m| (m.clone(), RwSignal::new(String::new())))
+        .collect();
+    let local_error = RwSignal::new(None::<String>);
+    let inputs = cells
+        .iter()
+        .map(|(model, value)| {
+            let value = *value;
+            view! {
+                <td>
+                    <input type="number" min="1" step="1" inputmode="numeric" aria-label=format!("VRAM MiB for the new type on {model}")
+                        prop:value=move || value.get() on:input=move |ev| value.set(event_target_value(&ev)) />
+                </td>
+            }
+        })
+        .collect_view();
+    let add = move |_| match needs(&cells) {
+        Ok(vram_mib) => {
+            local_error.set(None);
+            edits.save.dispatch(SaveWorkload {
+                name: name.get_untracked(),
+                description: description.get_untracked(),
+                vram_mib,
+            });
+        }
+        Err(e) => local_error.set(Some(e)),
+    };
+    view! {
+        <tr class="new">
+            <th scope="row">
+                <input id="new-workload" type="text" class="name" aria-label="Name of a new workload type" placeholder="new type, e.g. llm-7b"
+                    prop:value=move || name.get() on:input=move |ev| name.set(event_target_value(&ev)) />
+                <input type="text" class="description" aria-label="Description of the new type" placeholder="description"
+                    prop:value=move || description.get() on:input=move |ev| description.set(event_target_value(&ev)) />
+            </th>
+            {inputs}
+            <td class="actions">
+                <button id="add-workload" type="button" class="small" on:click=add>"Add"</button>
+                {move || local_error.get().map(|e| view! { <p class="error" role="alert">{e}</p> })}
+            </td>
+        </tr>
+    }
+}

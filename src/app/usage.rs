@@ -1,0 +1,323 @@
+//! `/usage` (managers and admins): VRAM reserved vs used per card over time, queue waits, GPU-hours
+//! and VRAM-hours per owner and per workload type, CSV downloads. Every chart has a table of the
+//! same figures under it, so nothing depends on seeing the chart.
+//!
+//! The charts are ECharts, served by gpuq itself: the server builds each chart's option, the page
+//! puts it in a `data-chart-option` attribute, and `/charts.js` draws whatever carries one. The
+//! browser bundle has no chart code.
+
+use super::gate::SignedIn;
+use crate::api::usage_report;
+use crate::model::{CardSeries, Role, UsageReport, UsageTotal, UsageView, WaitStats};
+use leptos::prelude::*;
+use leptos_meta::Title;
+
+/// `/usage`
+#[component]
+pub fn UsagePage() -> impl IntoView {
+    view! {
+        <Title text="Usage · gpuq" />
+        <SignedIn page=|me| {
+            if me.role.at_least(Role::Manager) {
+                view! { <Usage /> }.into_any()
+            } else {
+                view! {
+                    <section class="card">
+                        <h1>"Usage"</h1>
+                        <p id="usage-refused" class="error" role="alert">
+                            "Usage is for managers and admins only. Ask an admin if you need these figures."
+                        </p>
+                    </section>
+                }
+                .into_any()
+            }
+        } />
+    }
+}
+
+const PRESETS: [(&str, &str); 4] = [
+    ("-1h", "Last hour"),
+    ("-6h", "Last 6 hours"),
+    ("-24h", "Last 24 hours"),
+    ("-7d", "Last 7 days"),
+];
+
+#[component]
+fn Usage() -> impl IntoView {
+    let from = RwSignal::new("-24h".to_owned());
+    let to = RwSignal::new(String::new());
+    let refresh = RwSignal::new(0u32);
+    let draft_from = RwSignal::new(String::new());
+    let draft_to = RwSignal::new(String::new());
+    let data = Resource::new(
+        move || (from.get(), to.get(), refresh.get()),
+        |(f, t, _)| usage_report(f, t),
+    );
+    let csv = move |file: &str| {
+        format!(
+            "/api/v1/usage/{file}?from={}&to={}",
+            query_value(&from.get()),
+            query_value(&to.get())
+        )
+    };
+    let apply = move |ev: leptos::ev::SubmitEvent| {
+        ev.prevent_default();
+        from.set(draft_from.get_untracked());
+        to.set(draft_to.get_untracked());
+    };
+    view! {
+        <script src="/charts.js"></script>
+        <section class="card usage">
+            <h1>"Usage"</h1>
+            <div class="row usage-range" role="group" aria-label="Range">
+                {PRESETS
+                    .into_iter()
+                    .map(|(value, label)| {
+                        let pressed = move || (from.get() == value && to.get().is_empty()).to_string();
+                        view! {
+                            <button type="button" class="small" aria-pressed=pressed
+                                on:click=move |_| { from.set(value.to_owned()); to.set(String::new()); }>
+                                {label}
+                            </button>
+                        }
+                    })
+                    .collect_view()}
+                <button type="button" class="small" on:click=move |_| refresh.update(|n| *n += 1)>"Refresh"</button>
+            </div>
+            <form class="row filters" on:submit=apply>
+                <div class="field">
+                    <label for="usage-from">"From (UTC)"</label>
+                    <input id="usage-from" type="datetime-local" prop:value=move || draft_from.get()
+                        on:input=move |ev| draft_from.set(event_target_value(&ev)) />
+                </div>
+                <div class="field">
+                    <label for="usage-to">"To (UTC, empty: now)"</label>
+                    <input id="usage-to" type="datetime-local" prop:value=move || draft_to.get()
+                        on:input=move |ev| draft_to.set(event_target_value(&ev)) />
+                </div>
+                <button type="submit">"Show range"</button>
+            </form>
+            <p class="downloads">
+                "Download CSV: "
+                <a id="csv-samples" href=move || csv("samples.csv") download="">"every card sample"</a>
+                " · "
+                <a id="csv-jobs" href=move || csv("jobs.csv") download="">"per-job accounting"</a>
+            </p>
+            <Transition fallback=|| view! { <p>"Loading…"</p> }>
+                {move || Suspend::new(async move {
+                    match data.await {
+                        Ok(v) => view! { <Report v /> }.into_any(),
+                        Err(e) => view! { <p class="error" role="alert">{e.to_string()}</p> }.into_any(),
+                    }
+                })}
+            </Transition>
+        </section>
+    }
+}
+
+/// Escapes what would end or change a query value (the forms the page sends have no other
+/// special characters).
+fn query_value(text: &str) -> String {
+    text.replace('%', "%25")
+        .replace('+', "%2B")
+        .replace(' ', "%20")
+        .replace('&', "%26")
+        .replace('#', "%23")
+}
+
+#[component]
+fn Report(v: UsageView) -> impl IntoView {
+    let UsageView { report, charts } = v;
+    let span = format!(
+        "{} to {} UTC · points average {} · samples are kept {} h",
+        report.from.format("%Y-%m-%d %H:%M:%S"),
+        report.to.format("%Y-%m-%d %H:%M:%S"),
+        duration(report.bucket_s as f64),
+        report.retention_h
+    );
+    let UsageReport {
+        cards,
+        wait,
+        by_user,
+        by_workload,
+        ..
+    } = report;
+    let no_cards = cards.is_empty();
+    view! {
+        <p id="usage-span" class="muted">{span}</p>
+        <h2>"VRAM per card"</h2>
+        {no_cards.then(|| view! { <p class="muted">"No card was sampled in this range."</p> })}
+        {cards
+            .into_iter()
+            .zip(charts.cards)
+            .map(|(card, option)| view! { <Card card option /> })
+            .collect_view()}
+        <h2>"Queue wait"</h2>
+        <Waits wait option=charts.wait />
+        <h2>"GPU-hours and VRAM-hours per owner"</h2>
+        <Totals rows=by_user option=charts.by_user id="usage-users" first="Owner" />
+        <h2>"GPU-hours and VRAM-hours per workload type"</h2>
+        <Totals rows=by_workload option=charts.by_workload id="usage-workloads" first="Workload type" />
+    }
+}
+
+#[component]
+fn Card(card: CardSeries, option: String) -> impl IntoView {
+    let title = format!(
+        "GPU {} · {} · {} ({})",
+        card.index,
+        card.model,
+        card.node,
+        mib(Some(card.total_mib))
+    );
+    let label = format!(
+        "VRAM reserved, used and external over time on GPU {}",
+        card.index
+    );
+    let points = card.points.clone();
+    view! {
+        <article class="usage-card" data-gpu=card.uuid.clone()>
+            <h3>{title}</h3>
+            <div class="chart" role="img" aria-label=label data-chart-option=option></div>
+            <table class="usage-table usage-summary">
+                <thead>
+                    <tr>
+                        <th scope="col">"Samples"</th><th scope="col">"Reserved (mean)"</th>
+                        <th scope="col">"Reserved (peak)"</th><th scope="col">"Used (mean)"</th>
+                        <th scope="col">"Used (peak)"</th><th scope="col">"External (mean)"</th>
+                        <th scope="col">"Busy (mean)"</th>
+                    </tr>
+                </thead>
+                <tbody>
+                    <tr>
+                        <td>{card.samples}</td>
+                        <td>{mib(Some(card.avg_reserved_mib))}</td>
+                        <td>{mib(Some(card.peak_reserved_mib))}</td>
+                        <td>{mib(card.avg_used_mib)}</td>
+                        <td>{mib(card.peak_used_mib)}</td>
+                        <td>{mib(card.avg_external_mib)}</td>
+                        <td>{card.avg_utilization_pct.map_or_else(unknown, |p| format!("{p} %"))}</td>
+                    </tr>
+                </tbody>
+            </table>
+            <details>
+                <summary>{format!("All {} points", points.len())}</summary>
+                <table class="usage-table">
+                    <thead>
+                        <tr>
+                            <th scope="col">"Time (UTC)"</th><th scope="col">"Reserved"</th>
+                            <th scope="col">"Used"</th><th scope="col">"External"</th>
+                        </tr>
+                    </thead>
+                    <tbody>
+                        {points
+                            .into_iter()
+                            .map(|p| view! {
+                                <tr>
+                                    <td>{p.at.format("%Y-%m-%d %H:%M:%S").to_string()}</td>
+                                    <td>{mib(Some(p.reserved_mib))}</td>
+                                    <td>{mib(p.used_mib)}</td>
+                                    <td>{mib(p.external_mib)}</td>
+                                </tr>
+                            })
+                            .collect_view()}
+                    </tbody>
+                </table>
+            </details>
+        </article>
+    }
+}
+
+#[component]
+fn Waits(wait: WaitStats, option: String) -> impl IntoView {
+    let summary = if wait.jobs == 0 {
+        "No job was admitted in this range.".to_owned()
+    } else {
+        format!(
+            "{} {} admitted · median wait {} · 95th percentile {} · longest {}",
+            wait.jobs,
+            if wait.jobs == 1 { "job" } else { "jobs" },
+            wait.p50_s.map_or_else(unknown, duration),
+            wait.p95_s.map_or_else(unknown, duration),
+            wait.max_s.map_or_else(unknown, duration)
+        )
+    };
+    view! {
+        <p id="usage-wait-summary">{summary}</p>
+        <div class="chart small" role="img" aria-label="Histogram of queue waits" data-chart-option=option></div>
+        <table id="usage-waits" class="usage-table">
+            <thead><tr><th scope="col">"Wait"</th><th scope="col">"Jobs"</th></tr></thead>
+            <tbody>
+                {wait.buckets
+                    .into_iter()
+                    .map(|b| view! { <tr><td>{b.label}</td><td>{b.jobs}</td></tr> })
+                    .collect_view()}
+            </tbody>
+        </table>
+    }
+}
+
+#[component]
+fn Totals(
+    rows: Vec<UsageTotal>,
+    option: String,
+    id: &'static str,
+    first: &'static str,
+) -> impl IntoView {
+    if rows.is_empty() {
+        return view! { <p id=id class="muted">"No job ran in this range."</p> }.into_any();
+    }
+    let label = format!("GPU-hours and VRAM GiB-hours per {}", first.to_lowercase());
+    view! {
+        <div class="chart small" role="img" aria-label=label data-chart-option=option></div>
+        <table id=id class="usage-table">
+            <thead>
+                <tr>
+                    <th scope="col">{first}</th><th scope="col">"Jobs"</th>
+                    <th scope="col">"GPU-hours"</th><th scope="col">"VRAM GiB-hours"</th>
+                </tr>
+            </thead>
+            <tbody>
+                {rows
+                    .into_iter()
+                    .map(|t| view! {
+                        <tr>
+                            <td>{t.key}</td>
+                            <td>{t.jobs}</td>
+                            <td>{hours(t.gpu_hours)}</td>
+                            <td>{hours(t.vram_gib_hours)}</td>
+                        </tr>
+                    })
+                    .collect_view()}
+            </tbody>
+        </table>
+    }
+    .into_any()
+}
+
+fn unknown() -> String {
+    "unknown".to_owned()
+}
+
+fn mib(v: Option<i64>) -> String {
+    v.map_or_else(unknown, |m| format!("{m} MiB"))
+}
+
+/// Two decimals, or four for the small figures of short jobs (which would otherwise read 0.00).
+fn hours(h: f64) -> String {
+    if h > 0.0 && h < 0.01 {
+        format!("{h:.4}")
+    } else {
+        format!("{h:.2}")
+    }
+}
+
+fn duration(s: f64) -> String {
+    if s < 60.0 {
+        format!("{s:.1} s")
+    } else if s < 3600.0 {
+        format!("{:.1} min", s / 60.0)
+    } else {
+        format!("{:.1} h", s / 3600.0)
+    }
+}

@@ -1,0 +1,69 @@
+//! What the admin, manifest and account pages exchange with the server.
+
+use super::ManifestView;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+/// One entry of the append-only audit log, described for people.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+pub struct AuditEntry {
+    /// When.
+    pub at: DateTime<Utc>,
+    /// Who.
+    pub actor: String,
+    /// What (`manifest.put`, `manifest.rename`, `manifest.delete`, …).
+    pub kind: String,
+    /// What it was done to (a workload type, a user, a card).
+    pub subject: String,
+    /// The change, in words.
+    pub summary: String,
+}
+
+/// The manifest with its change history, and whether a pass has run since the last change.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+pub struct ManifestState {
+    /// Workload types and the models present.
+    pub manifest: ManifestView,
+    /// Manifest edits, newest first (at most 100).
+    pub history: Vec<AuditEntry>,
+    /// When the last admission pass committed (any process).
+    pub last_pass_at: Option<DateTime<Utc>>,
+}
+
+impl ManifestState {
+    /// Whether the newest edit has been seen by a pass.
+    pub fn applied(&self) -> bool {
+        match (self.history.first(), self.last_pass_at) {
+            (None, _) => true,
+            (Some(change), Some(pass)) => pass > change.at,
+            (Some(_), None) => false,
+        }
+    }
+}
+
+/// An API token as its owner sees it (never the secret).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenView {
+    /// Key, used to revoke.
+    pub id: Uuid,
+    /// Label the owner chose.
+    pub name: String,
+    /// When it was made.
+    pub created_at: DateTime<Utc>,
+    /// Last request it authenticated.
+    pub last_used_at: Option<DateTime<Utc>>,
+    /// When it was revoked.
+    pub revoked_at: Option<DateTime<Utc>>,
+}
+
+/// A token just created: the secret is shown this once.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CreatedToken {
+    /// The secret for `Authorization: Bearer …`.
+    pub token: String,
+    /// Its record.
+    pub record: TokenView,
+}

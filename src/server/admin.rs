@@ -1,0 +1,304 @@
+//! Admin and account rules shared by the REST API and the pages' server functions: users and
+//! roles, passwords, the launch policy, renaming workload types and the manifest's history.
+//! Callers check the role; these check everything else and audit every change.
+
+use crate::model::{
+    AppError, AuditEntry, LaunchPolicy, ManifestState, Role, UserView, WorkloadView,
+};
+use crate::server::auth::{password, service, CurrentUser};
+use crate::server::db::{events, settings, users};
+use crate::server::http::OrInternal;
+use crate::server::manifest::{self, check_name};
+use crate::server::AppState;
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+/// Creates a user (admins).
+pub async fn create_user(
+    state: &AppState,
+    admin: &CurrentUser,
+    username: &str,
+    role: Role,
+    password: &str,
+) -> Result<UserView, AppError> {
+    let row = service::add_user(&state.pool, username, role, password).await?;
+    events::audit(
+        &state.pool,
+        &admin.username,
+        "user.create",
+        &row.username,
+        json!({ "role": role }),
+    )
+    .await
+    .or_internal("auditing a new user")?;
+    row.view().or_internal("reading a user")
+}
+
+/// Changes a user's role and/or disables or re-enables them (admins). An admin cannot demote or
+/// disable themselves, so there is always someone left to undo a mistake.
+pub async fn update_user(
+    state: &AppState,
+    admin: &CurrentUser,
+    id: Uuid,
+    role: Option<Role>,
+    disabled: Option<bool>,
+) -> Result<UserView, AppError> {
+    if id == admin.id {
+        if disabled == Some(true) {
+            return Err(AppError::invalid("disabled", "you cannot disable yourself"));
+        }
+        if role.is_some_and(|r| r != Role::Admin) {
+            return Err(AppError::invalid(
+                "role",
+                "you cannot take the admin role from yourself; ask another admin",
+            ));
+        }
+    }
+    let mut tx = state
+        .pool
+        .begin()
+        .await
+        .or_internal("beginning a user edit")?;
+    let Some(before) = users::by_id(&mut *tx, id)
+        .await
+        .or_internal("reading a user")?
+    else {
+        return Err(AppError::NotFound(format!("no user {id}")));
+    };
+    if let Some(role) = role {
+        users::set_role(&mut *tx, id, role)
+            .await
+            .or_internal("changing a role")?;
+    }
+    if let Some(disabled) = disabled {
+        users::set_disabled(&mut *tx, id, disabled)
+            .await
+            .or_internal("disabling a user")?;
+    }
+    let after = users::by_id(&mut *tx, id)
+        .await
+        .or_internal("reading a user")?
+        .ok_or_else(|| AppError::NotFound(format!("no user {id}")))?;
+    events::audit(
+        &mut *tx,
+        &admin.username,
+        "user.update",
+        &before.username,
+        json!({ "role": role, "disabled": disabled }),
+    )
+    .await
+    .or_internal("auditing a user edit")?;
+    tx.commit().await.or_internal("committing a user edit")?;
+    after.view().or_internal("reading a user")
+}
+
+/// Changes the caller's own password after checking the current one (counted against the same
+/// sign-in throttle, so this cannot be used to guess it).
+pub async fn change_password(
+    state: &AppState,
+    user: &CurrentUser,
+    current: &str,
+    new: &str,
+) -> Result<(), AppError> {
+    match service::login(&state.pool, &user.username, current, chrono::Utc::now()).await {
+        Ok(_) => {}
+        Err(AppError::BadCredentials) => {
+            return Err(AppError::invalid(
+                "current_password",
+                "the current password is not correct",
+            ))
+        }
+        Err(e) => return Err(e),
+    }
+    password::check_policy(new).map_err(|e| match e {
+        AppError::Invalid { message, .. } => AppError::invalid("new_password", message),
+        other => other,
+    })?;
+    if new == current {
+        return Err(AppError::invalid(
+            "new_password",
+            "the new password must differ from the current one",
+        ));
+    }
+    let hash = password::hash(new.to_owned()).await?;
+    let mut tx = state
+        .pool
+        .begin()
+        .await
+        .or_internal("beginning a password change")?;
+    users::set_password_hash(&mut *tx, user.id, &hash)
+        .await
+        .or_internal("storing a password")?;
+    events::audit(
+        &mut *tx,
+        &user.username,
+        "user.password",
+        &user.username,
+        json!({}),
+    )
+    .await
+    .or_internal("auditing a password change")?;
+    tx.commit()
+        .await
+        .or_internal("committing a password change")
+}
+
+/// Checks, stores and audits a new launch policy (admins).
+pub async fn save_policy(
+    state: &AppState,
+    admin: &CurrentUser,
+    policy: &LaunchPolicy,
+) -> Result<LaunchPolicy, AppError> {
+    policy
+        .check()
+        .map_err(|(field, message)| AppError::invalid(field, message))?;
+    let mut tx = state
+        .pool
+        .begin()
+        .await
+        .or_internal("beginning a policy edit")?;
+    settings::save_launch_policy(&mut *tx, policy)
+        .await
+        .or_internal("saving the launch policy")?;
+    events::audit(
+        &mut *tx,
+        &admin.username,
+        "settings.launch_policy",
+        "launch_policy",
+        serde_json::to_value(policy).or_internal("encoding a policy")?,
+    )
+    .await
+    .or_internal("auditing a policy edit")?;
+    tx.commit().await.or_internal("committing a policy edit")?;
+    Ok(policy.clone())
+}
+
+/// Renames a workload type (admins). Queued jobs that name it follow the new name (each gets a
+/// job event saying so), so a rename never strands the queue.
+pub async fn rename_workload(
+    state: &AppState,
+    admin: &CurrentUser,
+    from: &str,
+    to: &str,
+) -> Result<WorkloadView, AppError> {
+    check_name(to).map_err(|_| {
+        AppError::invalid(
+            "to",
+            "workload type names are 1 to 64 characters: lowercase letters, digits, `_`, `.`, `-`, starting with a letter or digit",
+        )
+    })?;
+    if from == to {
+        return Err(AppError::invalid(
+            "to",
+            "the new name is the same as the old one",
+        ));
+    }
+    let mut tx = state.pool.begin().await.or_internal("beginning a rename")?;
+    let renamed =
+        sqlx::query("UPDATE workload_types SET name = $2, updated_at = now() WHERE name = $1")
+            .bind(from)
+            .bind(to)
+            .execute(&mut *tx)
+            .await;
+    match renamed {
+        Ok(r) if r.rows_affected() == 1 => {}
+        Ok(_) => return Err(AppError::NotFound(format!("no workload type `{from}`"))),
+        Err(sqlx::Error::Database(db)) if db.is_unique_violation() => {
+            return Err(AppError::Conflict(format!(
+                "a workload type named `{to}` already exists"
+            )))
+        }
+        Err(e) => return Err(e).or_internal("renaming a workload type"),
+    }
+    let moved: Vec<Uuid> = sqlx::query_scalar(
+        "UPDATE jobs SET workload = $2, spec = jsonb_set(spec, '{workload}', to_jsonb($2::text)) \
+         WHERE workload = $1 AND status = 'queued' RETURNING id",
+    )
+    .bind(from)
+    .bind(to)
+    .fetch_all(&mut *tx)
+    .await
+    .or_internal("moving queued jobs to the new name")?;
+    for id in &moved {
+        events::job_event(
+            &mut *tx,
+            *id,
+            &admin.username,
+            "workload_renamed",
+            json!({ "from": from, "to": to }),
+        )
+        .await
+        .or_internal("recording a rename on a job")?;
+    }
+    events::commit_audited(
+        tx,
+        &admin.username,
+        "manifest.rename",
+        from,
+        json!({ "to": to, "queued_jobs_moved": moved.len() }),
+    )
+    .await
+    .or_internal("recording a rename")?;
+    manifest::view(state)
+        .await?
+        .workloads
+        .into_iter()
+        .find(|w| w.name == to)
+        .ok_or_else(|| AppError::NotFound(format!("no workload type `{to}`")))
+}
+
+/// The manifest, its edits (newest first) and when the last pass ran.
+pub async fn manifest_state(state: &AppState) -> Result<ManifestState, AppError> {
+    let manifest = manifest::view(state).await?;
+    let rows: Vec<(chrono::DateTime<chrono::Utc>, String, String, String, Value)> = sqlx::query_as(
+        "SELECT at, actor, kind, subject, detail FROM audit_events \
+         WHERE kind LIKE 'manifest.%' ORDER BY id DESC LIMIT 100",
+    )
+    .fetch_all(&state.pool)
+    .await
+    .or_internal("reading the manifest history")?;
+    let last_pass_at: Option<chrono::DateTime<chrono::Utc>> = sqlx::query_scalar(
+        "SELECT last_pass_at FROM scheduler_state WHERE id = 1 AND last_pass_at > '-infinity'",
+    )
+    .fetch_optional(&state.pool)
+    .await
+    .or_internal("reading the scheduler state")?;
+    Ok(ManifestState {
+        manifest,
+        history: rows
+            .into_iter()
+            .map(|(at, actor, kind, subject, detail)| AuditEntry {
+                summary: summarize(&kind, &detail),
+                at,
+                actor,
+                kind,
+                subject,
+            })
+            .collect(),
+        last_pass_at,
+    })
+}
+
+fn summarize(kind: &str, detail: &Value) -> String {
+    match kind {
+        "manifest.put" => {
+            let needs = detail["vram_mib"]
+                .as_object()
+                .map(|m| {
+                    m.iter()
+                        .map(|(model, mib)| format!("{model}: {mib} MiB"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                })
+                .unwrap_or_default();
+            format!("set to {needs}")
+        }
+        "manifest.rename" => format!(
+            "renamed to {} ({} queued job(s) moved)",
+            detail["to"].as_str().unwrap_or("?"),
+            detail["queued_jobs_moved"]
+        ),
+        "manifest.delete" => "deleted".to_owned(),
+        other => other.to_owned(),
+    }
+}

@@ -1,0 +1,327 @@
+//! The admin and account rules behind the manifest editor, the admin page and the account page:
+//! renaming workload types, roles, passwords, resubmission, sorting, and the "applied by a pass"
+//! signal. Real router, real Postgres.
+
+mod common;
+
+use common::{TestApp, PASSWORD};
+use gpuq::model::Role;
+use serde_json::json;
+use sqlx::PgPool;
+
+const MODEL: &str = "NVIDIA GeForce RTX 3090";
+
+#[sqlx::test(migrations = false)]
+async fn renaming_a_workload_type_moves_its_queued_jobs_with_it(pool: PgPool) {
+    let app = TestApp::new(pool).await;
+    app.sim_cards(&format!("1x24576:{MODEL}"), "n1").await;
+    let admin = app.bearer("root", Role::Admin).await;
+    let member = app.bearer("alice", Role::Member).await;
+    app.workload(&admin, "llm", json!({ MODEL: 30000 })).await;
+    app.workload(&admin, "small", json!({ MODEL: 1000 })).await;
+    // A holder takes the card; a job of type `small` waits behind it.
+    let holder = app
+        .submit_ok(
+            &member,
+            json!({ "image": "gpuq-test/busybox:latest", "command": ["sleep", "9"], "min_vram_mb": 24000 }),
+        )
+        .await;
+    app.pass().await;
+    let waiting = app
+        .submit_ok(
+            &member,
+            json!({ "image": "gpuq-test/busybox:latest", "command": ["true"], "workload": "small" }),
+        )
+        .await;
+    app.pass().await;
+    assert_eq!(app.job(&member, waiting).await["status"], "queued");
+
+    // Bad names and collisions are refused, naming what is wrong.
+    let bad = app
+        .api(
+            "POST",
+            "/api/v1/manifest/small/rename",
+            Some(&admin),
+            Some(json!({ "to": "Not OK" })),
+        )
+        .await;
+    assert_eq!(bad.status, 400, "{}", bad.text);
+    assert_eq!(bad.json()["field"], "to");
+    let taken = app
+        .api(
+            "POST",
+            "/api/v1/manifest/small/rename",
+            Some(&admin),
+            Some(json!({ "to": "llm" })),
+        )
+        .await;
+    assert_eq!(taken.status, 409, "{}", taken.text);
+    let missing = app
+        .api(
+            "POST",
+            "/api/v1/manifest/nope/rename",
+            Some(&admin),
+            Some(json!({ "to": "x" })),
+        )
+        .await;
+    assert_eq!(missing.status, 404, "{}", missing.text);
+
+    let ok = app
+        .api(
+            "POST",
+            "/api/v1/manifest/small/rename",
+            Some(&admin),
+            Some(json!({ "to": "tiny" })),
+        )
+        .await;
+    assert_eq!(ok.status, 200, "{}", ok.text);
+    assert_eq!(ok.json()["vram_mib"][MODEL], 1000);
+    let job = app.job(&member, waiting).await;
+    assert_eq!(job["workload"], "tiny");
+    let kinds: Vec<String> = sqlx::query_scalar("SELECT kind FROM job_events WHERE job_id = $1")
+        .bind(waiting)
+        .fetch_all(&app.pool)
+        .await
+        .unwrap();
+    assert!(kinds.contains(&"workload_renamed".to_owned()), "{kinds:?}");
+
+    // History says what happened, newest first; a pass after the edit marks it applied.
+    let before = app
+        .api("GET", "/api/v1/manifest/history", Some(&member), None)
+        .await
+        .json();
+    assert_eq!(before["history"][0]["kind"], "manifest.rename");
+    assert!(before["history"][0]["summary"]
+        .as_str()
+        .unwrap()
+        .contains("renamed to tiny (1 queued job(s) moved)"));
+    let state: gpuq::model::ManifestState = serde_json::from_value(before).unwrap();
+    assert!(!state.applied(), "no pass has run since the rename");
+    // The holder ends; the next pass applies the edit and admits the renamed job.
+    sqlx::query("UPDATE jobs SET status = 'succeeded', finished_at = now() WHERE id = $1")
+        .bind(holder)
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    app.pass().await;
+    let after: gpuq::model::ManifestState = serde_json::from_value(
+        app.api("GET", "/api/v1/manifest/history", Some(&member), None)
+            .await
+            .json(),
+    )
+    .unwrap();
+    assert!(after.applied());
+    assert_eq!(app.job(&member, waiting).await["status"], "admitted");
+}
+
+#[sqlx::test(migrations = false)]
+async fn admins_change_roles_but_not_their_own(pool: PgPool) {
+    let app = TestApp::new(pool).await;
+    let admin = app.bearer("root", Role::Admin).await;
+    let bob = app.add_user("bob", Role::Member).await;
+    let root_id = app
+        .api("GET", "/api/v1/me", Some(&admin), None)
+        .await
+        .json()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let r = app
+        .api(
+            "PATCH",
+            &format!("/api/v1/users/{bob}"),
+            Some(&admin),
+            Some(json!({ "role": "manager" })),
+        )
+        .await;
+    assert_eq!(r.status, 204, "{}", r.text);
+    let token = app.token("bob", PASSWORD).await.json()["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let me = app
+        .api("GET", "/api/v1/me", Some(&format!("Bearer {token}")), None)
+        .await
+        .json();
+    assert_eq!(me["role"], "manager");
+
+    let selfish = app
+        .api(
+            "PATCH",
+            &format!("/api/v1/users/{root_id}"),
+            Some(&admin),
+            Some(json!({ "role": "member" })),
+        )
+        .await;
+    assert_eq!(selfish.status, 400, "{}", selfish.text);
+    assert_eq!(selfish.json()["field"], "role");
+    let bad = app
+        .api(
+            "PATCH",
+            &format!("/api/v1/users/{bob}"),
+            Some(&admin),
+            Some(json!({ "role": "root" })),
+        )
+        .await;
+    assert_eq!(bad.status, 400, "{}", bad.text);
+    let audited: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM audit_events WHERE kind = 'user.update' AND subject = 'bob'",
+    )
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(audited, 1);
+}
+
+#[sqlx::test(migrations = false)]
+async fn a_password_change_needs_the_current_one(pool: PgPool) {
+    let app = TestApp::new(pool).await;
+    let carol = app.bearer("carol", Role::Member).await;
+    let change =
+        |current: &str, new: &str| json!({ "current_password": current, "new_password": new });
+    let wrong = app
+        .api(
+            "POST",
+            "/api/v1/me/password",
+            Some(&carol),
+            Some(change("nope-nope", "another-secret")),
+        )
+        .await;
+    assert_eq!(wrong.status, 400, "{}", wrong.text);
+    assert_eq!(wrong.json()["field"], "current_password");
+    let short = app
+        .api(
+            "POST",
+            "/api/v1/me/password",
+            Some(&carol),
+            Some(change(PASSWORD, "short")),
+        )
+        .await;
+    assert_eq!(short.status, 400);
+    assert_eq!(short.json()["field"], "new_password");
+    let same = app
+        .api(
+            "POST",
+            "/api/v1/me/password",
+            Some(&carol),
+            Some(change(PASSWORD, PASSWORD)),
+        )
+        .await;
+    assert_eq!(same.status, 400);
+    let ok = app
+        .api(
+            "POST",
+            "/api/v1/me/password",
+            Some(&carol),
+            Some(change(PASSWORD, "another-secret")),
+        )
+        .await;
+    assert_eq!(ok.status, 204, "{}", ok.text);
+    assert_eq!(app.token("carol", PASSWORD).await.status, 401);
+    assert_eq!(app.token("carol", "another-secret").await.status, 201);
+}
+
+#[sqlx::test(migrations = false)]
+async fn only_the_owner_resubmits_and_the_copy_is_a_new_job(pool: PgPool) {
+    let app = TestApp::new(pool).await;
+    app.sim_cards(&format!("1x24576:{MODEL}"), "n1").await;
+    let alice = app.bearer("alice", Role::Member).await;
+    let admin = app.bearer("root", Role::Admin).await;
+    let spec = json!({ "image": "gpuq-test/busybox:latest", "command": ["echo", "x"], "min_vram_mb": 500,
+                       "env": { "SECRET": "alice-only" }, "name": "orig" });
+    let first = app.submit_ok(&alice, spec).await;
+    let by_admin = app
+        .api(
+            "POST",
+            &format!("/api/v1/jobs/{first}/resubmit"),
+            Some(&admin),
+            None,
+        )
+        .await;
+    assert_eq!(by_admin.status, 403, "{}", by_admin.text);
+    let copy = app
+        .api(
+            "POST",
+            &format!("/api/v1/jobs/{first}/resubmit"),
+            Some(&alice),
+            None,
+        )
+        .await;
+    assert_eq!(copy.status, 201, "{}", copy.text);
+    let id: uuid::Uuid = copy.json()["job_id"].as_str().unwrap().parse().unwrap();
+    assert_ne!(id, first);
+    let job = app.job(&alice, id).await;
+    assert_eq!(job["name"], "orig");
+    assert_eq!(job["command"], json!(["echo", "x"]));
+    assert_eq!(job["env"]["SECRET"], "alice-only");
+    assert_eq!(job["status"], "queued");
+
+    // Today's policy decides: an image no longer allowed is refused, naming the field.
+    let mut policy = app
+        .api("GET", "/api/v1/settings/launch-policy", Some(&admin), None)
+        .await
+        .json();
+    policy["image_allowlist"] = json!(["registry.local/*"]);
+    let put = app
+        .api(
+            "PUT",
+            "/api/v1/settings/launch-policy",
+            Some(&admin),
+            Some(policy),
+        )
+        .await;
+    assert_eq!(put.status, 200, "{}", put.text);
+    let refused = app
+        .api(
+            "POST",
+            &format!("/api/v1/jobs/{first}/resubmit"),
+            Some(&alice),
+            None,
+        )
+        .await;
+    assert_eq!(refused.status, 400, "{}", refused.text);
+    assert_eq!(refused.json()["field"], "image");
+}
+
+#[sqlx::test(migrations = false)]
+async fn job_lists_sort_as_asked(pool: PgPool) {
+    let app = TestApp::new(pool).await;
+    let alice = app.bearer("alice", Role::Member).await;
+    for (name, priority) in [("b-low", 0), ("a-high", 5), ("c-mid", 2)] {
+        app.submit_ok(
+            &alice,
+            json!({ "image": "gpuq-test/busybox:latest", "command": ["true"], "gpu_count": 0, "name": name, "priority": priority }),
+        )
+        .await;
+    }
+    let names = |sort: &'static str| {
+        let app = &app;
+        let alice = alice.clone();
+        async move {
+            let page = app
+                .api(
+                    "GET",
+                    &format!("/api/v1/jobs?sort={sort}"),
+                    Some(&alice),
+                    None,
+                )
+                .await;
+            assert_eq!(page.status, 200, "{}", page.text);
+            page.json()["jobs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|j| j["name"].as_str().unwrap().to_owned())
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(names("newest").await, ["c-mid", "a-high", "b-low"]);
+    assert_eq!(names("oldest").await, ["b-low", "a-high", "c-mid"]);
+    assert_eq!(names("queue").await, ["a-high", "c-mid", "b-low"]);
+    assert_eq!(names("name").await, ["a-high", "b-low", "c-mid"]);
+    let bad = app
+        .api("GET", "/api/v1/jobs?sort=random", Some(&alice), None)
+        .await;
+    assert_eq!(bad.status, 400);
+    assert_eq!(bad.json()["field"], "sort");
+}

@@ -1,0 +1,247 @@
+//! Who may call which server function: every server function the app registers × anonymous, the
+//! owning member, another member, a manager and an admin. The table must name every registered
+//! server function, so a new one without an entry fails this test. (REST routes have the same
+//! table in `tests/auth.rs`.)
+
+mod common;
+
+use axum::body::Body;
+use axum::http::{header, Request};
+use common::{Reply, TestApp};
+use gpuq::model::Role;
+use serde_json::{json, Value};
+use sqlx::PgPool;
+use std::collections::BTreeSet;
+
+/// How a server function takes its arguments.
+enum Args {
+    Form(String),
+    Json(Value),
+}
+
+async fn call(app: &TestApp, endpoint: &str, args: &Args, cookie: Option<&str>) -> Reply {
+    let (kind, body) = match args {
+        Args::Form(f) => ("application/x-www-form-urlencoded", f.clone()),
+        Args::Json(v) => ("application/json", v.to_string()),
+    };
+    let mut req = Request::builder()
+        .method("POST")
+        .uri(format!("/api/{endpoint}"))
+        .header(header::CONTENT_TYPE, kind)
+        .header(header::ACCEPT, "application/json")
+        .header(header::HOST, "127.0.0.1:3000")
+        .header("sec-fetch-site", "same-origin");
+    if let Some(c) = cookie {
+        req = req.header(header::COOKIE, c);
+    }
+    app.send(req.body(Body::from(body)).expect("request")).await
+}
+
+/// `Some(kind)` when the reply is an `AppError`.
+fn error_kind(reply: &Reply) -> Option<String> {
+    serde_json::from_str::<Value>(&reply.text)
+        .ok()
+        .and_then(|v| v.get("kind").and_then(|k| k.as_str()).map(str::to_owned))
+}
+
+#[sqlx::test(migrations = false)]
+async fn every_server_function_allows_exactly_the_roles_it_should(pool: PgPool) {
+    let app = TestApp::new(pool).await;
+    app.sim_cards("2x24576:NVIDIA GeForce RTX 3090", "roles")
+        .await;
+    let owner_bearer = app.bearer("alice", Role::Member).await;
+    app.add_user("bob", Role::Member).await;
+    app.add_user("mia", Role::Manager).await;
+    let admin_bearer = app.bearer("root", Role::Admin).await;
+    let job = app
+        .submit_ok(
+            &owner_bearer,
+            json!({ "image": "gpuq-test/busybox:latest", "command": ["true"], "min_vram_mb": 1000 }),
+        )
+        .await;
+    let card = app
+        .api("GET", "/api/v1/gpus", Some(&admin_bearer), None)
+        .await
+        .json()["gpus"][0]["uuid"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let bob_id = app
+        .api("GET", "/api/v1/users", Some(&admin_bearer), None)
+        .await
+        .json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|u| u["username"] == "bob")
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let policy = app
+        .api(
+            "GET",
+            "/api/v1/settings/launch-policy",
+            Some(&admin_bearer),
+            None,
+        )
+        .await
+        .json();
+    let cookies = [
+        None,
+        Some(app.login("alice", common::PASSWORD).await),
+        Some(app.login("bob", common::PASSWORD).await),
+        Some(app.login("mia", common::PASSWORD).await),
+        Some(app.login("root", common::PASSWORD).await),
+    ];
+
+    // Who is allowed: [anonymous, owner, other member, manager, admin].
+    const ANYONE: [bool; 5] = [true; 5];
+    const ALL: [bool; 5] = [false, true, true, true, true];
+    const MANAGER: [bool; 5] = [false, false, false, true, true];
+    const ADMIN: [bool; 5] = [false, false, false, false, true];
+    const OWNER: [bool; 5] = [false, true, false, false, false];
+    const OWNER_ADMIN: [bool; 5] = [false, true, false, false, true];
+    const OWNER_MANAGER: [bool; 5] = [false, true, false, true, true];
+    let spec =
+        json!({ "image": "gpuq-test/busybox:latest", "command": ["true"], "min_vram_mb": 1000 })
+            .to_string();
+    let spec_form = format!("spec={}", urlencode(&spec));
+    let form = |s: &str| Args::Form(s.to_owned());
+    let table: Vec<(&str, Args, [bool; 5])> = vec![
+        (
+            "login",
+            form("username=nobody&password=wrong-password"),
+            ANYONE,
+        ),
+        ("whoami", form(""), ANYONE),
+        ("server_status", form(""), ALL),
+        ("list_users", form(""), ADMIN),
+        ("dashboard", form(""), ALL),
+        ("preview_job", form(&spec_form), ALL),
+        ("submit_job", form(&spec_form), ALL),
+        ("job_detail", form(&format!("id={job}")), ALL),
+        ("job_log", form(&format!("id={job}&tail=10")), OWNER_MANAGER),
+        ("resubmit_job", form(&format!("id={job}")), OWNER),
+        ("cancel_job", form(&format!("id={job}")), OWNER_ADMIN),
+        ("get_manifest", form(""), ALL),
+        ("list_jobs", form("status=&owner=&mine=false&page=1"), ALL),
+        ("manifest_state", form(""), ALL),
+        (
+            "save_workload",
+            Args::Json(json!({
+                "name": "w", "description": "", "vram_mib": { "NVIDIA GeForce RTX 3090": 1000 }
+            })),
+            ADMIN,
+        ),
+        ("rename_workload", form("from=nope&to=nope2"), ADMIN),
+        ("delete_workload", form("name=nope"), ADMIN),
+        (
+            "set_gpu_state",
+            form(&format!("uuid={card}&state=online")),
+            ADMIN,
+        ),
+        (
+            "create_user",
+            form("username=x&role=member&password=short"),
+            ADMIN,
+        ),
+        (
+            "update_user",
+            form(&format!("id={bob_id}&disabled=false")),
+            ADMIN,
+        ),
+        ("launch_policy", form(""), ALL),
+        (
+            "save_launch_policy",
+            Args::Json(json!({ "policy": policy })),
+            ADMIN,
+        ),
+        (
+            "change_password",
+            form("current_password=wrong-password&new_password=long-enough-1"),
+            ALL,
+        ),
+        ("my_tokens", form(""), ALL),
+        ("create_token", form("name=from-test"), ALL),
+        (
+            "revoke_token",
+            form(&format!("id={}", uuid::Uuid::new_v4())),
+            ALL,
+        ),
+        ("usage_report", form("from=&to="), MANAGER),
+        // Last: it ends the session.
+        ("logout", form(""), ANYONE),
+    ];
+    let names = ["anonymous", "owner", "other member", "manager", "admin"];
+    for (endpoint, args, allowed) in &table {
+        for (i, cookie) in cookies.iter().enumerate() {
+            let reply = call(&app, endpoint, args, cookie.as_deref()).await;
+            let kind = error_kind(&reply);
+            let refused = matches!(kind.as_deref(), Some("unauthorized" | "forbidden"));
+            assert_eq!(
+                !refused, allowed[i],
+                "{endpoint} as {}: {} {}",
+                names[i], reply.status, reply.text
+            );
+            if refused {
+                let expected = if cookie.is_none() {
+                    "unauthorized"
+                } else {
+                    "forbidden"
+                };
+                assert_eq!(
+                    kind.as_deref(),
+                    Some(expected),
+                    "{endpoint} as {}",
+                    names[i]
+                );
+                assert!(
+                    reply.status.is_client_error(),
+                    "{endpoint}: {}",
+                    reply.status
+                );
+            }
+            // An allowed call either works or fails for a reason other than who is asking.
+            if !refused && allowed[i] {
+                assert_ne!(
+                    kind.as_deref(),
+                    Some("internal"),
+                    "{endpoint}: {}",
+                    reply.text
+                );
+                assert_ne!(
+                    kind.as_deref(),
+                    Some("transport"),
+                    "{endpoint}: {}",
+                    reply.text
+                );
+            }
+        }
+    }
+
+    // Every registered server function has a row above.
+    let covered: BTreeSet<String> = table.iter().map(|(e, ..)| format!("/api/{e}")).collect();
+    let registered: BTreeSet<String> = leptos::server_fn::axum::server_fn_paths()
+        .map(|(path, _)| path.to_owned())
+        .collect();
+    assert!(registered.len() >= 20, "{registered:?}");
+    let missing: Vec<_> = registered.difference(&covered).collect();
+    assert!(
+        missing.is_empty(),
+        "server functions without a row: {missing:?}"
+    );
+    let stale: Vec<_> = covered.difference(&registered).collect();
+    assert!(stale.is_empty(), "rows for no server function: {stale:?}");
+}
+
+fn urlencode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
