@@ -306,3 +306,59 @@ async fn unreachable_daemon_is_reported() {
         other => panic!("expected Unreachable, got {other:?}"),
     }
 }
+
+/// The PIDs gpuq reports as its own (so NVML does not count its jobs' memory as foreign) are the
+/// host PIDs of exactly the processes in this node's running gpuq containers.
+#[tokio::test]
+async fn managed_pids_are_the_host_pids_of_running_job_processes() {
+    let d = docker().await;
+    let c = Cleanup::default();
+    let mut r = request(&["sh", "-c", "sleep 30 & sleep 30 & wait"], vec![]);
+    r.node = format!("node-{}", r.job_id);
+    c.track(&r);
+    let id = d.create(&r, LaunchMode::Fenced).await.unwrap();
+    assert!(
+        d.managed_pids(&r.node).await.unwrap().is_empty(),
+        "created, not running"
+    );
+    d.start(&id).await.unwrap();
+    // sh and its two sleeps.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let pids = loop {
+        let pids = d.managed_pids(&r.node).await.unwrap();
+        if pids.len() >= 3 || Instant::now() > deadline {
+            break pids;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(pids.len(), 3, "{pids:?}");
+    for pid in &pids {
+        // Host PIDs: each is a process here, in the container's cgroup, running sh or sleep.
+        let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+        assert!(cgroup.contains(&id), "pid {pid} is not in {id}: {cgroup}");
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap();
+        assert!(["sh", "sleep"].contains(&comm.trim()), "{pid}: {comm}");
+    }
+    assert!(!pids.contains(&std::process::id()));
+    // What the GPU inventory is told before each NVML reading: the same set; with Docker
+    // unreachable, nothing (so our jobs' memory counts as foreign: admission errs towards less).
+    use gpuq::server::gpu::sync::OwnPids;
+    let told = OwnPids::Docker { socket: None }.read(&r.node).await;
+    assert_eq!(told.pids, pids.iter().copied().collect());
+    let unreachable = OwnPids::Docker {
+        socket: Some("/nonexistent/docker.sock".into()),
+    }
+    .read(&r.node)
+    .await;
+    assert!(unreachable.pids.is_empty());
+    // Another node's containers are not ours.
+    assert!(d
+        .managed_pids("some-other-node")
+        .await
+        .unwrap()
+        .iter()
+        .all(|p| !pids.contains(p)));
+    d.stop(&id, Duration::from_secs(1)).await.unwrap();
+    assert!(d.managed_pids(&r.node).await.unwrap().is_empty(), "stopped");
+    d.remove(&id).await.unwrap();
+}

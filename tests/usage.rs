@@ -155,6 +155,7 @@ async fn the_sampling_task_samples_until_stopped_and_records_its_settings(pool: 
         inventory,
         "node-t".into(),
         sampling,
+        gpuq::server::gpu::sync::OwnPids::None,
         rx,
     ));
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);

@@ -1,6 +1,7 @@
 //! Live updates: one EventSource on `/api/v1/events`; every event moves a counter that page
-//! resources depend on, so they refetch in place. EventSource reconnects by itself after a drop,
-//! and a reconnect also moves the counter (something may have happened meanwhile).
+//! resources depend on, so they refetch in place. EventSource reconnects by itself after a drop
+//! (and is reopened if the browser gives up on it); a reconnect also moves the counter (something
+//! may have happened meanwhile), and while the stream is down pages refetch every few seconds.
 
 use leptos::prelude::*;
 
@@ -30,21 +31,76 @@ pub fn use_live() -> RwSignal<u64> {
         .unwrap_or_else(|| RwSignal::new(0))
 }
 
+/// How often pages refetch while the stream is down (so they stay true even when a proxy or a
+/// flaky network keeps the stream from coming back), and how soon a closed stream is reopened.
+#[cfg(feature = "hydrate")]
+const FALLBACK_POLL: std::time::Duration = std::time::Duration::from_secs(3);
+
 #[cfg(feature = "hydrate")]
 fn connect(tick: RwSignal<u64>) {
+    use std::cell::Cell;
+    use std::rc::Rc;
     use wasm_bindgen::closure::Closure;
     use wasm_bindgen::JsCast;
-    let Ok(source) = web_sys::EventSource::new("/api/v1/events") else {
-        return;
-    };
-    let bump = Closure::<dyn FnMut(web_sys::Event)>::new(move |_: web_sys::Event| {
+
+    let up = Rc::new(Cell::new(false));
+    open(tick, Rc::clone(&up));
+    // While the stream is down, refetch now and then: a fetch that failed meanwhile is retried.
+    {
+        let up = Rc::clone(&up);
+        let _ = set_interval_with_handle(
+            move || {
+                if !up.get() {
+                    tick.update(|n| *n += 1);
+                }
+            },
+            FALLBACK_POLL,
+        );
+    }
+    // Back online: refetch at once.
+    let online = Closure::<dyn FnMut(web_sys::Event)>::new(move |_: web_sys::Event| {
         tick.update(|n| *n += 1);
     });
-    for kind in ["job", "pass", "cards", "changed", "resync", "open"] {
-        let _ = source.add_event_listener_with_callback(kind, bump.as_ref().unchecked_ref());
+    let _ = window().add_event_listener_with_callback("online", online.as_ref().unchecked_ref());
+    online.forget();
+
+    /// One EventSource; it reconnects by itself after a network error, and when the browser
+    /// gives up on it (closed), a new one is opened after [`FALLBACK_POLL`].
+    fn open(tick: RwSignal<u64>, up: Rc<Cell<bool>>) {
+        let Ok(source) = web_sys::EventSource::new("/api/v1/events") else {
+            return;
+        };
+        let bump = Closure::<dyn FnMut(web_sys::Event)>::new(move |_: web_sys::Event| {
+            tick.update(|n| *n += 1);
+        });
+        for kind in ["job", "pass", "cards", "changed", "resync"] {
+            let _ = source.add_event_listener_with_callback(kind, bump.as_ref().unchecked_ref());
+        }
+        // Something may have happened while the stream was down: refetch on every (re)open.
+        let opened = {
+            let up = Rc::clone(&up);
+            Closure::<dyn FnMut(web_sys::Event)>::new(move |_: web_sys::Event| {
+                up.set(true);
+                tick.update(|n| *n += 1);
+            })
+        };
+        let _ = source.add_event_listener_with_callback("open", opened.as_ref().unchecked_ref());
+        let failed = {
+            let source = source.clone();
+            Closure::<dyn FnMut(web_sys::Event)>::new(move |_: web_sys::Event| {
+                up.set(false);
+                if source.ready_state() == web_sys::EventSource::CLOSED {
+                    let up = Rc::clone(&up);
+                    set_timeout(move || open(tick, up), FALLBACK_POLL);
+                }
+            })
+        };
+        let _ = source.add_event_listener_with_callback("error", failed.as_ref().unchecked_ref());
+        // The listeners live as long as the page.
+        bump.forget();
+        opened.forget();
+        failed.forget();
     }
-    // The listeners live as long as the page.
-    bump.forget();
 }
 
 #[cfg(not(feature = "hydrate"))]

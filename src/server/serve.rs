@@ -103,11 +103,20 @@ async fn run(args: &ServeArgs, database: &Database) -> Result<()> {
         tasks.spawn(sched);
         None
     };
+    // On NVML cards, the processes of gpuq's own containers are not foreign.
+    let own_pids = if args.runner {
+        gpu::sync::OwnPids::Docker {
+            socket: args.docker_socket.clone(),
+        }
+    } else {
+        gpu::sync::OwnPids::None
+    };
     tasks.spawn(crate::server::usage::sampler::run(
         pool.clone(),
         Arc::clone(&inventory),
         args.node.clone(),
         crate::server::usage::Sampling::from_flags(args.sample_every_s, args.sample_retention_h),
+        own_pids.clone(),
         stop_rx.clone(),
     ));
     tasks.spawn(gpu::sync::run(
@@ -115,6 +124,7 @@ async fn run(args: &ServeArgs, database: &Database) -> Result<()> {
         inventory,
         args.node.clone(),
         Duration::from_secs(args.gpu_refresh_s.max(1)),
+        own_pids,
         stop_rx,
     ));
     let live = crate::server::live::channel();

@@ -1,17 +1,69 @@
 //! Keeps the `gpus` table in step with the inventory: at start-up and periodically.
 
-use super::{GpuInventory, OurProcesses};
+use super::{GpuInventory, InventoryKind, OurProcesses};
 use crate::server::db::{events, gpus};
+use crate::server::runtime::docker::Docker;
 use anyhow::{Context, Result};
 use sqlx::PgPool;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 
+/// Where the host PIDs of gpuq's own container processes come from. On NVML cards they separate
+/// our jobs' memory (already counted by their reservations) from foreign processes' memory.
+#[derive(Debug, Clone, Default)]
+pub enum OwnPids {
+    /// No runner on this node (or simulated cards): nothing of ours runs here.
+    #[default]
+    None,
+    /// This node's dockerd (default socket, or this path).
+    Docker {
+        /// Unix socket path; `None` for the local default.
+        socket: Option<String>,
+    },
+}
+
+impl OwnPids {
+    /// The PIDs now. When Docker cannot be asked, the answer is empty, which counts our jobs'
+    /// memory as foreign too: admission errs towards admitting less, never more.
+    pub async fn read(&self, node: &str) -> OurProcesses {
+        let OwnPids::Docker { socket } = self else {
+            return OurProcesses::default();
+        };
+        let docker = match socket {
+            Some(path) => Docker::connect_socket(path).await,
+            None => Docker::connect().await,
+        };
+        match docker {
+            Ok(d) => match d.managed_pids(node).await {
+                Ok(pids) => pids.into_iter().collect(),
+                Err(e) => {
+                    tracing::warn!(error = %e, "listing gpuq's container processes failed; their GPU memory counts as foreign until it works");
+                    OurProcesses::default()
+                }
+            },
+            Err(e) => {
+                tracing::warn!(error = %e, "Docker unreachable; gpuq's own GPU memory counts as foreign until it answers");
+                OurProcesses::default()
+            }
+        }
+    }
+}
+
 /// Reads the inventory once and writes it; wakes the schedulers when something changed.
 pub async fn refresh(pool: &PgPool, inventory: &Arc<dyn GpuInventory>, node: &str) -> Result<bool> {
+    refresh_with(pool, inventory, node, OurProcesses::default()).await
+}
+
+/// [`refresh`], telling the inventory which processes are gpuq's own.
+pub async fn refresh_with(
+    pool: &PgPool,
+    inventory: &Arc<dyn GpuInventory>,
+    node: &str,
+    ours: OurProcesses,
+) -> Result<bool> {
     let inv = Arc::clone(inventory);
-    let cards = tokio::task::spawn_blocking(move || inv.snapshot(&OurProcesses::default()))
+    let cards = tokio::task::spawn_blocking(move || inv.snapshot(&ours))
         .await
         .context("inventory task")?
         .context("reading the GPU inventory")?;
@@ -39,12 +91,14 @@ pub async fn refresh(pool: &PgPool, inventory: &Arc<dyn GpuInventory>, node: &st
     Ok(changed)
 }
 
-/// Refreshes every `every` until `stop` turns true.
+/// Refreshes every `every` until `stop` turns true. On NVML cards, `own` names gpuq's container
+/// processes before each reading.
 pub async fn run(
     pool: PgPool,
     inventory: Arc<dyn GpuInventory>,
     node: String,
     every: Duration,
+    own: OwnPids,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut timer = tokio::time::interval(every);
@@ -53,7 +107,12 @@ pub async fn run(
         tokio::select! {
             _ = stop.changed() => break,
             _ = timer.tick() => {
-                if let Err(e) = refresh(&pool, &inventory, &node).await {
+                let ours = if inventory.kind() == InventoryKind::Nvml {
+                    own.read(&node).await
+                } else {
+                    OurProcesses::default()
+                };
+                if let Err(e) = refresh_with(&pool, &inventory, &node, ours).await {
                     tracing::warn!(error = format!("{e:#}"), "GPU inventory refresh failed");
                 }
             }

@@ -8,7 +8,8 @@
 //! in the `gpus` row; it is what admission subtracts, so it is what the chart shows.
 
 use super::Sampling;
-use crate::server::gpu::{GpuInfo, GpuInventory, OurProcesses};
+use crate::server::gpu::sync::OwnPids;
+use crate::server::gpu::{GpuInfo, GpuInventory, InventoryKind, OurProcesses};
 use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
@@ -22,8 +23,19 @@ pub async fn sample(
     node: &str,
     at: DateTime<Utc>,
 ) -> Result<u64> {
+    sample_with(pool, inventory, node, at, OurProcesses::default()).await
+}
+
+/// [`sample`], telling the inventory which processes are gpuq's own (NVML cards).
+pub async fn sample_with(
+    pool: &PgPool,
+    inventory: &Arc<dyn GpuInventory>,
+    node: &str,
+    at: DateTime<Utc>,
+    ours: OurProcesses,
+) -> Result<u64> {
     let inv = Arc::clone(inventory);
-    let cards = tokio::task::spawn_blocking(move || inv.snapshot(&OurProcesses::default()))
+    let cards = tokio::task::spawn_blocking(move || inv.snapshot(&ours))
         .await
         .context("inventory task")?
         .context("reading the GPU inventory")?;
@@ -76,13 +88,14 @@ pub async fn prune(pool: &PgPool, before: DateTime<Utc>) -> Result<u64> {
     Ok(done.rows_affected())
 }
 
-/// Samples every `sampling.every` and prunes past `sampling.retention` until `stop` turns true.
+/// Samples every `sampling.every` (on NVML cards naming gpuq's own processes through `own`) and prunes past `sampling.retention` until `stop` turns true.
 /// The settings are recorded first, so every process's usage pages check ranges against them.
 pub async fn run(
     pool: PgPool,
     inventory: Arc<dyn GpuInventory>,
     node: String,
     sampling: Sampling,
+    own: OwnPids,
     mut stop: watch::Receiver<bool>,
 ) {
     if let Err(e) = super::save_sampling(&pool, &sampling).await {
@@ -99,7 +112,12 @@ pub async fn run(
             _ = timer.tick() => {
                 let now = Utc::now();
                 let done = async {
-                    sample(&pool, &inventory, &node, now).await?;
+                    let ours = if inventory.kind() == InventoryKind::Nvml {
+                        own.read(&node).await
+                    } else {
+                        OurProcesses::default()
+                    };
+                    sample_with(&pool, &inventory, &node, now, ours).await?;
                     prune(&pool, now - sampling.retention_chrono()).await
                 };
                 if let Err(e) = done.await {
