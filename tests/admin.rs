@@ -325,3 +325,41 @@ async fn job_lists_sort_as_asked(pool: PgPool) {
     assert_eq!(bad.status, 400);
     assert_eq!(bad.json()["field"], "sort");
 }
+
+#[sqlx::test(migrations = false)]
+async fn cards_show_how_long_each_holder_has_been_running(pool: PgPool) {
+    let app = TestApp::new(pool).await;
+    app.sim_cards(&format!("1x24576:{MODEL}"), "n1").await;
+    let alice = app.bearer("alice", Role::Member).await;
+    let job = app
+        .submit_ok(
+            &alice,
+            json!({ "image": "gpuq-test/busybox:latest", "command": ["true"], "min_vram_mb": 3000 }),
+        )
+        .await;
+    app.pass().await;
+    let holder = |gpus: serde_json::Value| gpus["gpus"][0]["jobs"][0].clone();
+    let admitted = holder(
+        app.api("GET", "/api/v1/gpus", Some(&alice), None)
+            .await
+            .json(),
+    );
+    assert_eq!(admitted["status"], "admitted");
+    assert_eq!(admitted["running_s"], serde_json::Value::Null);
+    sqlx::query(
+        "UPDATE jobs SET status = 'running', started_at = now() - interval '95 seconds' WHERE id = $1",
+    )
+    .bind(job)
+    .execute(&app.pool)
+    .await
+    .unwrap();
+    let running = holder(
+        app.api("GET", "/api/v1/gpus", Some(&alice), None)
+            .await
+            .json(),
+    );
+    assert_eq!(running["status"], "running");
+    let secs = running["running_s"].as_i64().unwrap();
+    assert!((95..100).contains(&secs), "{secs}");
+    assert_eq!(running["vram_mib"], 3000);
+}

@@ -73,6 +73,12 @@ test("a big job waits with its reason on the queue page, then starts when the ca
   expect(second.status()).toBe(201);
 
   await signIn(page, "marco");
+  // The dashboard shows the holder on both cards, with how long it has run.
+  for (const card of [0, 1]) {
+    const holders = page.locator(`article.gpu[data-gpu='${card}'] .holders`);
+    await expect(holders).toContainText("holder · maria · 20000 MiB");
+    await expect(holders).toContainText(/running \d+ s/);
+  }
   await page.getByRole("link", { name: "Jobs", exact: true }).click();
   await page.getByLabel("Only mine").check();
   const row = page.locator("#jobs tbody tr", { hasText: "big-wait" });

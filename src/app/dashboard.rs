@@ -4,7 +4,7 @@
 use super::gate::SignedIn;
 use super::live::use_live;
 use crate::api::{dashboard, ServerStatus};
-use crate::model::{DashboardView, GpuView, JobView, StatusView, UserView};
+use crate::model::{human_duration, DashboardView, GpuView, JobView, StatusView, UserView};
 use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::components::A;
@@ -132,7 +132,10 @@ fn GpuCard(g: GpuView) -> impl IntoView {
                 {g.jobs.into_iter().map(|h| view! {
                     <li>
                         <A href=format!("/jobs/{}", h.id)>{h.name}</A>
-                        {format!(" · {} · {} MiB", h.owner, h.vram_mib)}
+                        {format!(" · {} · {} MiB · {}", h.owner, h.vram_mib, match h.running_s {
+                            Some(s) => format!("running {}", human_duration(s)),
+                            None => h.status.clone(),
+                        })}
                     </li>
                 }).collect_view()}
             </ul>

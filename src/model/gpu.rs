@@ -16,6 +16,22 @@ pub struct GpuHolder {
     pub owner: String,
     /// VRAM reserved on this card.
     pub vram_mib: i64,
+    /// The job's status (`admitted`, `starting`, `running`, or ended and not yet released).
+    #[serde(default)]
+    pub status: String,
+    /// How long it has been running, in seconds (as of the request).
+    #[serde(default)]
+    pub running_s: Option<i64>,
+}
+
+/// `95` → "1 min 35 s", `7300` → "2 h 1 min".
+pub fn human_duration(seconds: i64) -> String {
+    let s = seconds.max(0);
+    match s {
+        0..=59 => format!("{s} s"),
+        60..=3599 => format!("{} min {} s", s / 60, s % 60),
+        _ => format!("{} h {} min", s / 3600, (s % 3600) / 60),
+    }
 }
 
 /// One physical card and what holds it.
@@ -78,4 +94,17 @@ pub fn gpu_id(uuid: &Uuid) -> String {
 /// Parses `GPU-<uuid>` (or a bare uuid).
 pub fn parse_gpu_id(text: &str) -> Option<Uuid> {
     Uuid::parse_str(text.strip_prefix("GPU-").unwrap_or(text)).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_like_people_say_them() {
+        assert_eq!(human_duration(-3), "0 s");
+        assert_eq!(human_duration(59), "59 s");
+        assert_eq!(human_duration(95), "1 min 35 s");
+        assert_eq!(human_duration(7300), "2 h 1 min");
+    }
 }

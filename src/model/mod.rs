@@ -14,7 +14,9 @@ mod user;
 pub use admin::{AuditEntry, CreatedToken, ManifestState, TokenView};
 pub use dashboard::{DashboardView, JobDetail, JobEventView, Preview};
 pub use error::AppError;
-pub use gpu::{gpu_id, parse_gpu_id, GpuHolder, GpuView, ManifestView, WorkloadView};
+pub use gpu::{
+    gpu_id, human_duration, parse_gpu_id, GpuHolder, GpuView, ManifestView, WorkloadView,
+};
 pub use job::{AssignedGpu, JobAck, JobPage, JobStatus, JobView};
 pub use policy::{glob_match, LaunchPolicy, VolumeRule};
 pub use status::StatusView;

@@ -162,12 +162,18 @@ pub struct HolderRow {
     pub owner: String,
     /// Reserved MiB.
     pub vram_mib: i64,
+    /// The job's status.
+    pub status: String,
+    /// Seconds since its container started (running jobs).
+    pub running_s: Option<i64>,
 }
 
 /// Every live reservation with its job.
 pub async fn holders(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<HolderRow>> {
     sqlx::query_as(
-        "SELECT r.gpu_uuid, r.job_id, j.name, u.username AS owner, r.vram_mib \
+        "SELECT r.gpu_uuid, r.job_id, j.name, u.username AS owner, r.vram_mib, j.status, \
+                CASE WHEN j.started_at IS NOT NULL AND j.finished_at IS NULL \
+                     THEN floor(extract(epoch FROM now() - j.started_at))::bigint END AS running_s \
          FROM reservations r JOIN jobs j ON j.id = r.job_id JOIN users u ON u.id = j.owner_id \
          WHERE r.released_at IS NULL ORDER BY j.seq",
     )

@@ -22,6 +22,8 @@ pub async fn list(state: &AppState) -> Result<Vec<GpuView>, AppError> {
             name: h.name,
             owner: h.owner,
             vram_mib: h.vram_mib,
+            status: h.status,
+            running_s: h.running_s,
         });
     }
     let headroom = state.pass.headroom_mib;
