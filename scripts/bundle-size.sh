@@ -1,24 +1,34 @@
 #!/usr/bin/env bash
-# Measures the browser bundle as `make run` ships it: the hydrate crate built with the size-optimised
-# `wasm-release` profile, wasm-bindgen, then binaryen's `wasm-opt -Oz`. Prints raw and gzip (-9)
-# sizes of the .wasm and the JS glue. Needs the tools `make test` installs. Takes a few minutes.
+# Measures the browser bundle as `make run` ships it: `cargo leptos build --release --split`
+# (profile `wasm-release`, `--cfg erase_components`, binaryen's wasm-opt, one WASM chunk per lazy
+# route). Prints raw and gzip -9 sizes of what the first page load fetches (main wasm, JS glue,
+# split loader) and of each route's chunk. Needs the tools `make test` installs; a few minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PWD/end2end/node_modules/.bin:$PATH"
-# As `make run` builds it (type-erased views); BUNDLE_RUSTFLAGS= measures without.
-export RUSTFLAGS="${BUNDLE_RUSTFLAGS---cfg erase_components}"
-out=target/bundle-size
-rm -rf "$out" && mkdir -p "$out"
-cargo build --lib --target wasm32-unknown-unknown --profile wasm-release \
-  --no-default-features --features hydrate
-wasm-bindgen --target web --no-typescript --out-dir "$out" --out-name gpuq \
-  target/wasm32-unknown-unknown/wasm-release/gpuq.wasm
-wasm-opt -Oz --enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext \
-  --enable-mutable-globals "$out/gpuq_bg.wasm" -o "$out/gpuq_bg.opt.wasm"
-size() { stat -c %s "$1"; }
-gz() { gzip -9 -c "$1" | wc -c; }
-wasm=$out/gpuq_bg.opt.wasm js=$out/gpuq.js
-printf 'wasm: %8d B raw  %8d B gzip\n' "$(size "$wasm")" "$(gz "$wasm")"
-printf 'js:   %8d B raw  %8d B gzip\n' "$(size "$js")" "$(gz "$js")"
-total=$(( $(gz "$wasm") + $(gz "$js") ))
-awk -v t="$total" 'BEGIN { printf "total gzip (wasm + js): %d B = %.1f KB; target <= 400 KB\n", t, t / 1000 }'
+export RUSTFLAGS="--cfg erase_components"
+rm -rf target/site/pkg   # no stale chunks from earlier builds in the figures
+cargo leptos build --release --split
+python3 - target/site/pkg <<'PY'
+import glob, gzip, os, sys
+pkg = sys.argv[1]
+def size(name):
+    data = open(os.path.join(pkg, name), "rb").read()
+    return len(data), len(gzip.compress(data, 9))
+first = ["gpuq.wasm", "gpuq.js"] + [os.path.basename(p) for p in glob.glob(f"{pkg}/__wasm_split*.js")]
+total = 0
+print("first load (every page):")
+for name in first:
+    raw, gz = size(name)
+    total += gz
+    print(f"  {name[:40]:40} {raw:>9} B raw {gz:>8} B gzip")
+print(f"  {'total':40} {'':>9}       {total:>8} B gzip = {total / 1000:.1f} KB (target <= 400 KB)")
+print("per route, on its first visit:")
+for path in sorted(glob.glob(f"{pkg}/split_*.wasm")):
+    name = os.path.basename(path)
+    raw, gz = size(name)
+    route = name.split("___")[1].split("_route_view")[0] if "___" in name else name
+    print(f"  {route:40} {raw:>9} B raw {gz:>8} B gzip")
+shared = sum(size(os.path.basename(p))[1] for p in glob.glob(f"{pkg}/chunk_*.wasm"))
+print(f"  {'shared small chunks (' + str(len(glob.glob(pkg + '/chunk_*.wasm'))) + ')':40} {'':>9}       {shared:>8} B gzip")
+PY

@@ -33,8 +33,8 @@ cargo clippy --all-targets --features ssr -- -D warnings
 step "cargo clippy (browser bundle)"
 cargo clippy --lib --features hydrate --target wasm32-unknown-unknown -- -D warnings
 
-step "cargo leptos build (server + WASM bundle)"
-cargo leptos build
+step "cargo leptos build (server + WASM bundle, one chunk per lazy route)"
+cargo leptos build --split
 
 step "cargo test (unit and integration tests, real Postgres and Docker)"
 cargo test --features ssr -- --test-threads=4

@@ -22,5 +22,6 @@ pub mod server;
 #[wasm_bindgen::prelude::wasm_bindgen]
 pub fn hydrate() {
     console_error_panic_hook::set_once();
-    leptos::mount::hydrate_body(app::App);
+    // Lazy routes (their own WASM chunks) need the async hydration entry point.
+    leptos::mount::hydrate_lazy(app::App);
 }

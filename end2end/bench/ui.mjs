@@ -1,7 +1,8 @@
 // UI benchmark (prints figures; not a test). Against a running gpuq with simulated cards:
 //   GPUQ_E2E_URL=http://127.0.0.1:3000 GPUQ_E2E_ADMIN_PASSWORD=… node bench/ui.mjs [rounds]
 // 1. Dashboard load, signed in, in headless Chromium: server response (TTFB), DOMContentLoaded,
-//    load, and "interactive" (the WASM has hydrated: a client-only control answers), per load.
+//    load, and "interactive" (the WASM has hydrated: a client-only control answers), per load;
+//    then direct loads of pages whose code is a lazy chunk, until they have hydrated.
 // 2. Live latency: an admin changes a card's state through the REST API; we time (a) the SSE event
 //    reaching an EventSource in the page and (b) the dashboard's DOM showing the new state, both
 //    from just before the request is sent. Browser and bench share one clock (same machine).
@@ -67,6 +68,18 @@ show("server response (TTFB)", ttfb);
 show("DOMContentLoaded", dcl);
 show("load (WASM fetched)", load);
 show("interactive (hydrated + one call)", interactive);
+
+// 1b. Pages whose code is a lazy chunk: direct load until the page has hydrated.
+for (const path of ["/submit", "/manifest", "/usage"]) {
+  const times = [];
+  for (let i = 0; i < rounds; i++) {
+    const t0 = Date.now();
+    await page.goto(path, { waitUntil: "commit" });
+    await page.locator(`body[data-hydrated="${path}"]`).waitFor({ state: "attached" });
+    times.push(Date.now() - t0);
+  }
+  show(`${path}: loaded and hydrated`, times);
+}
 
 // 2. Live latency.
 await page.goto("/", { waitUntil: "load" });

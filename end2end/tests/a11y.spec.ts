@@ -1,11 +1,11 @@
 import { test, expect, Page } from "@playwright/test";
 import AxeBuilder from "@axe-core/playwright";
-import { adminPassword, signIn, waitForServer } from "./util";
+import { adminPassword, open, signIn, waitForServer } from "./util";
 
 // Every page, checked by axe-core against WCAG 2.1 A and AA (labels, names, contrast, landmarks,
 // keyboard-reachable controls). Any violation fails, with its rule, impact and elements.
 async function audit(page: Page, path: string) {
-  await page.goto(path);
+  await open(page, path);
   await page.waitForLoadState("networkidle");
   const results = await new AxeBuilder({ page })
     .withTags(["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"])

@@ -1,5 +1,5 @@
 import { test, expect, APIRequestContext } from "@playwright/test";
-import { adminBearer, adminPassword, ensureUser, memberPassword, signIn, tokenFor, waitForServer } from "./util";
+import { adminBearer, adminPassword, ensureUser, memberPassword, open, signIn, tokenFor, waitForServer } from "./util";
 
 const MODEL = "NVIDIA GeForce RTX 3090";
 
@@ -45,8 +45,15 @@ test("an admin edits the manifest in the grid and the change decides the next ad
     await expect.poll(async () => (await job()).wait_reason ?? "", { timeout: 10_000 }).toContain("8000");
     expect((await job()).status).toBe("queued");
 
-    // The admin lowers the need to 4000 MiB: the next pass admits the job.
-    await row.getByLabel(`VRAM MiB for e2e-w on ${MODEL}`).fill("4000");
+    // The admin lowers the need to 4000 MiB: the next pass admits the job. A live refetch while
+    // the admin types (here: another admin's change to a card) keeps what was typed.
+    const cell = row.getByLabel(`VRAM MiB for e2e-w on ${MODEL}`);
+    await cell.fill("4000");
+    const gpus = (await (await request.get("/api/v1/gpus", { headers: { Authorization: admin } })).json()).gpus;
+    const refetched = page.waitForResponse((r) => r.url().endsWith("/api/manifest_state"));
+    expect((await request.patch(`/api/v1/gpus/${gpus[0].uuid}`, { headers: { Authorization: admin }, data: { state: "online" } })).status()).toBe(204);
+    await refetched;
+    await expect(cell).toHaveValue("4000");
     await row.getByRole("button", { name: "Save" }).click();
     await expect(page.locator("#manifest-status")).toContainText("set to NVIDIA GeForce RTX 3090: 4000 MiB");
     await expect(page.locator("#manifest-status")).toContainText("applied by the admission pass");
@@ -187,7 +194,7 @@ test("a member changes their password, makes and revokes a token, and resubmits 
   });
   expect(sub.status()).toBe(201);
   const first = (await sub.json()).job_id;
-  await page.goto(`/jobs/${first}`);
+  await open(page, `/jobs/${first}`);
   await expect(page.locator("#job-status")).toHaveText("succeeded", { timeout: 30_000 });
   await page.getByRole("button", { name: "Resubmit as new job" }).click();
   await expect(page).not.toHaveURL(new RegExp(first));

@@ -1,5 +1,5 @@
 import { test, expect } from "@playwright/test";
-import { ensureUser, signIn, tokenFor, waitForServer } from "./util";
+import { ensureUser, open, signIn, tokenFor, waitForServer } from "./util";
 
 test("a member submits through the form and watches the job run to the end without reloading", async ({ page, request }) => {
   await waitForServer(request);
@@ -46,7 +46,7 @@ test("a job that can never run here is explained before submission", async ({ pa
   await waitForServer(request);
   await ensureUser(request, "marco");
   await signIn(page, "marco");
-  await page.goto("/submit");
+  await open(page, "/submit");
   await page.getByLabel("Image").fill("gpuq-test/busybox:latest");
   await page.getByLabel("Command").fill("true");
   await page.getByLabel("VRAM per card (MiB)").fill("90000");

@@ -51,3 +51,9 @@ export async function signIn(page: Page, name: string, password = memberPassword
   await page.getByRole("button", { name: "Sign in" }).click();
   await expect(page.getByRole("heading", { name: `Welcome, ${name}` })).toBeVisible();
 }
+
+// Opens a page and waits until the browser has hydrated it (keystrokes before that reach no handler).
+export async function open(page: Page, path: string) {
+  await page.goto(path);
+  await page.locator(`body[data-hydrated="${path}"]`).waitFor({ state: "attached" });
+}

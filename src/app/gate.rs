@@ -21,7 +21,7 @@ where
                 let page = page.clone();
                 Suspend::new(async move {
                     match user.await {
-                        Ok(Some(u)) => page(u).into_any(),
+                        Ok(Some(u)) => view! { {page(u)} <Hydrated /> }.into_any(),
                         Ok(None) => view! { <Redirect path="/login" /> }.into_any(),
                         Err(e) => view! { <p class="card error">{e.to_string()}</p> }.into_any(),
                     }
@@ -29,4 +29,22 @@ where
             }}
         </Transition>
     }
+}
+
+/// Marks the page as live once the browser has hydrated it: `<body data-hydrated="/path">`. Tests
+/// (and anyone automating the UI) wait for it before typing, since keystrokes that land before
+/// hydration reach no handler.
+#[component]
+pub fn Hydrated() -> impl IntoView {
+    #[cfg(feature = "hydrate")]
+    Effect::new(move |_| {
+        let doc = document();
+        let path = doc
+            .location()
+            .and_then(|l| l.pathname().ok())
+            .unwrap_or_default();
+        if let Some(body) = doc.body() {
+            let _ = body.set_attribute("data-hydrated", &path);
+        }
+    });
 }

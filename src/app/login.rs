@@ -41,5 +41,6 @@ pub fn LoginPage() -> impl IntoView {
             </ActionForm>
             {error}
         </section>
+        <super::gate::Hydrated />
     }
 }

@@ -8,7 +8,7 @@ use crate::api::{get_manifest_state, DeleteWorkload, RenameWorkload, SaveWorkloa
 use crate::model::{AppError, ManifestState, Role, UserView, WorkloadView};
 use leptos::prelude::*;
 use leptos_meta::Title;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// `/manifest`
 #[component]
@@ -19,23 +19,123 @@ pub fn ManifestPage() -> impl IntoView {
     }
 }
 
-/// The three edit actions the grid shares; any of them finishing refetches the manifest.
+/// The three edit actions the grid shares (any of them finishing refetches the manifest), the
+/// error of the latest one, and the admin's drafts. The grid is rebuilt on every refetch (live
+/// events, passes, other admins' edits); drafts live here, keyed by workload type, so typing is
+/// never lost to a refetch. A row's draft follows the server until its first keystroke, and again
+/// once it has been saved.
 #[derive(Clone, Copy)]
 struct Edits {
     save: ServerAction<SaveWorkload>,
     rename: ServerAction<RenameWorkload>,
     delete: ServerAction<DeleteWorkload>,
+    error: RwSignal<Option<AppError>>,
+    // Arc signals: owned by the map, not by the grid that the next refetch disposes.
+    drafts: StoredValue<HashMap<(String, String), ArcRwSignal<String>>>,
+    dirty: RwSignal<HashSet<String>>,
+}
+
+/// Draft keys for a row's name and description (model names never start with `#`).
+const NAME: &str = "#name";
+const DESCRIPTION: &str = "#description";
+const CONFIRM: &str = "#confirm";
+/// The row key of the "add a type" row.
+const NEW_ROW: &str = "#new";
+
+impl Edits {
+    fn new() -> Self {
+        let edits = Edits {
+            save: ServerAction::new(),
+            rename: ServerAction::new(),
+            delete: ServerAction::new(),
+            error: RwSignal::new(None),
+            drafts: StoredValue::new(HashMap::new()),
+            dirty: RwSignal::new(HashSet::new()),
+        };
+        // The latest action's outcome decides the error line; a success also ends its row's draft.
+        Effect::new(move |_| {
+            if let Some(r) = edits.save.value().get() {
+                match r {
+                    Ok(w) => {
+                        edits.error.set(None);
+                        edits.clean(&w.name);
+                        if edits.draft(NEW_ROW, NAME, "").get_untracked().trim() == w.name {
+                            edits.clean(NEW_ROW);
+                            edits.reset(NEW_ROW);
+                        }
+                    }
+                    Err(e) => edits.error.set(Some(e)),
+                }
+            }
+        });
+        Effect::new(move |_| {
+            if let Some(r) = edits.rename.value().get() {
+                edits.error.set(r.err());
+            }
+        });
+        Effect::new(move |_| {
+            if let Some(r) = edits.delete.value().get() {
+                edits.error.set(r.err());
+            }
+        });
+        edits
+    }
+
+    /// The draft of one field of one row; `server` is the stored value, which the draft follows
+    /// while the row is not being edited.
+    fn draft(&self, row: &str, field: &str, server: &str) -> RwSignal<String> {
+        let key = (row.to_owned(), field.to_owned());
+        let dirty = self.dirty.with_untracked(|d| d.contains(row));
+        let existing = self.drafts.with_value(|m| m.get(&key).cloned());
+        let sig = match existing {
+            Some(sig) => {
+                if !dirty && sig.get_untracked() != server {
+                    sig.set(server.to_owned());
+                }
+                sig
+            }
+            None => {
+                let sig = ArcRwSignal::new(server.to_owned());
+                self.drafts.update_value(|m| {
+                    m.insert(key, sig.clone());
+                });
+                sig
+            }
+        };
+        // A handle for the caller's (short-lived) view; the value lives on in the map.
+        RwSignal::from(sig)
+    }
+
+    fn touch(&self, row: &str) {
+        if !self.dirty.with_untracked(|d| d.contains(row)) {
+            self.dirty.update(|d| {
+                d.insert(row.to_owned());
+            });
+        }
+    }
+
+    fn clean(&self, row: &str) {
+        self.dirty.update(|d| {
+            d.remove(row);
+        });
+    }
+
+    fn reset(&self, row: &str) {
+        self.drafts.with_value(|m| {
+            for ((r, _), sig) in m.iter() {
+                if r == row {
+                    sig.set(String::new());
+                }
+            }
+        });
+    }
 }
 
 #[component]
 fn Manifest(me: UserView) -> impl IntoView {
     let admin = me.role.at_least(Role::Admin);
     let live = use_live();
-    let edits = Edits {
-        save: ServerAction::new(),
-        rename: ServerAction::new(),
-        delete: ServerAction::new(),
-    };
+    let edits = Edits::new();
     // Until a pass has seen the newest edit, look again every second.
     let tick = RwSignal::new(0u64);
     let data = Resource::new(
@@ -123,14 +223,10 @@ fn Grid(state: ManifestState, admin: bool, edits: Edits) -> impl IntoView {
         ),
     };
     let error = move || {
-        let e = edits
-            .save
-            .value()
+        edits
+            .error
             .get()
-            .and_then(|r| r.err())
-            .or_else(|| edits.rename.value().get().and_then(|r| r.err()))
-            .or_else(|| edits.delete.value().get().and_then(|r| r.err()));
-        e.map(|e| view! { <p class="error" role="alert">{e.to_string()}</p> })
+            .map(|e| view! { <p class="error" role="alert">{e.to_string()}</p> })
     };
     let headers = models
         .iter()
@@ -206,23 +302,29 @@ fn Row(w: WorkloadView, models: Vec<String>, admin: bool, edits: Edits) -> impl 
         .iter()
         .map(|m| {
             let v = w.vram_mib.get(m).map(|n| n.to_string()).unwrap_or_default();
-            (m.clone(), RwSignal::new(v))
+            (m.clone(), edits.draft(&name, m, &v))
         })
         .collect();
-    let description = RwSignal::new(w.description.clone());
-    let new_name = RwSignal::new(w.name.clone());
+    let description = edits.draft(&name, DESCRIPTION, &w.description);
+    let new_name = edits.draft(&name, NAME, &w.name);
+    let touch = {
+        let name = name.clone();
+        move || edits.touch(&name)
+    };
     let local_error = RwSignal::new(None::<String>);
-    let confirm = RwSignal::new(false);
+    // Asked once more before deleting; kept with the drafts so a refetch does not forget it.
+    let confirm = edits.draft(&name, CONFIRM, "");
     let inputs = cells
         .iter()
         .map(|(model, value)| {
             let value = *value;
             let label = format!("VRAM MiB for {} on {}", w.name, model);
+            let touch = touch.clone();
             if admin {
                 view! {
                     <td>
                         <input type="number" min="1" step="1" inputmode="numeric" aria-label=label
-                            prop:value=move || value.get() on:input=move |ev| value.set(event_target_value(&ev)) />
+                            prop:value=move || value.get() on:input=move |ev| { touch(); value.set(event_target_value(&ev)); } />
                     </td>
                 }
                 .into_any()
@@ -257,11 +359,13 @@ fn Row(w: WorkloadView, models: Vec<String>, admin: bool, edits: Edits) -> impl 
     };
     let delete = {
         let name = name.clone();
+        let touch = touch.clone();
         move |_| {
-            if confirm.get_untracked() {
+            if !confirm.get_untracked().is_empty() {
                 edits.delete.dispatch(DeleteWorkload { name: name.clone() });
             } else {
-                confirm.set(true);
+                touch();
+                confirm.set("yes".into());
             }
         }
     };
@@ -269,9 +373,15 @@ fn Row(w: WorkloadView, models: Vec<String>, admin: bool, edits: Edits) -> impl 
         view! {
             <th scope="row">
                 <input type="text" class="name" aria-label=format!("Name of {}", w.name)
-                    prop:value=move || new_name.get() on:input=move |ev| new_name.set(event_target_value(&ev)) />
+                    prop:value=move || new_name.get() on:input={
+                        let touch = touch.clone();
+                        move |ev| { touch(); new_name.set(event_target_value(&ev)); }
+                    } />
                 <input type="text" class="description" aria-label=format!("Description of {}", w.name) placeholder="description"
-                    prop:value=move || description.get() on:input=move |ev| description.set(event_target_value(&ev)) />
+                    prop:value=move || description.get() on:input={
+                        let touch = touch.clone();
+                        move |ev| { touch(); description.set(event_target_value(&ev)); }
+                    } />
             </th>
         }
         .into_any()
@@ -287,7 +397,7 @@ fn Row(w: WorkloadView, models: Vec<String>, admin: bool, edits: Edits) -> impl 
                 <button type="button" class="small" on:click=save>"Save"</button>
                 <button type="button" class="small" on:click=rename>"Rename"</button>
                 <button type="button" class="small danger" on:click=delete>
-                    {move || if confirm.get() { "Really delete?" } else { "Delete" }}
+                    {move || if confirm.get().is_empty() { "Delete" } else { "Really delete?" }}
                 </button>
                 {move || local_error.get().map(|e| view! { <p class="error" role="alert">{e}</p> })}
             </td>
@@ -298,12 +408,13 @@ fn Row(w: WorkloadView, models: Vec<String>, admin: bool, edits: Edits) -> impl 
 
 #[component]
 fn AddRow(models: Vec<String>, edits: Edits) -> impl IntoView {
-    let name = RwSignal::new(String::new());
-    let description = RwSignal::new(String::new());
+    let name = edits.draft(NEW_ROW, NAME, "");
+    let description = edits.draft(NEW_ROW, DESCRIPTION, "");
     let cells: Vec<(String, RwSignal<String>)> = models
         .iter()
-        .map(|m| (m.clone(), RwSignal::new(String::new())))
+        .map(|m| (m.clone(), edits.draft(NEW_ROW, m, "")))
         .collect();
+    let touch = move || edits.touch(NEW_ROW);
     let local_error = RwSignal::new(None::<String>);
     let inputs = cells
         .iter()
@@ -312,7 +423,7 @@ fn AddRow(models: Vec<String>, edits: Edits) -> impl IntoView {
             view! {
                 <td>
                     <input type="number" min="1" step="1" inputmode="numeric" aria-label=format!("VRAM MiB for the new type on {model}")
-                        prop:value=move || value.get() on:input=move |ev| value.set(event_target_value(&ev)) />
+                        prop:value=move || value.get() on:input=move |ev| { touch(); value.set(event_target_value(&ev)); } />
                 </td>
             }
         })
@@ -332,9 +443,9 @@ fn AddRow(models: Vec<String>, edits: Edits) -> impl IntoView {
         <tr class="new">
             <th scope="row">
                 <input id="new-workload" type="text" class="name" aria-label="Name of a new workload type" placeholder="new type, e.g. llm-7b"
-                    prop:value=move || name.get() on:input=move |ev| name.set(event_target_value(&ev)) />
+                    prop:value=move || name.get() on:input=move |ev| { touch(); name.set(event_target_value(&ev)); } />
                 <input type="text" class="description" aria-label="Description of the new type" placeholder="description"
-                    prop:value=move || description.get() on:input=move |ev| description.set(event_target_value(&ev)) />
+                    prop:value=move || description.get() on:input=move |ev| { touch(); description.set(event_target_value(&ev)); } />
             </th>
             {inputs}
             <td class="actions">

@@ -19,7 +19,7 @@ use dashboard::DashboardPage;
 use leptos::prelude::*;
 use leptos_meta::{provide_meta_context, MetaTags, Stylesheet, Title};
 use leptos_router::components::{Route, Router, Routes, A};
-use leptos_router::{path, SsrMode};
+use leptos_router::{lazy_route, path, Lazy, LazyRoute, SsrMode};
 use login::LoginPage;
 
 /// The HTML document around the app, rendered on the server.
@@ -81,17 +81,47 @@ pub fn App() -> impl IntoView {
                     // Async: the sign-in check decides between the page and a redirect before any byte is sent.
                     <Route path=path!("/") view=DashboardPage ssr=SsrMode::Async />
                     <Route path=path!("/login") view=LoginPage />
-                    <Route path=path!("/submit") view=submit::SubmitPage ssr=SsrMode::Async />
-                    <Route path=path!("/jobs") view=queue::QueuePage ssr=SsrMode::Async />
-                    <Route path=path!("/jobs/:id") view=job::JobPage ssr=SsrMode::Async />
-                    <Route path=path!("/manifest") view=manifest::ManifestPage ssr=SsrMode::Async />
-                    <Route path=path!("/usage") view=usage::UsagePage ssr=SsrMode::Async />
-                    <Route path=path!("/admin") view=admin::AdminPage ssr=SsrMode::Async />
-                    <Route path=path!("/account") view=account::AccountPage ssr=SsrMode::Async />
+                    <Route path=path!("/submit") view={Lazy::<SubmitRoute>::new()} ssr=SsrMode::Async />
+                    <Route path=path!("/jobs") view={Lazy::<QueueRoute>::new()} ssr=SsrMode::Async />
+                    <Route path=path!("/jobs/:id") view={Lazy::<JobRoute>::new()} ssr=SsrMode::Async />
+                    <Route path=path!("/manifest") view={Lazy::<ManifestRoute>::new()} ssr=SsrMode::Async />
+                    <Route path=path!("/usage") view={Lazy::<UsageRoute>::new()} ssr=SsrMode::Async />
+                    <Route path=path!("/admin") view={Lazy::<AdminRoute>::new()} ssr=SsrMode::Async />
+                    <Route path=path!("/account") view={Lazy::<AccountRoute>::new()} ssr=SsrMode::Async />
                 </Routes>
             </main>
         </Router>
     }
+}
+
+/// A page whose code loads on its first visit: built with `cargo leptos build --split`, each one
+/// is its own WASM chunk, so the first page load fetches only the dashboard and sign-in code.
+macro_rules! lazy_page {
+    ($($route:ident => $page:path),* $(,)?) => {$(
+        struct $route;
+
+        #[lazy_route]
+        impl LazyRoute for $route {
+            fn data() -> Self {
+                $route
+            }
+
+            fn view(this: Self) -> AnyView {
+                let _ = this;
+                $page().into_any()
+            }
+        }
+    )*};
+}
+
+lazy_page! {
+    SubmitRoute => submit::SubmitPage,
+    QueueRoute => queue::QueuePage,
+    JobRoute => job::JobPage,
+    ManifestRoute => manifest::ManifestPage,
+    UsageRoute => usage::UsagePage,
+    AdminRoute => admin::AdminPage,
+    AccountRoute => account::AccountPage,
 }
 
 #[component]
