@@ -363,3 +363,60 @@ async fn cards_show_how_long_each_holder_has_been_running(pool: PgPool) {
     assert!((95..100).contains(&secs), "{secs}");
     assert_eq!(running["vram_mib"], 3000);
 }
+
+#[sqlx::test(migrations = false)]
+async fn a_password_change_ends_the_other_browser_sessions(pool: PgPool) {
+    let app = TestApp::new(pool).await;
+    let token = app.bearer("dora", Role::Member).await;
+    let here = app.login("dora", PASSWORD).await;
+    let elsewhere = app.login("dora", PASSWORD).await;
+    assert_ne!(here, elsewhere);
+    let me = |cookie: &str| {
+        let cookie = cookie.to_owned();
+        let app = &app;
+        async move {
+            app.api("GET", "/api/v1/me", Some(&cookie), None)
+                .await
+                .status
+        }
+    };
+    assert_eq!(me(&here).await, 200);
+    assert_eq!(me(&elsewhere).await, 200);
+    // Through the account page's server function, from the `here` session.
+    let changed = app
+        .server_fn(
+            "change_password",
+            "current_password=correct+horse+battery&new_password=another-secret-1",
+            Some(&here),
+            &[],
+        )
+        .await;
+    assert_eq!(changed.status, 200, "{}", changed.text);
+    assert_eq!(
+        me(&here).await,
+        200,
+        "the session that made the change stays"
+    );
+    assert_eq!(me(&elsewhere).await, 401, "other sessions end");
+    assert_eq!(
+        app.api("GET", "/api/v1/me", Some(&token), None)
+            .await
+            .status,
+        200,
+        "API tokens are not sessions"
+    );
+    // A fresh sign-in with the new password works; through REST with a token, every session ends.
+    let fresh = app.login("dora", "another-secret-1").await;
+    assert_eq!(me(&fresh).await, 200);
+    let r = app
+        .api(
+            "POST",
+            "/api/v1/me/password",
+            Some(&token),
+            Some(json!({ "current_password": "another-secret-1", "new_password": "third-secret-22" })),
+        )
+        .await;
+    assert_eq!(r.status, 204, "{}", r.text);
+    assert_eq!(me(&fresh).await, 401);
+    assert_eq!(me(&here).await, 401);
+}

@@ -113,7 +113,7 @@ pub async fn save_launch_policy(policy: LaunchPolicy) -> Result<LaunchPolicy, Ap
     crate::server::admin::save_policy(&state, &admin, &policy).await
 }
 
-/// Changes the caller's password.
+/// Changes the caller's password; their other browser sessions end.
 #[server(endpoint = "change_password")]
 pub async fn change_password(
     current_password: String,
@@ -122,7 +122,10 @@ pub async fn change_password(
     use crate::server::auth::server_fn_require;
 
     let (state, user) = server_fn_require(Role::Member).await?;
-    crate::server::admin::change_password(&state, &user, &current_password, &new_password).await
+    let at = crate::server::admin::change_password(&state, &user, &current_password, &new_password)
+        .await?;
+    let session = crate::server::auth::server_fn_session()?;
+    crate::server::admin::restamp_session(&session, &user, at).await
 }
 
 /// The caller's API tokens, newest first.

@@ -7,7 +7,9 @@ use leptos::prelude::*;
 /// to the dashboard.
 #[server(endpoint = "login")]
 pub async fn login(username: String, password: String) -> Result<(), AppError> {
-    use crate::server::auth::{server_fn_caller, server_fn_session, service, SESSION_USER_KEY};
+    use crate::server::auth::{
+        server_fn_caller, server_fn_session, service, SESSION_SINCE_KEY, SESSION_USER_KEY,
+    };
     use crate::server::http::OrInternal;
 
     let (state, _) = server_fn_caller().await?;
@@ -19,6 +21,10 @@ pub async fn login(username: String, password: String) -> Result<(), AppError> {
         .or_internal("rotating the session id")?;
     session
         .insert(SESSION_USER_KEY, user.id)
+        .await
+        .or_internal("writing the session")?;
+    session
+        .insert(SESSION_SINCE_KEY, chrono::Utc::now())
         .await
         .or_internal("writing the session")?;
     leptos_axum::redirect("/");

@@ -93,13 +93,14 @@ pub async fn update_user(
 }
 
 /// Changes the caller's own password after checking the current one (counted against the same
-/// sign-in throttle, so this cannot be used to guess it).
+/// sign-in throttle, so this cannot be used to guess it). Every browser session of the user signed
+/// in before now ends; the returned moment re-stamps the session that made the change, if any.
 pub async fn change_password(
     state: &AppState,
     user: &CurrentUser,
     current: &str,
     new: &str,
-) -> Result<(), AppError> {
+) -> Result<chrono::DateTime<chrono::Utc>, AppError> {
     match service::login(&state.pool, &user.username, current, chrono::Utc::now()).await {
         Ok(_) => {}
         Err(AppError::BadCredentials) => {
@@ -126,7 +127,7 @@ pub async fn change_password(
         .begin()
         .await
         .or_internal("beginning a password change")?;
-    users::set_password_hash(&mut *tx, user.id, &hash)
+    let valid_after = users::set_password_hash(&mut *tx, user.id, &hash)
         .await
         .or_internal("storing a password")?;
     events::audit(
@@ -140,7 +141,28 @@ pub async fn change_password(
     .or_internal("auditing a password change")?;
     tx.commit()
         .await
-        .or_internal("committing a password change")
+        .or_internal("committing a password change")?;
+    Ok(valid_after)
+}
+
+/// Keeps the session that changed the password signed in (if the caller used one).
+pub async fn restamp_session(
+    session: &tower_sessions::Session,
+    user: &CurrentUser,
+    at: chrono::DateTime<chrono::Utc>,
+) -> Result<(), AppError> {
+    use crate::server::auth::{SESSION_SINCE_KEY, SESSION_USER_KEY};
+    let owner: Option<Uuid> = session
+        .get(SESSION_USER_KEY)
+        .await
+        .or_internal("reading the session")?;
+    if owner == Some(user.id) {
+        session
+            .insert(SESSION_SINCE_KEY, at)
+            .await
+            .or_internal("writing the session")?;
+    }
+    Ok(())
 }
 
 /// Checks, stores and audits a new launch policy (admins).

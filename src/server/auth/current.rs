@@ -14,6 +14,8 @@ use uuid::Uuid;
 
 /// Session key holding the signed-in user's id.
 pub const SESSION_USER_KEY: &str = "user_id";
+/// Session key of the moment the session signed in (compared with `users.sessions_valid_after`).
+pub const SESSION_SINCE_KEY: &str = "signed_in_at";
 
 /// The authenticated caller.
 #[derive(Debug, Clone)]
@@ -79,9 +81,18 @@ impl CurrentUser {
         let Some(id) = id else {
             return Ok(None);
         };
+        let since: Option<chrono::DateTime<chrono::Utc>> = session
+            .get(SESSION_SINCE_KEY)
+            .await
+            .or_internal("reading the session")?;
         let row = users::active_by_id(&state.pool, id)
             .await
             .or_internal("looking up the session's user")?;
+        // A session from before the user's last password change is over.
+        let row = row.filter(|r| match r.sessions_valid_after {
+            None => true,
+            Some(valid_after) => since.is_some_and(|t| t >= valid_after),
+        });
         row.map(|r| Self::from_row(&r, false)).transpose()
     }
 }

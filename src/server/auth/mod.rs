@@ -7,5 +7,6 @@ pub mod service;
 pub mod tokens;
 
 pub use current::{
-    server_fn_caller, server_fn_require, server_fn_session, CurrentUser, SESSION_USER_KEY,
+    server_fn_caller, server_fn_require, server_fn_session, CurrentUser, SESSION_SINCE_KEY,
+    SESSION_USER_KEY,
 };

@@ -18,6 +18,8 @@ pub struct UserRow {
     pub role: String,
     /// Set when an admin disabled the account: sessions and tokens stop working.
     pub disabled_at: Option<DateTime<Utc>>,
+    /// Browser sessions signed in before this are refused (set by a password change).
+    pub sessions_valid_after: Option<DateTime<Utc>>,
 }
 
 impl UserRow {
@@ -39,7 +41,7 @@ impl UserRow {
     }
 }
 
-const USER_COLUMNS: &str = "id, username, password_hash, role, disabled_at";
+const USER_COLUMNS: &str = "id, username, password_hash, role, disabled_at, sessions_valid_after";
 
 /// Looks a user up by login name.
 pub async fn by_name(db: impl PgExecutor<'_>, username: &str) -> sqlx::Result<Option<UserRow>> {
@@ -118,14 +120,21 @@ pub async fn set_role(db: impl PgExecutor<'_>, id: Uuid, role: Role) -> sqlx::Re
     Ok(res.rows_affected() == 1)
 }
 
-/// Replaces a user's password hash.
-pub async fn set_password_hash(db: impl PgExecutor<'_>, id: Uuid, hash: &str) -> sqlx::Result<()> {
-    sqlx::query("UPDATE users SET password_hash = $2 WHERE id = $1")
-        .bind(id)
-        .bind(hash)
-        .execute(db)
-        .await?;
-    Ok(())
+/// Replaces a user's password hash and ends their browser sessions signed in before now; returns
+/// that moment (the database's clock), to re-stamp the session that made the change.
+pub async fn set_password_hash(
+    db: impl PgExecutor<'_>,
+    id: Uuid,
+    hash: &str,
+) -> sqlx::Result<DateTime<Utc>> {
+    sqlx::query_scalar(
+        "UPDATE users SET password_hash = $2, sessions_valid_after = clock_timestamp() \
+         WHERE id = $1 RETURNING sessions_valid_after",
+    )
+    .bind(id)
+    .bind(hash)
+    .fetch_one(db)
+    .await
 }
 
 /// A user by id, enabled or not.
@@ -215,7 +224,7 @@ pub async fn user_by_token(
     sqlx::query_as(
         "WITH t AS (UPDATE api_tokens SET last_used_at = now() \
                     WHERE token_sha256 = $1 AND revoked_at IS NULL RETURNING user_id) \
-         SELECT u.id, u.username, u.password_hash, u.role, u.disabled_at \
+         SELECT u.id, u.username, u.password_hash, u.role, u.disabled_at, u.sessions_valid_after \
          FROM users u JOIN t ON t.user_id = u.id WHERE u.disabled_at IS NULL",
     )
     .bind(digest)

@@ -143,13 +143,17 @@ pub(super) struct PasswordChange {
     new_password: String,
 }
 
-/// Changes the caller's password (the current one is checked, and counted by the sign-in throttle).
+/// Changes the caller's password (the current one is checked, and counted by the sign-in
+/// throttle). The user's browser sessions signed in before now end; API tokens stay.
 #[utoipa::path(post, path = "/api/v1/me/password", tag = "auth", security(("bearer" = [])), request_body = PasswordChange, responses((status = 204), (status = 400, description = "invalid input; `field` names it", body = ErrorBody), (status = 401, description = "not signed in", body = ErrorBody), (status = 429, description = "too many failed tries", body = ErrorBody)))]
 pub(super) async fn change_password(
     State(state): State<AppState>,
+    session: tower_sessions::Session,
     user: CurrentUser,
     ApiJson(req): ApiJson<PasswordChange>,
 ) -> Result<StatusCode, ApiError> {
-    admin::change_password(&state, &user, &req.current_password, &req.new_password).await?;
+    let at =
+        admin::change_password(&state, &user, &req.current_password, &req.new_password).await?;
+    admin::restamp_session(&session, &user, at).await?;
     Ok(StatusCode::NO_CONTENT)
 }
