@@ -1,5 +1,6 @@
 //! `/account`: change my password; create and revoke my API tokens (for the CLI and scripts).
 
+use super::alert::action_error;
 use super::gate::SignedIn;
 use crate::api::{my_tokens, ChangePassword, CreateToken, RevokeToken};
 use crate::model::{AppError, UserView};
@@ -98,7 +99,7 @@ fn Tokens() -> impl IntoView {
                 <div class="field"><button type="submit">"Create token"</button></div>
             </ActionForm>
             {secret}
-            {move || revoke.value().get().and_then(|r| r.err()).map(|e| view! { <p class="error" role="alert">{e.to_string()}</p> })}
+            {move || action_error(revoke.value().get())}
             <Transition fallback=|| view! { <p>"Loading…"</p> }>
                 {move || Suspend::new(async move {
                     match tokens.await {

@@ -1,12 +1,13 @@
 //! `/admin` (admins): cards (drain / undrain / offline), users (create, role, disable) and the
 //! launch policy. Every change goes through the same service functions as the REST API.
 
+use super::alert::action_error;
 use super::gate::SignedIn;
 use super::live::use_live;
 use crate::api::{
     dashboard, get_launch_policy, list_users, CreateUser, SaveLaunchPolicy, SetGpuState, UpdateUser,
 };
-use crate::model::{AppError, LaunchPolicy, Role, UserView, VolumeRule};
+use crate::model::{LaunchPolicy, Role, UserView, VolumeRule};
 use leptos::prelude::*;
 use leptos_meta::Title;
 
@@ -25,13 +26,6 @@ pub fn AdminPage() -> impl IntoView {
     }
 }
 
-fn error_line<T: Clone + Send + Sync + 'static>(
-    r: Option<Result<T, AppError>>,
-) -> Option<impl IntoView> {
-    r.and_then(|r| r.err())
-        .map(|e| view! { <p class="error" role="alert">{e.to_string()}</p> })
-}
-
 #[component]
 fn Cards() -> impl IntoView {
     let live = use_live();
@@ -42,7 +36,7 @@ fn Cards() -> impl IntoView {
             <h1>"Admin"</h1>
             <h2>"GPUs"</h2>
             <p class="muted">"A draining card runs its jobs out and admits nothing new; an offline card is not counted at all."</p>
-            {move || error_line(set.value().get())}
+            {move || action_error(set.value().get())}
             <Transition fallback=|| view! { <p>"Loading…"</p> }>
                 {move || Suspend::new(async move {
                     match data.await {
@@ -100,7 +94,7 @@ fn Users(me: UserView) -> impl IntoView {
     view! {
         <section class="card">
             <h2>"Users"</h2>
-            {move || error_line(update.value().get())}
+            {move || action_error(update.value().get())}
             <Transition fallback=|| view! { <p>"Loading…"</p> }>
                 {move || {
                     let me = me.clone();
@@ -130,7 +124,7 @@ fn Users(me: UserView) -> impl IntoView {
                 </div>
                 <div class="field"><button type="submit">"Create"</button></div>
             </ActionForm>
-            {move || error_line(create.value().get())}
+            {move || action_error(create.value().get())}
             {created}
         </section>
     }
@@ -303,7 +297,7 @@ fn PolicyForm(p: LaunchPolicy, save: ServerAction<SaveLaunchPolicy>) -> impl Int
             </div>
             <button type="submit">"Save policy"</button>
             {move || local_error.get().map(|e| view! { <p class="error" role="alert">{e}</p> })}
-            {move || error_line(save.value().get())}
+            {move || action_error(save.value().get())}
             {saved}
         </form>
     }

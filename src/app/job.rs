@@ -1,5 +1,6 @@
 //! A job's page: status, timeline from the audit trail, cards, spec, live log tail, cancel.
 
+use super::alert::action_error;
 use super::gate::SignedIn;
 use super::live::use_live;
 use crate::api::{get_job_detail, job_log, CancelJob, ResubmitJob};
@@ -128,7 +129,7 @@ fn Detail(d: JobDetail, cancel: ServerAction<CancelJob>) -> impl IntoView {
                     "Resubmit as new job"
                 </button>
             })}
-            {move || resubmit.value().get().and_then(|r| r.err()).map(|e| view! { <p class="error" role="alert">{e.to_string()}</p> })}
+            {move || action_error(resubmit.value().get())}
             <dl class="spec">
                 <dt>"Owner"</dt><dd>{j.owner.clone()}</dd>
                 <dt>"Image"</dt><dd>{j.image.clone()}</dd>

@@ -1,5 +1,6 @@
 //! The sign-in page. A plain form that also works before (or without) the WASM bundle.
 
+use super::alert::action_error;
 use super::Auth;
 use leptos::prelude::*;
 use leptos_meta::Title;
@@ -9,13 +10,7 @@ use leptos_meta::Title;
 pub fn LoginPage() -> impl IntoView {
     let auth = expect_context::<Auth>();
     let login = auth.login;
-    let error = move || {
-        login
-            .value()
-            .get()
-            .and_then(|r| r.err())
-            .map(|e| view! { <p class="error" role="alert">{e.to_string()}</p> })
-    };
+    let error = move || action_error(login.value().get());
     view! {
         <Title text="Sign in · gpuq" />
         <section class="card narrow">

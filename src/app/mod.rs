@@ -3,6 +3,7 @@
 
 mod account;
 mod admin;
+mod alert;
 mod dashboard;
 mod gate;
 mod job;

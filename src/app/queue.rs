@@ -1,6 +1,7 @@
 //! Queue and history: every job, filtered by status, owner or "mine", sorted newest or oldest
 //! first, in queue order or by name, a page at a time; queue positions and wait reasons for queued jobs; cancel where allowed.
 
+use super::alert::action_error;
 use super::gate::SignedIn;
 use super::live::use_live;
 use crate::api::{list_jobs, CancelJob};
@@ -79,7 +80,7 @@ fn Queue(me: UserView) -> impl IntoView {
                     </label>
                 </div>
             </form>
-            {move || cancel.value().get().and_then(|r| r.err()).map(|e| view! { <p class="error" role="alert">{e.to_string()}</p> })}
+            {move || action_error(cancel.value().get())}
             <Transition fallback=|| view! { <p>"Loading…"</p> }>
                 {move || {
                     let me = me.clone();
