@@ -37,43 +37,21 @@ async fn renaming_a_workload_type_moves_its_queued_jobs_with_it(pool: PgPool) {
     assert_eq!(app.job(&member, waiting).await["status"], "queued");
 
     // Bad names and collisions are refused, naming what is wrong.
-    let bad = app
-        .api(
-            "POST",
-            "/api/v1/manifest/small/rename",
-            Some(&admin),
-            Some(json!({ "to": "Not OK" })),
-        )
-        .await;
+    let rename = |from: &str, to: &str| {
+        let (app, admin) = (&app, admin.clone());
+        let path = format!("/api/v1/manifest/{from}/rename");
+        let body = json!({ "to": to });
+        async move { app.api("POST", &path, Some(&admin), Some(body)).await }
+    };
+    let bad = rename("small", "Not OK").await;
     assert_eq!(bad.status, 400, "{}", bad.text);
     assert_eq!(bad.json()["field"], "to");
-    let taken = app
-        .api(
-            "POST",
-            "/api/v1/manifest/small/rename",
-            Some(&admin),
-            Some(json!({ "to": "llm" })),
-        )
-        .await;
+    let taken = rename("small", "llm").await;
     assert_eq!(taken.status, 409, "{}", taken.text);
-    let missing = app
-        .api(
-            "POST",
-            "/api/v1/manifest/nope/rename",
-            Some(&admin),
-            Some(json!({ "to": "x" })),
-        )
-        .await;
+    let missing = rename("nope", "x").await;
     assert_eq!(missing.status, 404, "{}", missing.text);
 
-    let ok = app
-        .api(
-            "POST",
-            "/api/v1/manifest/small/rename",
-            Some(&admin),
-            Some(json!({ "to": "tiny" })),
-        )
-        .await;
+    let ok = rename("small", "tiny").await;
     assert_eq!(ok.status, 200, "{}", ok.text);
     assert_eq!(ok.json()["vram_mib"][MODEL], 1000);
     let job = app.job(&member, waiting).await;

@@ -580,7 +580,8 @@ async fn the_openapi_document_describes_every_route(pool: PgPool) {
 #[sqlx::test(migrations = false)]
 async fn every_route_allows_exactly_the_roles_it_should(pool: PgPool) {
     let app = TestApp::new(pool).await;
-    app.sim_cards("2x24576:NVIDIA GeForce RTX 3090", "roles")
+    let cards = app
+        .sim_cards("2x24576:NVIDIA GeForce RTX 3090", "roles")
         .await;
     let owner = app.bearer("alice", Role::Member).await;
     let other = app.bearer("bob", Role::Member).await;
@@ -589,13 +590,7 @@ async fn every_route_allows_exactly_the_roles_it_should(pool: PgPool) {
     let spec =
         json!({ "image": "gpuq-test/busybox:latest", "command": ["true"], "min_vram_mb": 1000 });
     let job = app.submit_ok(&owner, spec.clone()).await;
-    let card = app
-        .api("GET", "/api/v1/gpus", Some(&admin), None)
-        .await
-        .json()["gpus"][0]["uuid"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let card = gpuq::model::gpu_id(&cards[0]);
     let bob_id = app
         .api("GET", "/api/v1/me", Some(&other), None)
         .await

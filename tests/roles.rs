@@ -47,7 +47,8 @@ fn error_kind(reply: &Reply) -> Option<String> {
 #[sqlx::test(migrations = false)]
 async fn every_server_function_allows_exactly_the_roles_it_should(pool: PgPool) {
     let app = TestApp::new(pool).await;
-    app.sim_cards("2x24576:NVIDIA GeForce RTX 3090", "roles")
+    let cards = app
+        .sim_cards("2x24576:NVIDIA GeForce RTX 3090", "roles")
         .await;
     let owner_bearer = app.bearer("alice", Role::Member).await;
     app.add_user("bob", Role::Member).await;
@@ -59,13 +60,7 @@ async fn every_server_function_allows_exactly_the_roles_it_should(pool: PgPool) 
             json!({ "image": "gpuq-test/busybox:latest", "command": ["true"], "min_vram_mb": 1000 }),
         )
         .await;
-    let card = app
-        .api("GET", "/api/v1/gpus", Some(&admin_bearer), None)
-        .await
-        .json()["gpus"][0]["uuid"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let card = gpuq::model::gpu_id(&cards[0]);
     let bob_id = app
         .api("GET", "/api/v1/users", Some(&admin_bearer), None)
         .await
