@@ -343,13 +343,11 @@ async fn managed_pids_are_the_host_pids_of_running_job_processes() {
     // What the GPU inventory is told before each NVML reading: the same set; with Docker
     // unreachable, nothing (so our jobs' memory counts as foreign: admission errs towards less).
     use gpuq::server::gpu::sync::OwnPids;
-    let told = OwnPids::Docker { socket: None }.read(&r.node).await;
+    let told = OwnPids::docker(None).read(&r.node).await;
     assert_eq!(told.pids, pids.iter().copied().collect());
-    let unreachable = OwnPids::Docker {
-        socket: Some("/nonexistent/docker.sock".into()),
-    }
-    .read(&r.node)
-    .await;
+    let unreachable = OwnPids::docker(Some("/nonexistent/docker.sock".into()))
+        .read(&r.node)
+        .await;
     assert!(unreachable.pids.is_empty());
     // Another node's containers are not ours.
     assert!(d

@@ -75,10 +75,6 @@ pub async fn update_user(
             .await
             .or_internal("disabling a user")?;
     }
-    let after = users::by_id(&mut *tx, id)
-        .await
-        .or_internal("reading a user")?
-        .ok_or_else(|| AppError::NotFound(format!("no user {id}")))?;
     events::audit(
         &mut *tx,
         &admin.username,
@@ -89,7 +85,10 @@ pub async fn update_user(
     .await
     .or_internal("auditing a user edit")?;
     tx.commit().await.or_internal("committing a user edit")?;
-    after.view().or_internal("reading a user")
+    let mut view = before.view().or_internal("reading a user")?;
+    view.role = role.unwrap_or(view.role);
+    view.disabled = disabled.unwrap_or(view.disabled);
+    Ok(view)
 }
 
 /// Changes the caller's own password after checking the current one (counted against the same

@@ -105,9 +105,7 @@ async fn run(args: &ServeArgs, database: &Database) -> Result<()> {
     };
     // On NVML cards, the processes of gpuq's own containers are not foreign.
     let own_pids = if args.runner {
-        gpu::sync::OwnPids::Docker {
-            socket: args.docker_socket.clone(),
-        }
+        gpu::sync::OwnPids::docker(args.docker_socket.clone())
     } else {
         gpu::sync::OwnPids::None
     };

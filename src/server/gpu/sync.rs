@@ -11,39 +11,59 @@ use tokio::sync::watch;
 
 /// Where the host PIDs of gpuq's own container processes come from. On NVML cards they separate
 /// our jobs' memory (already counted by their reservations) from foreign processes' memory.
+/// Clones share one Docker connection (the GPU sync and the usage sampler both ask).
 #[derive(Debug, Clone, Default)]
 pub enum OwnPids {
     /// No runner on this node (or simulated cards): nothing of ours runs here.
     #[default]
     None,
-    /// This node's dockerd (default socket, or this path).
+    /// This node's dockerd.
     Docker {
         /// Unix socket path; `None` for the local default.
         socket: Option<String>,
+        /// The connection, made on first use and again after a failure.
+        conn: Arc<tokio::sync::Mutex<Option<Docker>>>,
     },
 }
 
 impl OwnPids {
+    /// This node's dockerd, at `socket` or the local default.
+    pub fn docker(socket: Option<String>) -> Self {
+        OwnPids::Docker {
+            socket,
+            conn: Arc::default(),
+        }
+    }
+
     /// The PIDs now. When Docker cannot be asked, the answer is empty, which counts our jobs'
     /// memory as foreign too: admission errs towards admitting less, never more.
     pub async fn read(&self, node: &str) -> OurProcesses {
-        let OwnPids::Docker { socket } = self else {
+        let OwnPids::Docker { socket, conn } = self else {
             return OurProcesses::default();
         };
-        let docker = match socket {
-            Some(path) => Docker::connect_socket(path).await,
-            None => Docker::connect().await,
-        };
-        match docker {
-            Ok(d) => match d.managed_pids(node).await {
-                Ok(pids) => pids.into_iter().collect(),
-                Err(e) => {
-                    tracing::warn!(error = %e, "listing gpuq's container processes failed; their GPU memory counts as foreign until it works");
-                    OurProcesses::default()
+        let mut cached = conn.lock().await;
+        let docker = match cached.as_ref() {
+            Some(d) => d.clone(),
+            None => {
+                let connected = match socket {
+                    Some(path) => Docker::connect_socket(path).await,
+                    None => Docker::connect().await,
+                };
+                match connected {
+                    Ok(d) => cached.insert(d).clone(),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "Docker unreachable; gpuq's own GPU memory counts as foreign until it answers");
+                        return OurProcesses::default();
+                    }
                 }
-            },
+            }
+        };
+        drop(cached);
+        match docker.managed_pids(node).await {
+            Ok(pids) => pids.into_iter().collect(),
             Err(e) => {
-                tracing::warn!(error = %e, "Docker unreachable; gpuq's own GPU memory counts as foreign until it answers");
+                tracing::warn!(error = %e, "listing gpuq's container processes failed; their GPU memory counts as foreign until it works");
+                *conn.lock().await = None;
                 OurProcesses::default()
             }
         }
