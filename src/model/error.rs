@@ -60,6 +60,18 @@ impl AppError {
         }
     }
 
+    /// The same error about another field: a shared check reused where the request names the
+    /// value differently (e.g. `password` checked as `new_password`). Other errors are unchanged.
+    pub fn for_field(self, field: impl Into<String>) -> Self {
+        match self {
+            AppError::Invalid { message, .. } => AppError::Invalid {
+                field: field.into(),
+                message,
+            },
+            other => other,
+        }
+    }
+
     /// The field at fault, when the error is about one.
     pub fn field(&self) -> Option<&str> {
         match self {
@@ -107,5 +119,7 @@ mod tests {
         assert_eq!(serde_json::from_str::<AppError>(&json).unwrap(), err);
         assert_eq!(err.status(), 400);
         assert_eq!(err.to_string(), "username: must not be empty");
+        assert_eq!(err.for_field("name").to_string(), "name: must not be empty");
+        assert_eq!(AppError::Internal.for_field("x"), AppError::Internal);
     }
 }

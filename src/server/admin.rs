@@ -110,10 +110,7 @@ pub async fn change_password(
         }
         Err(e) => return Err(e),
     }
-    password::check_policy(new).map_err(|e| match e {
-        AppError::Invalid { message, .. } => AppError::invalid("new_password", message),
-        other => other,
-    })?;
+    password::check_policy(new).map_err(|e| e.for_field("new_password"))?;
     if new == current {
         return Err(AppError::invalid(
             "new_password",
@@ -202,12 +199,7 @@ pub async fn rename_workload(
     from: &str,
     to: &str,
 ) -> Result<WorkloadView, AppError> {
-    check_name(to).map_err(|_| {
-        AppError::invalid(
-            "to",
-            "workload type names are 1 to 64 characters: lowercase letters, digits, `_`, `.`, `-`, starting with a letter or digit",
-        )
-    })?;
+    check_name(to).map_err(|e| e.for_field("to"))?;
     if from == to {
         return Err(AppError::invalid(
             "to",
