@@ -13,8 +13,8 @@ export PATH="$PWD/end2end/node_modules/.bin:$PATH"   # binaryen's wasm-opt, for 
 export RUSTFLAGS="--cfg erase_components"
 cargo leptos build --release --split
 LISTEN=${GPUQ_LISTEN:-127.0.0.1:3000}
-if [ -z "${GPUQ_GPUS:-}" ] && ! ldconfig -p 2>/dev/null | grep -q 'libnvidia-ml\.so\.1'; then
-  export GPUQ_GPUS=sim
+if [ -z "${GPUQ_GPU_SOURCE:-}" ] && ! ldconfig -p 2>/dev/null | grep -q 'libnvidia-ml\.so\.1'; then
+  export GPUQ_GPU_SOURCE=sim
   export GPUQ_SIM_GPUS=${GPUQ_SIM_GPUS:-"3x24576:NVIDIA GeForce RTX 3090,1x81920:NVIDIA A100 80GB"}
   echo "No NVIDIA driver found (libnvidia-ml.so.1): using simulated cards: $GPUQ_SIM_GPUS"
 fi

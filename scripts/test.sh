@@ -1,25 +1,21 @@
 #!/usr/bin/env bash
-# The test command (`make test`): installs what is missing, starts services, then runs
-# format and lint checks, every Rust test and the browser tests. Exits non-zero on any failure.
+# The test command (`make test` = `scripts/test.sh all`): installs what is missing, starts services,
+# then runs format and lint checks, every Rust test and the browser tests. Exits non-zero on any
+# failure. One part alone: `scripts/test.sh lint|rust|e2e` (`make lint`, `make test-rust`,
+# `make test-e2e`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-scripts/deps.sh
-. scripts/services.sh
-start_dockerd
-build_test_image
-start_test_postgres
-SERVER_PID=
-cleanup() {
-  [ -n "$SERVER_PID" ] && kill "$SERVER_PID" 2>/dev/null || true
-  stop_test_postgres
-}
-trap cleanup EXIT
+what=${1:-all}
+case "$what" in
+  all|lint|rust|e2e) ;;
+  *) echo "usage: $0 [all|lint|rust|e2e]" >&2; exit 2 ;;
+esac
 
 step() { printf '\n\033[1;32m==> %s\033[0m\n' "$*"; }
+started=$(date +%s)
 
-step "cargo fmt --check"
-cargo fmt --all -- --check
+scripts/deps.sh
 
 # cargo-leptos builds the debug server with `--cfg erase_components` and LEPTOS_* variables; giving
 # cargo test and clippy the same environment lets them reuse one build of the dependency tree.
@@ -28,29 +24,67 @@ export LEPTOS_OUTPUT_NAME=gpuq LEPTOS_SITE_ROOT=target/site LEPTOS_SITE_PKG_DIR=
   LEPTOS_SITE_ADDR=127.0.0.1:3000 LEPTOS_RELOAD_PORT=3001 LEPTOS_LIB_DIR=. LEPTOS_BIN_DIR=. \
   LEPTOS_JS_MINIFY=false LEPTOS_HASH_FILES=false
 
-step "cargo clippy (server, all targets)"
-cargo clippy --all-targets --features ssr -- -D warnings
-step "cargo clippy (browser bundle)"
-cargo clippy --lib --features hydrate --target wasm32-unknown-unknown -- -D warnings
+lint() {
+  step "cargo fmt --check"
+  cargo fmt --all -- --check
+  step "imports go one way (scripts/check-layers.py, see docs/architecture.md)"
+  python3 scripts/check-layers.py
+  step "cargo clippy (server, all targets)"
+  cargo clippy --all-targets --features ssr -- -D warnings
+  step "cargo clippy (browser bundle)"
+  cargo clippy --lib --features hydrate --target wasm32-unknown-unknown -- -D warnings
+}
 
-step "cargo leptos build (server + WASM bundle, one chunk per lazy route)"
-cargo leptos build --split
+SERVICES_UP=
+SERVER_PID=
+services() {
+  [ -n "$SERVICES_UP" ] && return 0
+  . scripts/services.sh
+  start_dockerd
+  build_test_image
+  start_test_postgres
+  SERVICES_UP=1
+}
+cleanup() {
+  [ -n "$SERVER_PID" ] && kill "$SERVER_PID" 2>/dev/null || true
+  [ -n "$SERVICES_UP" ] && stop_test_postgres
+  return 0
+}
+trap cleanup EXIT
 
-step "cargo test (unit and integration tests, real Postgres and Docker)"
-cargo test --features ssr -- --test-threads=4
+bundle() {
+  step "cargo leptos build (server + WASM bundle, one chunk per lazy route)"
+  cargo leptos build --split
+}
 
-step "browser tests (Playwright, headless Debian Chromium)"
-E2E_DB="gpuq_e2e_$$"
-psql "$DATABASE_URL" -qc "CREATE DATABASE $E2E_DB" >/dev/null
-E2E_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-export GPUQ_E2E_URL="http://127.0.0.1:$E2E_PORT"
-export GPUQ_E2E_ADMIN_PASSWORD="e2e-admin-password"
-mkdir -p target/e2e
-GPUQ_BOOTSTRAP_ADMIN_PASSWORD="$GPUQ_E2E_ADMIN_PASSWORD" \
-  target/debug/gpuq serve --listen "127.0.0.1:$E2E_PORT" \
-  --database-url "${DATABASE_URL%/*}/$E2E_DB" --site-root target/site \
-  --data-dir target/e2e/data --node e2e --gpus sim --sim-gpus "2x24576:NVIDIA GeForce RTX 3090" \
-  >target/e2e/server.log 2>&1 &
-SERVER_PID=$!
-(cd end2end && npx playwright test)
-printf '\n\033[1;32mall tests passed\033[0m\n'
+rust_tests() {
+  services
+  step "cargo test (unit tests and the integration test binary, real Postgres and Docker)"
+  cargo test --features ssr -- --test-threads=4
+}
+
+e2e() {
+  services
+  step "browser tests (Playwright, headless Debian Chromium)"
+  E2E_DB="gpuq_e2e_$$"
+  psql "$DATABASE_URL" -qc "CREATE DATABASE $E2E_DB" >/dev/null
+  E2E_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  export GPUQ_E2E_URL="http://127.0.0.1:$E2E_PORT"
+  export GPUQ_E2E_ADMIN_PASSWORD="e2e-admin-password"
+  mkdir -p target/e2e
+  GPUQ_BOOTSTRAP_ADMIN_PASSWORD="$GPUQ_E2E_ADMIN_PASSWORD" \
+    target/debug/gpuq serve --listen "127.0.0.1:$E2E_PORT" \
+    --database-url "${DATABASE_URL%/*}/$E2E_DB" --site-root target/site \
+    --data-dir target/e2e/data --node e2e --gpu-source sim --sim-gpus "2x24576:NVIDIA GeForce RTX 3090" \
+    >target/e2e/server.log 2>&1 &
+  SERVER_PID=$!
+  (cd end2end && npx playwright test)
+}
+
+case "$what" in
+  lint) lint ;;
+  rust) bundle; rust_tests ;;
+  e2e) bundle; e2e ;;
+  all) lint; bundle; rust_tests; e2e ;;
+esac
+printf '\n\033[1;32m%s passed in %s s\033[0m\n' "$what" "$(( $(date +%s) - started ))"

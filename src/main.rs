@@ -4,7 +4,7 @@
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     use clap::Parser;
-    use gpuq::server::config::{BenchCommand, Cli, Command, UserCommand};
+    use gpuq::server::cli::{BenchCommand, Cli, Command, UserCommand};
     use gpuq::server::serve;
 
     tracing_subscriber::fmt()
@@ -20,6 +20,9 @@ async fn main() -> std::process::ExitCode {
         Command::User(UserCommand::Add(args)) => serve::user_add(args).await,
         Command::Bench(BenchCommand::Admission(args)) => serve::bench_admission(args).await,
         Command::Bench(BenchCommand::Runner(args)) => serve::bench_runner(args).await,
+        Command::Bench(BenchCommand::External(args)) => {
+            serve::bench_external(args, cli.conn.url, cli.conn.token).await
+        }
         Command::Client(cmd) => gpuq::client::run(cmd, cli.conn).await,
     };
     match result {

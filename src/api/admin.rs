@@ -12,7 +12,7 @@ use uuid::Uuid;
 /// The manifest, its history and when the last pass ran (everyone signed in may read it).
 #[server(endpoint = "manifest_state")]
 pub async fn get_manifest_state() -> Result<ManifestState, AppError> {
-    use crate::server::auth::server_fn_require;
+    use crate::api::context::server_fn_require;
 
     let (state, _) = server_fn_require(Role::Member).await?;
     crate::server::admin::manifest_state(&state).await
@@ -25,7 +25,7 @@ pub async fn save_workload(
     description: String,
     vram_mib: BTreeMap<String, i64>,
 ) -> Result<WorkloadView, AppError> {
-    use crate::server::auth::server_fn_require;
+    use crate::api::context::server_fn_require;
     use crate::server::manifest::{self, WorkloadPut};
 
     let (state, user) = server_fn_require(Role::Admin).await?;
@@ -39,7 +39,7 @@ pub async fn save_workload(
 /// Renames a workload type; queued jobs follow (admins).
 #[server(endpoint = "rename_workload")]
 pub async fn rename_workload(from: String, to: String) -> Result<WorkloadView, AppError> {
-    use crate::server::auth::server_fn_require;
+    use crate::api::context::server_fn_require;
 
     let (state, user) = server_fn_require(Role::Admin).await?;
     crate::server::admin::rename_workload(&state, &user, &from, to.trim()).await
@@ -48,7 +48,7 @@ pub async fn rename_workload(from: String, to: String) -> Result<WorkloadView, A
 /// Deletes a workload type (admins).
 #[server(endpoint = "delete_workload")]
 pub async fn delete_workload(name: String) -> Result<(), AppError> {
-    use crate::server::auth::server_fn_require;
+    use crate::api::context::server_fn_require;
 
     let (state, user) = server_fn_require(Role::Admin).await?;
     crate::server::manifest::delete(&state, &user, &name).await
@@ -57,8 +57,8 @@ pub async fn delete_workload(name: String) -> Result<(), AppError> {
 /// Puts a card online, draining (runs its jobs out, admits nothing) or offline (admins).
 #[server(endpoint = "set_gpu_state")]
 pub async fn set_gpu_state(uuid: String, state: String) -> Result<(), AppError> {
+    use crate::api::context::server_fn_require;
     use crate::model::parse_gpu_id;
-    use crate::server::auth::server_fn_require;
 
     let (app, user) = server_fn_require(Role::Admin).await?;
     let id = parse_gpu_id(&uuid)
@@ -73,7 +73,7 @@ pub async fn create_user(
     role: Role,
     password: String,
 ) -> Result<UserView, AppError> {
-    use crate::server::auth::server_fn_require;
+    use crate::api::context::server_fn_require;
 
     let (state, admin) = server_fn_require(Role::Admin).await?;
     crate::server::admin::create_user(&state, &admin, &username, role, &password).await
@@ -86,7 +86,7 @@ pub async fn update_user(
     #[server(default)] role: Option<Role>,
     #[server(default)] disabled: Option<bool>,
 ) -> Result<UserView, AppError> {
-    use crate::server::auth::server_fn_require;
+    use crate::api::context::server_fn_require;
 
     let (state, admin) = server_fn_require(Role::Admin).await?;
     crate::server::admin::update_user(&state, &admin, id, role, disabled).await
@@ -95,19 +95,16 @@ pub async fn update_user(
 /// The launch policy (everyone signed in may read it: it says what they may run).
 #[server(endpoint = "launch_policy")]
 pub async fn get_launch_policy() -> Result<LaunchPolicy, AppError> {
-    use crate::server::auth::server_fn_require;
-    use crate::server::http::OrInternal;
+    use crate::api::context::server_fn_require;
 
     let (state, _) = server_fn_require(Role::Member).await?;
-    crate::server::db::settings::launch_policy(&state.pool)
-        .await
-        .or_internal("reading the launch policy")
+    crate::server::admin::launch_policy(&state).await
 }
 
 /// Replaces the launch policy (admins).
 #[server(endpoint = "save_launch_policy", input = Json)]
 pub async fn save_launch_policy(policy: LaunchPolicy) -> Result<LaunchPolicy, AppError> {
-    use crate::server::auth::server_fn_require;
+    use crate::api::context::server_fn_require;
 
     let (state, admin) = server_fn_require(Role::Admin).await?;
     crate::server::admin::save_policy(&state, &admin, &policy).await
@@ -119,57 +116,40 @@ pub async fn change_password(
     current_password: String,
     new_password: String,
 ) -> Result<(), AppError> {
-    use crate::server::auth::server_fn_require;
+    use crate::api::context::server_fn_require;
 
     let (state, user) = server_fn_require(Role::Member).await?;
     let at = crate::server::admin::change_password(&state, &user, &current_password, &new_password)
         .await?;
-    let session = crate::server::auth::server_fn_session()?;
+    let session = crate::api::context::server_fn_session()?;
     crate::server::admin::restamp_session(&session, &user, at).await
 }
 
 /// The caller's API tokens, newest first.
 #[server(endpoint = "my_tokens")]
 pub async fn my_tokens() -> Result<Vec<TokenView>, AppError> {
-    use crate::server::auth::server_fn_require;
-    use crate::server::http::OrInternal;
+    use crate::api::context::server_fn_require;
 
     let (state, user) = server_fn_require(Role::Member).await?;
-    let rows = crate::server::db::users::tokens_of(&state.pool, user.id)
-        .await
-        .or_internal("listing tokens")?;
-    Ok(rows.into_iter().map(token_view).collect())
+    crate::server::auth::service::list_tokens(&state.pool, user.id).await
 }
 
 /// Creates an API token for the caller; the secret is returned this once.
 #[server(endpoint = "create_token")]
 pub async fn create_token(name: String) -> Result<CreatedToken, AppError> {
-    use crate::server::auth::{server_fn_require, service};
+    use crate::api::context::server_fn_require;
+    use crate::server::auth::service;
 
     let (state, user) = server_fn_require(Role::Member).await?;
-    let made = service::create_token(&state.pool, user.id, &name).await?;
-    Ok(CreatedToken {
-        token: made.token,
-        record: token_view(made.record),
-    })
+    service::create_token(&state.pool, user.id, &name).await
 }
 
 /// Revokes one of the caller's tokens.
 #[server(endpoint = "revoke_token")]
 pub async fn revoke_token(id: Uuid) -> Result<(), AppError> {
-    use crate::server::auth::{server_fn_require, service};
+    use crate::api::context::server_fn_require;
+    use crate::server::auth::service;
 
     let (state, user) = server_fn_require(Role::Member).await?;
     service::revoke_token(&state.pool, user.id, id).await
-}
-
-#[cfg(feature = "ssr")]
-fn token_view(row: crate::server::db::users::TokenRow) -> TokenView {
-    TokenView {
-        id: row.id,
-        name: row.name,
-        created_at: row.created_at,
-        last_used_at: row.last_used_at,
-        revoked_at: row.revoked_at,
-    }
 }

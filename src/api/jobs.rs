@@ -7,19 +7,14 @@ use uuid::Uuid;
 /// The dashboard: cards, the queue summary and the caller's unfinished jobs.
 #[server(endpoint = "dashboard")]
 pub async fn dashboard() -> Result<DashboardView, AppError> {
+    use crate::api::context::server_fn_require;
     use crate::model::Role;
-    use crate::server::auth::server_fn_require;
     use crate::server::gpu::views as gpu_views;
-    use crate::server::http::OrInternal;
     use crate::server::jobs::{self, ListQuery};
 
     let (state, user) = server_fn_require(Role::Member).await?;
     let gpus = gpu_views::list(&state).await?;
-    let (waiting, oldest): (i64, Option<chrono::DateTime<chrono::Utc>>) =
-        sqlx::query_as("SELECT count(*), min(created_at) FROM jobs WHERE status = 'queued'")
-            .fetch_one(&state.pool)
-            .await
-            .or_internal("summarising the queue")?;
+    let (waiting, oldest) = jobs::queue_summary(&state).await?;
     let query = ListQuery {
         status: Some("queued,admitted,starting,running".into()),
         mine: Some(true),
@@ -38,8 +33,8 @@ pub async fn dashboard() -> Result<DashboardView, AppError> {
 /// What would happen to this spec (JSON, as for `POST /api/v1/jobs`) if submitted now.
 #[server(endpoint = "preview_job")]
 pub async fn preview_job(spec: String) -> Result<Preview, AppError> {
+    use crate::api::context::server_fn_require;
     use crate::model::Role;
-    use crate::server::auth::server_fn_require;
 
     let (state, _) = server_fn_require(Role::Member).await?;
     crate::server::jobs::preview(&state, &spec).await
@@ -48,8 +43,8 @@ pub async fn preview_job(spec: String) -> Result<Preview, AppError> {
 /// Submits a spec (JSON, as for `POST /api/v1/jobs`).
 #[server(endpoint = "submit_job")]
 pub async fn submit_job(spec: String) -> Result<JobAck, AppError> {
+    use crate::api::context::server_fn_require;
     use crate::model::Role;
-    use crate::server::auth::server_fn_require;
 
     let (state, user) = server_fn_require(Role::Member).await?;
     crate::server::jobs::submit(&state, &user, &spec).await
@@ -58,96 +53,28 @@ pub async fn submit_job(spec: String) -> Result<JobAck, AppError> {
 /// A job with its audit trail.
 #[server(endpoint = "job_detail")]
 pub async fn get_job_detail(id: Uuid) -> Result<JobDetail, AppError> {
-    use crate::model::{JobEventView, Role};
-    use crate::server::auth::server_fn_require;
-    use crate::server::db::events;
-    use crate::server::http::OrInternal;
+    use crate::api::context::server_fn_require;
+    use crate::model::Role;
 
     let (state, user) = server_fn_require(Role::Member).await?;
-    let job = crate::server::jobs::get(&state, &user, id).await?;
-    let rows = events::job_events_of(&state.pool, id)
-        .await
-        .or_internal("reading a job's events")?;
-    let owner = job.owner == user.username;
-    Ok(JobDetail {
-        can_cancel: (owner || user.role.at_least(Role::Admin)) && !job.status.is_terminal(),
-        can_resubmit: owner,
-        job,
-        events: rows
-            .into_iter()
-            .map(|e| JobEventView {
-                at: e.at,
-                actor: e.actor,
-                detail: describe(&e.kind, &e.detail),
-                kind: e.kind,
-            })
-            .collect(),
-    })
-}
-
-#[cfg(feature = "ssr")]
-fn describe(kind: &str, detail: &serde_json::Value) -> String {
-    let gpus = || {
-        detail["gpus"]
-            .as_array()
-            .map(|g| {
-                g.iter()
-                    .map(|c| match c {
-                        serde_json::Value::String(s) => s.clone(),
-                        other => format!(
-                            "GPU {} ({})",
-                            other["index"],
-                            other["uuid"].as_str().unwrap_or("?")
-                        ),
-                    })
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            })
-            .unwrap_or_default()
-    };
-    match kind {
-        "admitted" => format!(
-            "on node {}: {}",
-            detail["node"].as_str().unwrap_or("?"),
-            gpus()
-        ),
-        "fence_verified" => format!("container sees exactly {}", gpus()),
-        "succeeded" | "failed" | "timed_out" | "cancelled" => {
-            match (&detail["exit_code"], detail["reason"].as_str()) {
-                (serde_json::Value::Number(c), Some(r)) => format!("exit code {c}: {r}"),
-                (serde_json::Value::Number(c), None) => format!("exit code {c}"),
-                (_, Some(r)) => r.to_owned(),
-                _ => String::new(),
-            }
-        }
-        "rejected" | "launch_deferred" => detail["reason"].as_str().unwrap_or_default().to_owned(),
-        _ => String::new(),
-    }
+    crate::server::jobs::detail(&state, &user, id).await
 }
 
 /// The last `tail` lines of a job's log.
 #[server(endpoint = "job_log")]
 pub async fn job_log(id: Uuid, tail: usize) -> Result<String, AppError> {
+    use crate::api::context::server_fn_require;
     use crate::model::Role;
-    use crate::server::auth::server_fn_require;
-    use crate::server::http::OrInternal;
-    use http_body_util::BodyExt;
 
     let (state, user) = server_fn_require(Role::Member).await?;
-    let body = crate::server::jobs::logs::read(&state, &user, id, Some(tail), false).await?;
-    let bytes = body
-        .collect()
-        .await
-        .or_internal("reading a log")?
-        .to_bytes();
-    Ok(String::from_utf8_lossy(&bytes).into_owned())
+    crate::server::jobs::logs::tail(&state, &user, id, Some(tail)).await
 }
 
 /// Cancels a job (owner or admin).
 #[server(endpoint = "cancel_job")]
 pub async fn cancel_job(id: Uuid) -> Result<JobAck, AppError> {
+    use crate::api::context::server_fn_require;
     use crate::model::Role;
-    use crate::server::auth::server_fn_require;
 
     let (state, user) = server_fn_require(Role::Member).await?;
     crate::server::jobs::cancel(&state, &user, id).await
@@ -156,8 +83,8 @@ pub async fn cancel_job(id: Uuid) -> Result<JobAck, AppError> {
 /// Submits a copy of one of the caller's jobs as a new job.
 #[server(endpoint = "resubmit_job")]
 pub async fn resubmit_job(id: Uuid) -> Result<JobAck, AppError> {
+    use crate::api::context::server_fn_require;
     use crate::model::Role;
-    use crate::server::auth::server_fn_require;
 
     let (state, user) = server_fn_require(Role::Member).await?;
     crate::server::jobs::resubmit(&state, &user, id).await
@@ -166,8 +93,8 @@ pub async fn resubmit_job(id: Uuid) -> Result<JobAck, AppError> {
 /// The manifest, for the submit form's workload choice.
 #[server(endpoint = "get_manifest")]
 pub async fn get_manifest() -> Result<crate::model::ManifestView, AppError> {
+    use crate::api::context::server_fn_require;
     use crate::model::Role;
-    use crate::server::auth::server_fn_require;
 
     let (state, _) = server_fn_require(Role::Member).await?;
     crate::server::manifest::view(&state).await
@@ -182,8 +109,8 @@ pub async fn list_jobs(
     page: i64,
     #[server(default)] sort: String,
 ) -> Result<crate::model::JobPage, AppError> {
+    use crate::api::context::server_fn_require;
     use crate::model::Role;
-    use crate::server::auth::server_fn_require;
     use crate::server::jobs::ListQuery;
 
     let (state, user) = server_fn_require(Role::Member).await?;

@@ -2,6 +2,8 @@
 //! service functions as the REST API, and maps errors to [`crate::model::AppError`].
 
 pub mod admin;
+#[cfg(feature = "ssr")]
+pub mod context;
 pub mod jobs;
 pub mod session;
 pub mod usage;

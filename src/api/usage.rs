@@ -7,8 +7,8 @@ use leptos::prelude::*;
 /// 24 hours) with the charts' ECharts options. Managers and admins only.
 #[server(endpoint = "usage_report")]
 pub async fn usage_report(from: String, to: String) -> Result<UsageView, AppError> {
+    use crate::api::context::server_fn_require;
     use crate::model::Role;
-    use crate::server::auth::server_fn_require;
 
     let (state, _) = server_fn_require(Role::Manager).await?;
     crate::server::usage::view(&state.pool, &from, &to, chrono::Utc::now()).await

@@ -4,6 +4,7 @@ use super::alert::action_error;
 use super::gate::SignedIn;
 use crate::api::{my_tokens, ChangePassword, CreateToken, RevokeToken};
 use crate::model::{AppError, UserView};
+use chrono::{DateTime, Utc};
 use leptos::prelude::*;
 use leptos_meta::Title;
 
@@ -16,6 +17,10 @@ pub fn AccountPage() -> impl IntoView {
     }
 }
 
+/// The fields of the password form that show their own error.
+const PASSWORD_FIELDS: [&str; 2] = ["current_password", "new_password"];
+
+/// The error to show next to `field`, when the last attempt failed on that field.
 fn field_error(r: Option<Result<(), AppError>>, field: &'static str) -> Option<String> {
     match r {
         Some(Err(e)) if e.field() == Some(field) => Some(e.to_string()),
@@ -23,16 +28,40 @@ fn field_error(r: Option<Result<(), AppError>>, field: &'static str) -> Option<S
     }
 }
 
+/// The error to show under the form: any failure not about one of its fields.
+fn general_error(r: Option<Result<(), AppError>>) -> Option<String> {
+    match r {
+        Some(Err(e)) if !e.field().is_some_and(|f| PASSWORD_FIELDS.contains(&f)) => {
+            Some(e.to_string())
+        }
+        _ => None,
+    }
+}
+
+/// A token's times, to the minute (UTC).
+fn stamp(at: DateTime<Utc>) -> String {
+    at.format("%Y-%m-%d %H:%M").to_string()
+}
+
+/// When a token was last used, or "never".
+fn last_used(at: Option<DateTime<Utc>>) -> String {
+    at.map(stamp).unwrap_or_else(|| "never".into())
+}
+
+/// "live", or when the token was revoked.
+fn token_status(revoked_at: Option<DateTime<Utc>>) -> String {
+    match revoked_at {
+        None => "live".to_owned(),
+        Some(at) => format!("revoked {}", stamp(at)),
+    }
+}
+
 #[component]
 fn Password(me: UserView) -> impl IntoView {
     let change = ServerAction::<ChangePassword>::new();
     let result = move || change.value().get();
-    let general = move || match result() {
-        Some(Err(e)) if !matches!(e.field(), Some("current_password" | "new_password")) => {
-            Some(view! { <p class="error" role="alert">{e.to_string()}</p> })
-        }
-        _ => None,
-    };
+    let general =
+        move || general_error(result()).map(|e| view! { <p class="error" role="alert">{e}</p> });
     let done = move || {
         matches!(result(), Some(Ok(()))).then(|| view! { <p role="status">"Password changed."</p> })
     };
@@ -113,13 +142,12 @@ fn Tokens() -> impl IntoView {
                                     {list.into_iter().map(|t| {
                                         let id = t.id;
                                         let live = t.revoked_at.is_none();
-                                        let fmt = |d: chrono::DateTime<chrono::Utc>| d.format("%Y-%m-%d %H:%M").to_string();
                                         view! {
                                             <tr data-token=t.name.clone()>
                                                 <td>{t.name.clone()}</td>
-                                                <td>{fmt(t.created_at)}</td>
-                                                <td>{t.last_used_at.map(fmt).unwrap_or_else(|| "never".into())}</td>
-                                                <td>{if live { "live".to_owned() } else { format!("revoked {}", t.revoked_at.map(fmt).unwrap_or_default()) }}</td>
+                                                <td>{stamp(t.created_at)}</td>
+                                                <td>{last_used(t.last_used_at)}</td>
+                                                <td>{token_status(t.revoked_at)}</td>
                                                 <td>{live.then(|| view! {
                                                     <button type="button" class="small danger" on:click=move |_| { revoke.dispatch(RevokeToken { id }); }>
                                                         "Revoke"
@@ -136,5 +164,106 @@ fn Tokens() -> impl IntoView {
                 })}
             </Transition>
         </section>
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    fn failed(e: AppError) -> Option<Result<(), AppError>> {
+        Some(Err(e))
+    }
+
+    #[test]
+    fn a_field_error_shows_next_to_its_own_field_only() {
+        let wrong = failed(AppError::invalid("current_password", "is wrong"));
+        assert_eq!(
+            field_error(wrong.clone(), "current_password").as_deref(),
+            Some("current_password: is wrong")
+        );
+        assert_eq!(field_error(wrong.clone(), "new_password"), None);
+        assert_eq!(general_error(wrong), None);
+
+        let short = failed(AppError::invalid(
+            "new_password",
+            "must be at least 8 characters",
+        ));
+        assert_eq!(field_error(short.clone(), "current_password"), None);
+        assert_eq!(
+            field_error(short.clone(), "new_password").as_deref(),
+            Some("new_password: must be at least 8 characters")
+        );
+        assert_eq!(general_error(short), None);
+    }
+
+    #[test]
+    fn other_failures_show_under_the_form() {
+        // A field the form does not have (a renamed check, a server-side field name).
+        let other = failed(AppError::invalid("password", "too common"));
+        assert_eq!(field_error(other.clone(), "current_password"), None);
+        assert_eq!(field_error(other.clone(), "new_password"), None);
+        assert_eq!(
+            general_error(other).as_deref(),
+            Some("password: too common")
+        );
+        // A prefix of a form field is not that field.
+        let prefix = failed(AppError::invalid("new", "x"));
+        assert_eq!(field_error(prefix.clone(), "new_password"), None);
+        assert_eq!(general_error(prefix).as_deref(), Some("new: x"));
+        assert_eq!(
+            general_error(failed(AppError::Unauthorized)).as_deref(),
+            Some("not signed in")
+        );
+        assert_eq!(
+            general_error(failed(AppError::Throttled { retry_after_s: 30 })).as_deref(),
+            Some("too many failed sign-in attempts; try again in 30 s")
+        );
+    }
+
+    #[test]
+    fn nothing_shows_before_an_attempt_or_after_success() {
+        for r in [None, Some(Ok(()))] {
+            assert_eq!(field_error(r.clone(), "current_password"), None);
+            assert_eq!(field_error(r.clone(), "new_password"), None);
+            assert_eq!(general_error(r), None);
+        }
+    }
+
+    #[test]
+    fn every_failure_shows_exactly_once() {
+        let errors = [
+            AppError::invalid("current_password", "is wrong"),
+            AppError::invalid("new_password", "too short"),
+            AppError::invalid("request", "bad body"),
+            AppError::BadCredentials,
+            AppError::Internal,
+            AppError::Transport("offline".into()),
+        ];
+        for e in errors {
+            let r = failed(e.clone());
+            let shown = PASSWORD_FIELDS
+                .iter()
+                .filter(|&&f| field_error(r.clone(), f).is_some())
+                .count()
+                + usize::from(general_error(r).is_some());
+            assert_eq!(shown, 1, "{e:?}");
+        }
+    }
+
+    #[test]
+    fn token_times_read_to_the_minute() {
+        let at = Utc.with_ymd_and_hms(2025, 3, 9, 7, 5, 59).unwrap();
+        assert_eq!(stamp(at), "2025-03-09 07:05");
+        assert_eq!(last_used(Some(at)), "2025-03-09 07:05");
+        assert_eq!(last_used(None), "never");
+    }
+
+    #[test]
+    fn a_token_is_live_until_revoked() {
+        assert_eq!(token_status(None), "live");
+        let at = Utc.with_ymd_and_hms(2024, 12, 31, 23, 59, 0).unwrap();
+        assert_eq!(token_status(Some(at)), "revoked 2024-12-31 23:59");
     }
 }

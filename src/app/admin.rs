@@ -7,7 +7,7 @@ use super::live::use_live;
 use crate::api::{
     dashboard, get_launch_policy, list_users, CreateUser, SaveLaunchPolicy, SetGpuState, UpdateUser,
 };
-use crate::model::{LaunchPolicy, Role, UserView, VolumeRule};
+use crate::model::{GpuState, LaunchPolicy, Role, UserView, VolumeRule};
 use leptos::prelude::*;
 use leptos_meta::Title;
 
@@ -49,7 +49,7 @@ fn Cards() -> impl IntoView {
                                     {d.gpus.into_iter().map(|g| {
                                         let uuid = g.uuid.clone();
                                         let label = format!("State of GPU {} on {}", g.index, g.node);
-                                        let current = g.state.clone();
+                                        let current = g.state;
                                         view! {
                                             <tr data-gpu=g.index>
                                                 <td>{format!("GPU {} · {}", g.index, g.model)}<br /><code class="muted">{g.uuid.clone()}</code></td>
@@ -59,10 +59,13 @@ fn Cards() -> impl IntoView {
                                                     <select aria-label=label on:change=move |ev| {
                                                         set.dispatch(SetGpuState { uuid: uuid.clone(), state: event_target_value(&ev) });
                                                     }>
-                                                        {["online", "draining", "offline"].into_iter().map(|s| view! {
-                                                            <option value=s selected=current == s>{s}</option>
+                                                        {GpuState::SETTABLE.into_iter().map(|s| view! {
+                                                            <option value=s.as_str() selected=current == s>{s.as_str()}</option>
                                                         }).collect_view()}
                                                     </select>
+                                                    {(current == GpuState::Missing).then(|| view! {
+                                                        <span class="muted">" missing: its node does not see it"</span>
+                                                    })}
                                                 </td>
                                             </tr>
                                         }
@@ -210,44 +213,52 @@ fn parse_volumes(text: &str) -> Vec<VolumeRule> {
         .collect()
 }
 
+/// The volume allowlist as the textarea shows it: the inverse of [`parse_volumes`].
+fn volumes_text(rules: &[VolumeRule]) -> String {
+    rules
+        .iter()
+        .map(|v| {
+            if v.read_only {
+                format!("{}:ro", v.path)
+            } else {
+                v.path.clone()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Image patterns, one per line, trimmed; blank lines skipped.
+fn patterns(text: &str) -> Vec<String> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A policy figure: a whole number, not negative; the error names the field and quotes the text.
+fn whole_number(field: &str, text: &str) -> Result<u64, String> {
+    text.trim()
+        .parse::<u64>()
+        .map_err(|_| format!("{field}: `{text}` is not a whole number"))
+}
+
 #[component]
 fn PolicyForm(p: LaunchPolicy, save: ServerAction<SaveLaunchPolicy>) -> impl IntoView {
     let images = RwSignal::new(p.image_allowlist.join("\n"));
-    let volumes = RwSignal::new(
-        p.volume_allowlist
-            .iter()
-            .map(|v| {
-                if v.read_only {
-                    format!("{}:ro", v.path)
-                } else {
-                    v.path.clone()
-                }
-            })
-            .collect::<Vec<_>>()
-            .join("\n"),
-    );
+    let volumes = RwSignal::new(volumes_text(&p.volume_allowlist));
     let default_timeout = RwSignal::new(p.default_timeout_s.to_string());
     let max_timeout = RwSignal::new(p.max_timeout_s.to_string());
     let memory = RwSignal::new(p.memory_limit_mib.to_string());
     let pids = RwSignal::new(p.pids_limit.to_string());
     let local_error = RwSignal::new(None::<String>);
-    let number = |field: &str, s: RwSignal<String>| -> Result<u64, String> {
-        let text = s.get_untracked();
-        text.trim()
-            .parse::<u64>()
-            .map_err(|_| format!("{field}: `{text}` is not a whole number"))
-    };
+    let number = |field: &str, s: RwSignal<String>| whole_number(field, &s.get_untracked());
     let submit = move |ev: leptos::ev::SubmitEvent| {
         ev.prevent_default();
         let policy = (|| -> Result<LaunchPolicy, String> {
             Ok(LaunchPolicy {
-                image_allowlist: images
-                    .get_untracked()
-                    .lines()
-                    .map(str::trim)
-                    .filter(|l| !l.is_empty())
-                    .map(str::to_owned)
-                    .collect(),
+                image_allowlist: patterns(&images.get_untracked()),
                 volume_allowlist: parse_volumes(&volumes.get_untracked()),
                 default_timeout_s: number("default timeout", default_timeout)?,
                 max_timeout_s: number("maximum timeout", max_timeout)?,
@@ -300,5 +311,102 @@ fn PolicyForm(p: LaunchPolicy, save: ServerAction<SaveLaunchPolicy>) -> impl Int
             {move || action_error(save.value().get())}
             {saved}
         </form>
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(path: &str, read_only: bool) -> VolumeRule {
+        VolumeRule {
+            path: path.into(),
+            read_only,
+        }
+    }
+
+    #[test]
+    fn volumes_are_paths_with_an_optional_ro_suffix() {
+        assert_eq!(
+            parse_volumes("/data:ro\n/scratch\n  /models :ro  \n\n   \n/home/ü/datä"),
+            vec![
+                rule("/data", true),
+                rule("/scratch", false),
+                rule("/models", true),
+                rule("/home/ü/datä", false),
+            ]
+        );
+        assert!(parse_volumes("").is_empty());
+        assert!(parse_volumes(" \n\t\n").is_empty());
+        assert_eq!(
+            parse_volumes("/a\r\n/b:ro\r\n"),
+            vec![rule("/a", false), rule("/b", true)]
+        );
+    }
+
+    #[test]
+    fn only_a_trailing_ro_makes_a_volume_read_only() {
+        assert_eq!(parse_volumes("/data:rw"), vec![rule("/data:rw", false)]);
+        assert_eq!(parse_volumes("/ro/data"), vec![rule("/ro/data", false)]);
+        assert_eq!(parse_volumes("/data:RO"), vec![rule("/data:RO", false)]);
+        assert_eq!(parse_volumes("/data:ro:ro"), vec![rule("/data:ro", true)]);
+        // A bare `:ro` is an empty path: sent as is, for the server to refuse.
+        assert_eq!(parse_volumes(":ro"), vec![rule("", true)]);
+    }
+
+    #[test]
+    fn the_volume_box_shows_what_it_saves() {
+        let rules = vec![
+            rule("/data", true),
+            rule("/scratch", false),
+            rule("/ü x", true),
+        ];
+        let text = volumes_text(&rules);
+        assert_eq!(text, "/data:ro\n/scratch\n/ü x:ro");
+        assert_eq!(parse_volumes(&text), rules);
+        assert_eq!(volumes_text(&[]), "");
+        assert!(parse_volumes(&volumes_text(&[])).is_empty());
+    }
+
+    #[test]
+    fn image_patterns_are_one_per_line() {
+        assert_eq!(
+            patterns("  pytorch/pytorch:*\n\nnvcr.io/nvidia/*  \r\n*"),
+            vec!["pytorch/pytorch:*", "nvcr.io/nvidia/*", "*"]
+        );
+        assert!(patterns("").is_empty());
+        assert!(patterns("\n  \n").is_empty());
+    }
+
+    #[test]
+    fn policy_figures_are_whole_numbers() {
+        assert_eq!(whole_number("default timeout", "3600"), Ok(3600));
+        assert_eq!(whole_number("default timeout", " 60 "), Ok(60));
+        assert_eq!(whole_number("memory limit", "0"), Ok(0));
+        assert_eq!(
+            whole_number("memory limit", "18446744073709551615"),
+            Ok(u64::MAX)
+        );
+    }
+
+    #[test]
+    fn a_bad_policy_figure_names_its_field_and_quotes_the_text() {
+        assert_eq!(
+            whole_number("maximum timeout", "1.5"),
+            Err("maximum timeout: `1.5` is not a whole number".into())
+        );
+        assert_eq!(
+            whole_number("process limit", "-1"),
+            Err("process limit: `-1` is not a whole number".into())
+        );
+        // The text is quoted as typed, spaces included, so an empty box is recognisable.
+        assert_eq!(
+            whole_number("memory limit", "  "),
+            Err("memory limit: `  ` is not a whole number".into())
+        );
+        assert!(whole_number("memory limit", "").is_err());
+        assert!(whole_number("memory limit", "1e6").is_err());
+        assert!(whole_number("memory limit", "18446744073709551616").is_err());
+        assert!(whole_number("memory limit", "４").is_err());
     }
 }

@@ -4,7 +4,10 @@
 use super::gate::SignedIn;
 use super::live::use_live;
 use crate::api::{dashboard, ServerStatus};
-use crate::model::{human_duration, DashboardView, GpuView, JobView, StatusView, UserView};
+use crate::model::{
+    human_duration, AssignedGpu, DashboardView, GpuHolder, GpuView, JobView, StatusView, UserView,
+};
+use chrono::{DateTime, Utc};
 use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::components::A;
@@ -54,6 +57,7 @@ fn StatusCard() -> impl IntoView {
     }
 }
 
+/// The server check's answer, in one line.
 fn describe(s: &StatusView) -> String {
     format!(
         "Database: ok ({:.1} ms); {} active users; checked {} UTC",
@@ -82,14 +86,7 @@ fn Overview() -> impl IntoView {
 
 #[component]
 fn OverviewView(d: DashboardView) -> impl IntoView {
-    let waiting = match (d.waiting, d.oldest_wait_since) {
-        (0, _) => "Nobody is waiting.".to_owned(),
-        (n, Some(since)) => format!(
-            "{n} job(s) waiting; the oldest since {} UTC.",
-            since.format("%Y-%m-%d %H:%M:%S")
-        ),
-        (n, None) => format!("{n} job(s) waiting."),
-    };
+    let waiting = waiting_summary(d.waiting, d.oldest_wait_since);
     view! {
         <section class="card">
             <h2>"GPUs"</h2>
@@ -103,6 +100,19 @@ fn OverviewView(d: DashboardView) -> impl IntoView {
     }
 }
 
+/// The queue line above the cards.
+fn waiting_summary(waiting: i64, oldest_since: Option<DateTime<Utc>>) -> String {
+    match (waiting, oldest_since) {
+        (0, _) => "Nobody is waiting.".to_owned(),
+        (n, Some(since)) => format!(
+            "{n} job(s) waiting; the oldest since {} UTC.",
+            since.format("%Y-%m-%d %H:%M:%S")
+        ),
+        (n, None) => format!("{n} job(s) waiting."),
+    }
+}
+
+/// `part` as a percentage of `total`, clamped to 0–100 (0 for a card of unknown size).
 fn pct(part: i64, total: i64) -> f64 {
     if total <= 0 {
         0.0
@@ -111,14 +121,38 @@ fn pct(part: i64, total: i64) -> f64 {
     }
 }
 
+/// The words for a card's bar (its legend, and its label for screen readers).
+fn capacity_label(reserved_mib: i64, external_mib: i64, free_mib: i64, total_mib: i64) -> String {
+    format!("reserved {reserved_mib} MiB, foreign {external_mib} MiB, free {free_mib} MiB of {total_mib} MiB")
+}
+
+/// The style of one part of a card's bar.
+fn bar_width(part_mib: i64, total_mib: i64) -> String {
+    format!("width: {:.1}%", pct(part_mib, total_mib))
+}
+
+/// What follows a holder's name: owner, VRAM, and how long it has run (or its status).
+fn holder_line(h: &GpuHolder) -> String {
+    let state = match h.running_s {
+        Some(s) => format!("running {}", human_duration(s)),
+        None => h.status.clone(),
+    };
+    format!(" · {} · {} MiB · {state}", h.owner, h.vram_mib)
+}
+
+/// A job's cards: "GPU 0, GPU 3".
+fn gpu_list(gpus: &[AssignedGpu]) -> String {
+    gpus.iter()
+        .map(|g| format!("GPU {}", g.index))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 #[component]
 fn GpuCard(g: GpuView) -> impl IntoView {
-    let label = format!(
-        "reserved {} MiB, foreign {} MiB, free {} MiB of {} MiB",
-        g.reserved_mib, g.external_mib, g.free_mib, g.total_mib
-    );
-    let reserved = format!("width: {:.1}%", pct(g.reserved_mib, g.total_mib));
-    let external = format!("width: {:.1}%", pct(g.external_mib, g.total_mib));
+    let label = capacity_label(g.reserved_mib, g.external_mib, g.free_mib, g.total_mib);
+    let reserved = bar_width(g.reserved_mib, g.total_mib);
+    let external = bar_width(g.external_mib, g.total_mib);
     view! {
         <article class="gpu" data-gpu=g.index>
             <h3>{format!("GPU {} · {}", g.index, g.model)}</h3>
@@ -129,14 +163,14 @@ fn GpuCard(g: GpuView) -> impl IntoView {
             </div>
             <p class="legend">{label}</p>
             <ul class="holders">
-                {g.jobs.into_iter().map(|h| view! {
-                    <li>
-                        <A href=format!("/jobs/{}", h.id)>{h.name}</A>
-                        {format!(" · {} · {} MiB · {}", h.owner, h.vram_mib, match h.running_s {
-                            Some(s) => format!("running {}", human_duration(s)),
-                            None => h.status.clone(),
-                        })}
-                    </li>
+                {g.jobs.into_iter().map(|h| {
+                    let line = holder_line(&h);
+                    view! {
+                        <li>
+                            <A href=format!("/jobs/{}", h.id)>{h.name}</A>
+                            {line}
+                        </li>
+                    }
                 }).collect_view()}
             </ul>
         </article>
@@ -156,7 +190,7 @@ fn MyJobs(jobs: Vec<JobView>) -> impl IntoView {
                     <tr>
                         <td><A href=format!("/jobs/{}", j.id)>{j.name}</A></td>
                         <td class=format!("status status-{}", j.status)>{j.status.as_str()}</td>
-                        <td>{j.assigned_gpus.iter().map(|g| format!("GPU {}", g.index)).collect::<Vec<_>>().join(", ")}</td>
+                        <td>{gpu_list(&j.assigned_gpus)}</td>
                         <td>{j.wait_reason.unwrap_or_default()}</td>
                     </tr>
                 }).collect_view()}
@@ -164,4 +198,127 @@ fn MyJobs(jobs: Vec<JobView>) -> impl IntoView {
         </table>
     }
     .into_any()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+    use uuid::Uuid;
+
+    fn holder(running_s: Option<i64>, status: &str) -> GpuHolder {
+        GpuHolder {
+            id: Uuid::nil(),
+            name: "train".into(),
+            owner: "alice".into(),
+            vram_mib: 20480,
+            status: status.into(),
+            running_s,
+        }
+    }
+
+    #[test]
+    fn the_status_check_reads_in_one_line() {
+        let s = StatusView {
+            database_ms: 0.4321,
+            active_users: 3,
+            checked_at: Utc.with_ymd_and_hms(2025, 6, 1, 14, 2, 9).unwrap(),
+        };
+        assert_eq!(
+            describe(&s),
+            "Database: ok (0.4 ms); 3 active users; checked 14:02:09 UTC"
+        );
+        let slow = StatusView {
+            database_ms: 1234.96,
+            active_users: 0,
+            ..s
+        };
+        assert_eq!(
+            describe(&slow),
+            "Database: ok (1235.0 ms); 0 active users; checked 14:02:09 UTC"
+        );
+    }
+
+    #[test]
+    fn the_queue_line_says_who_waits_and_since_when() {
+        let since = Utc.with_ymd_and_hms(2025, 1, 2, 3, 4, 5).unwrap();
+        assert_eq!(waiting_summary(0, None), "Nobody is waiting.");
+        // Nobody waits: a stale timestamp is not shown.
+        assert_eq!(waiting_summary(0, Some(since)), "Nobody is waiting.");
+        assert_eq!(
+            waiting_summary(1, Some(since)),
+            "1 job(s) waiting; the oldest since 2025-01-02 03:04:05 UTC."
+        );
+        assert_eq!(waiting_summary(12, None), "12 job(s) waiting.");
+    }
+
+    #[test]
+    fn bar_parts_are_percentages_of_the_card() {
+        assert_eq!(pct(0, 1024), 0.0);
+        assert_eq!(pct(512, 1024), 50.0);
+        assert_eq!(pct(1024, 1024), 100.0);
+        assert!((pct(1, 3) - 33.333).abs() < 0.001);
+        assert_eq!(bar_width(512, 1024), "width: 50.0%");
+        assert_eq!(bar_width(1, 3), "width: 33.3%");
+        assert_eq!(bar_width(81559, 81559), "width: 100.0%");
+    }
+
+    #[test]
+    fn bar_parts_stay_within_the_bar() {
+        // A card of unknown or nonsense size draws empty bars, never NaN or infinity.
+        assert_eq!(pct(100, 0), 0.0);
+        assert_eq!(pct(100, -5), 0.0);
+        assert_eq!(bar_width(0, 0), "width: 0.0%");
+        // Over-committed or negative figures are clamped.
+        assert_eq!(pct(5000, 1000), 100.0);
+        assert_eq!(pct(-10, 1000), 0.0);
+        assert_eq!(pct(i64::MAX, i64::MAX), 100.0);
+        assert_eq!(pct(i64::MAX, 1), 100.0);
+        assert_eq!(bar_width(i64::MIN, 1000), "width: 0.0%");
+    }
+
+    #[test]
+    fn the_capacity_label_names_every_figure() {
+        assert_eq!(
+            capacity_label(20480, 512, 59000, 81920),
+            "reserved 20480 MiB, foreign 512 MiB, free 59000 MiB of 81920 MiB"
+        );
+        assert_eq!(
+            capacity_label(0, 0, 0, 0),
+            "reserved 0 MiB, foreign 0 MiB, free 0 MiB of 0 MiB"
+        );
+        // A negative free figure (over-committed card) is shown as it is, not hidden.
+        assert!(capacity_label(100, 0, -50, 50).contains("free -50 MiB"));
+    }
+
+    #[test]
+    fn a_holder_shows_how_long_it_has_run_or_its_status() {
+        assert_eq!(
+            holder_line(&holder(Some(95), "running")),
+            " · alice · 20480 MiB · running 1 min 35 s"
+        );
+        assert_eq!(
+            holder_line(&holder(Some(0), "running")),
+            " · alice · 20480 MiB · running 0 s"
+        );
+        assert_eq!(
+            holder_line(&holder(None, "admitted")),
+            " · alice · 20480 MiB · admitted"
+        );
+        // Old servers send no status: the line still ends cleanly.
+        assert_eq!(holder_line(&holder(None, "")), " · alice · 20480 MiB · ");
+    }
+
+    #[test]
+    fn my_jobs_list_their_cards_by_index() {
+        let gpu = |index| AssignedGpu {
+            uuid: format!("GPU-{index}"),
+            index,
+            model: "A100".into(),
+            vram_mib: 1,
+        };
+        assert_eq!(gpu_list(&[]), "");
+        assert_eq!(gpu_list(&[gpu(3)]), "GPU 3");
+        assert_eq!(gpu_list(&[gpu(0), gpu(7)]), "GPU 0, GPU 7");
+    }
 }

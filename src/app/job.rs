@@ -4,7 +4,7 @@ use super::alert::action_error;
 use super::gate::SignedIn;
 use super::live::use_live;
 use crate::api::{get_job_detail, job_log, CancelJob, ResubmitJob};
-use crate::model::{JobDetail, JobStatus};
+use crate::model::{AssignedGpu, JobDetail, JobStatus};
 use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::use_params_map;
@@ -92,23 +92,8 @@ fn Detail(d: JobDetail, cancel: ServerAction<CancelJob>) -> impl IntoView {
     let j = d.job;
     let id = j.id;
     let status = j.status;
-    let gpus = j
-        .assigned_gpus
-        .iter()
-        .map(|g| {
-            format!(
-                "GPU {} · {} · {} · {} MiB",
-                g.index, g.model, g.uuid, g.vram_mib
-            )
-        })
-        .collect::<Vec<_>>();
-    let waiting = (status == JobStatus::Queued).then(|| {
-        format!(
-            "Queue position {}: {}",
-            j.queue_position.unwrap_or(0),
-            j.wait_reason.clone().unwrap_or_default()
-        )
-    });
+    let held = cards(&j.assigned_gpus);
+    let waiting = wait_line(status, j.queue_position, j.wait_reason.as_deref());
     view! {
         <Title text=format!("{} · gpuq", j.name) />
         <section class="card">
@@ -134,8 +119,8 @@ fn Detail(d: JobDetail, cancel: ServerAction<CancelJob>) -> impl IntoView {
                 <dt>"Owner"</dt><dd>{j.owner.clone()}</dd>
                 <dt>"Image"</dt><dd>{j.image.clone()}</dd>
                 <dt>"Command"</dt><dd><code>{crate::model::spec::quote_argv(&j.command)}</code></dd>
-                <dt>"Needs"</dt><dd>{need(&j)}</dd>
-                <dt>"Cards"</dt><dd>{if gpus.is_empty() { "none yet".to_owned() } else { gpus.join("; ") }}</dd>
+                <dt>"Needs"</dt><dd>{need(j.gpu_count, j.workload.as_deref(), j.min_vram_mb, j.exclusive)}</dd>
+                <dt>"Cards"</dt><dd>{held}</dd>
                 <dt>"Timeout"</dt><dd>{format!("{} s", j.timeout_s)}</dd>
             </dl>
         </section>
@@ -143,9 +128,9 @@ fn Detail(d: JobDetail, cancel: ServerAction<CancelJob>) -> impl IntoView {
             <h2>"Timeline"</h2>
             <ol class="timeline">
                 {d.events.into_iter().map(|e| view! {
-                    <li data-kind=e.kind.clone()>
+                    <li data-kind=e.kind.as_str()>
                         <time>{e.at.format("%H:%M:%S%.3f").to_string()}</time>
-                        " " <strong>{e.kind.replace('_', " ")}</strong>
+                        " " <strong>{e.kind.as_str().replace('_', " ")}</strong>
                         {(!e.detail.is_empty()).then(|| format!(" — {}", e.detail))}
                         <span class="muted">{format!(" ({})", e.actor)}</span>
                     </li>
@@ -155,12 +140,130 @@ fn Detail(d: JobDetail, cancel: ServerAction<CancelJob>) -> impl IntoView {
     }
 }
 
-fn need(j: &crate::model::JobView) -> String {
-    let per_card = match (&j.workload, j.min_vram_mb) {
+/// What the job asked for: cards, VRAM per card (by workload type or in MiB), whole cards.
+fn need(
+    gpu_count: u32,
+    workload: Option<&str>,
+    min_vram_mb: Option<i64>,
+    exclusive: bool,
+) -> String {
+    let per_card = match (workload, min_vram_mb) {
         (Some(w), _) => format!("workload {w}"),
         (None, Some(m)) => format!("{m} MiB per card"),
         _ => "no GPU".into(),
     };
-    let excl = if j.exclusive { ", whole cards" } else { "" };
-    format!("{} card(s), {per_card}{excl}", j.gpu_count)
+    let excl = if exclusive { ", whole cards" } else { "" };
+    format!("{gpu_count} card(s), {per_card}{excl}")
+}
+
+/// The cards a job holds or held, one after another; "none yet" before admission.
+fn cards(gpus: &[AssignedGpu]) -> String {
+    if gpus.is_empty() {
+        return "none yet".to_owned();
+    }
+    gpus.iter()
+        .map(|g| {
+            format!(
+                "GPU {} · {} · {} · {} MiB",
+                g.index, g.model, g.uuid, g.vram_mib
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Where a queued job stands and why it waits; nothing for a job that is not queued.
+fn wait_line(status: JobStatus, position: Option<i64>, reason: Option<&str>) -> Option<String> {
+    (status == JobStatus::Queued).then(|| {
+        format!(
+            "Queue position {}: {}",
+            position.unwrap_or(0),
+            reason.unwrap_or_default()
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gpu(index: u32, model: &str, vram_mib: i64) -> AssignedGpu {
+        AssignedGpu {
+            uuid: format!("GPU-0000000{index}"),
+            index,
+            model: model.into(),
+            vram_mib,
+        }
+    }
+
+    #[test]
+    fn the_need_names_the_workload_type_or_the_vram() {
+        assert_eq!(
+            need(2, Some("llm-7b"), None, false),
+            "2 card(s), workload llm-7b"
+        );
+        assert_eq!(
+            need(1, None, Some(16384), false),
+            "1 card(s), 16384 MiB per card"
+        );
+        // A workload type decides the VRAM; an explicit figure beside it is not shown.
+        assert_eq!(
+            need(1, Some("résumé-ü"), Some(99), false),
+            "1 card(s), workload résumé-ü"
+        );
+        assert_eq!(
+            need(4, None, Some(1), true),
+            "4 card(s), 1 MiB per card, whole cards"
+        );
+    }
+
+    #[test]
+    fn a_job_without_cards_says_so() {
+        assert_eq!(need(0, None, None, false), "0 card(s), no GPU");
+        assert_eq!(need(0, None, None, true), "0 card(s), no GPU, whole cards");
+    }
+
+    #[test]
+    fn cards_list_every_card_or_none_yet() {
+        assert_eq!(cards(&[]), "none yet");
+        assert_eq!(
+            cards(&[gpu(0, "A100", 20480)]),
+            "GPU 0 · A100 · GPU-00000000 · 20480 MiB"
+        );
+        assert_eq!(
+            cards(&[gpu(1, "H100", 40000), gpu(3, "H100", 40000)]),
+            "GPU 1 · H100 · GPU-00000001 · 40000 MiB; GPU 3 · H100 · GPU-00000003 · 40000 MiB"
+        );
+    }
+
+    #[test]
+    fn only_a_queued_job_shows_its_place_and_reason() {
+        assert_eq!(
+            wait_line(
+                JobStatus::Queued,
+                Some(3),
+                Some("no card has 40000 MiB free")
+            )
+            .as_deref(),
+            Some("Queue position 3: no card has 40000 MiB free")
+        );
+        // Not placed yet (the next pass decides): position 0, empty reason.
+        assert_eq!(
+            wait_line(JobStatus::Queued, None, None).as_deref(),
+            Some("Queue position 0: ")
+        );
+        for status in [
+            JobStatus::Admitted,
+            JobStatus::Running,
+            JobStatus::Succeeded,
+            JobStatus::Cancelled,
+            JobStatus::Rejected,
+        ] {
+            assert_eq!(
+                wait_line(status, Some(1), Some("stale")),
+                None,
+                "{status:?}"
+            );
+        }
+    }
 }

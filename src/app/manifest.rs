@@ -189,15 +189,7 @@ fn poll_until_applied(_: Resource<Result<ManifestState, AppError>>, _: RwSignal<
 
 #[component]
 fn Grid(state: ManifestState, admin: bool, edits: Edits) -> impl IntoView {
-    // Models present first, then any model named only in the manifest (no such card here now).
-    let mut models = state.manifest.models_present.clone();
-    for w in &state.manifest.workloads {
-        for m in w.vram_mib.keys() {
-            if !models.contains(m) {
-                models.push(m.clone());
-            }
-        }
-    }
+    let models = columns(&state.manifest.models_present, &state.manifest.workloads);
     let present = state.manifest.models_present.clone();
     let applied = state.applied();
     let last = state.history.first().cloned();
@@ -276,20 +268,46 @@ fn Grid(state: ManifestState, admin: bool, edits: Edits) -> impl IntoView {
     }
 }
 
-/// Cell inputs → the map the server expects; an unparsable cell names its model.
-fn needs(cells: &[(String, RwSignal<String>)]) -> Result<BTreeMap<String, i64>, String> {
-    let mut out = BTreeMap::new();
-    for (model, value) in cells {
-        let text = value.get_untracked();
-        let text = text.trim();
-        if text.is_empty() {
-            continue;
-        }
-        match text.parse::<i64>() {
-            Ok(n) => {
-                out.insert(model.clone(), n);
+/// The grid's model columns: models present first, then any model named only in the manifest
+/// (no such card here now), in the order the workload types name them.
+fn columns(present: &[String], workloads: &[WorkloadView]) -> Vec<String> {
+    let mut models = present.to_vec();
+    for w in workloads {
+        for m in w.vram_mib.keys() {
+            if !models.contains(m) {
+                models.push(m.clone());
             }
-            Err(_) => return Err(format!("{model}: `{text}` is not a whole number of MiB")),
+        }
+    }
+    models
+}
+
+/// One cell as typed: empty (the type does not run on that model), or a whole number of MiB
+/// (range checks are the server's); anything else is refused, naming the model.
+fn cell(model: &str, text: &str) -> Result<Option<i64>, String> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Ok(None);
+    }
+    text.parse::<i64>()
+        .map(Some)
+        .map_err(|_| format!("{model}: `{text}` is not a whole number of MiB"))
+}
+
+/// Cell inputs → the map the server expects; the first unparsable cell names its model.
+fn needs(cells: &[(String, RwSignal<String>)]) -> Result<BTreeMap<String, i64>, String> {
+    row_needs(cells.iter().map(|(m, v)| (m.as_str(), v.get_untracked())))
+}
+
+/// A row's cells as typed, `(model, text)` → the map the server expects: empty cells are left
+/// out; the first unparsable cell names its model.
+fn row_needs<'a>(
+    cells: impl IntoIterator<Item = (&'a str, String)>,
+) -> Result<BTreeMap<String, i64>, String> {
+    let mut out = BTreeMap::new();
+    for (model, text) in cells {
+        if let Some(n) = cell(model, &text)? {
+            out.insert(model.to_owned(), n);
         }
     }
     Ok(out)
@@ -453,5 +471,99 @@ fn AddRow(models: Vec<String>, edits: Edits) -> impl IntoView {
                 {move || local_error.get().map(|e| view! { <p class="error" role="alert">{e}</p> })}
             </td>
         </tr>
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn workload(name: &str, needs: &[(&str, i64)]) -> WorkloadView {
+        WorkloadView {
+            name: name.into(),
+            description: String::new(),
+            vram_mib: needs.iter().map(|(m, n)| (m.to_string(), *n)).collect(),
+        }
+    }
+
+    fn strings(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn typed<'a>(cells: &[(&'a str, &str)]) -> Vec<(&'a str, String)> {
+        cells.iter().map(|(m, t)| (*m, t.to_string())).collect()
+    }
+
+    #[test]
+    fn a_cell_is_empty_or_a_whole_number_of_mib() {
+        assert_eq!(cell("A100", "20480"), Ok(Some(20480)));
+        assert_eq!(cell("A100", "  8192 \t"), Ok(Some(8192)));
+        assert_eq!(cell("A100", ""), Ok(None));
+        assert_eq!(cell("A100", "   "), Ok(None));
+        // Range checks (zero, negative, too large for a card) are left to the server.
+        assert_eq!(cell("A100", "0"), Ok(Some(0)));
+        assert_eq!(cell("A100", "-1"), Ok(Some(-1)));
+        assert_eq!(cell("A100", "+5"), Ok(Some(5)));
+    }
+
+    #[test]
+    fn a_bad_cell_names_its_model_and_the_text() {
+        assert_eq!(
+            cell("NVIDIA A100-SXM4-80GB", "1.5"),
+            Err("NVIDIA A100-SXM4-80GB: `1.5` is not a whole number of MiB".into())
+        );
+        // The text is quoted trimmed.
+        assert_eq!(
+            cell("H100", "  20 GiB "),
+            Err("H100: `20 GiB` is not a whole number of MiB".into())
+        );
+        assert!(cell("H100", "1e4").is_err());
+        assert!(cell("H100", "1_000").is_err());
+        assert!(cell("H100", "８").is_err());
+        assert!(cell("H100", "9223372036854775808").is_err());
+        assert_eq!(cell("H100", "9223372036854775807"), Ok(Some(i64::MAX)));
+    }
+
+    #[test]
+    fn a_row_keeps_its_filled_cells_only() {
+        let cells = typed(&[("A100", " 20480 "), ("H100", ""), ("L4", "  ")]);
+        assert_eq!(
+            row_needs(cells),
+            Ok(BTreeMap::from([("A100".to_owned(), 20480)]))
+        );
+        assert_eq!(row_needs(typed(&[])), Ok(BTreeMap::new()));
+        assert_eq!(
+            row_needs(typed(&[("A100", ""), ("H100", "")])),
+            Ok(BTreeMap::new())
+        );
+    }
+
+    #[test]
+    fn a_row_with_a_bad_cell_is_not_saved() {
+        let cells = typed(&[("A100", "100"), ("H100", "lots"), ("L4", "x")]);
+        assert_eq!(
+            row_needs(cells),
+            Err("H100: `lots` is not a whole number of MiB".into())
+        );
+    }
+
+    #[test]
+    fn present_models_come_first_then_those_only_the_manifest_names() {
+        let present = strings(&["H100", "A100"]);
+        let workloads = [
+            workload("llm-7b", &[("A100", 1), ("V100", 2)]),
+            workload("sd", &[("H100", 3), ("RTX 4090", 4), ("V100", 5)]),
+        ];
+        // Present models keep their order; the rest follow, each once (a map's keys are sorted).
+        assert_eq!(
+            columns(&present, &workloads),
+            strings(&["H100", "A100", "V100", "RTX 4090"])
+        );
+        assert_eq!(columns(&present, &[]), present);
+        assert_eq!(
+            columns(&[], &workloads),
+            strings(&["A100", "V100", "H100", "RTX 4090"])
+        );
+        assert!(columns(&[], &[workload("empty", &[])]).is_empty());
     }
 }

@@ -19,6 +19,14 @@ pub fn QueuePage() -> impl IntoView {
     }
 }
 
+/// The status filter's choices: the `status` query value and its label.
+const STATUS_FILTERS: [(&str, &str); 4] = [
+    ("", "all"),
+    ("queued", "queued"),
+    ("admitted,starting,running", "running"),
+    ("succeeded,failed,cancelled,timed_out,rejected", "finished"),
+];
+
 #[component]
 fn Queue(me: UserView) -> impl IntoView {
     let live = use_live();
@@ -42,12 +50,6 @@ fn Queue(me: UserView) -> impl IntoView {
         },
         |(_, _, s, o, m, p, order)| list_jobs(s, o, m, p, order),
     );
-    let statuses = [
-        ("", "all"),
-        ("queued", "queued"),
-        ("admitted,starting,running", "running"),
-        ("succeeded,failed,cancelled,timed_out,rejected", "finished"),
-    ];
     view! {
         <section class="card">
             <h1>"Jobs"</h1>
@@ -55,7 +57,7 @@ fn Queue(me: UserView) -> impl IntoView {
                 <div class="field">
                     <label for="filter-status">"Status"</label>
                     <select id="filter-status" on:change=move |ev| { status.set(event_target_value(&ev)); page.set(1); }>
-                        {statuses.into_iter().map(|(v, l)| view! { <option value=v>{l}</option> }).collect_view()}
+                        {STATUS_FILTERS.into_iter().map(|(v, l)| view! { <option value=v>{l}</option> }).collect_view()}
                     </select>
                 </div>
                 <div class="field">
@@ -96,6 +98,22 @@ fn Queue(me: UserView) -> impl IntoView {
     }
 }
 
+/// Pages of `per_page` jobs that `total` jobs fill; an empty list is still one page.
+fn page_count(total: i64, per_page: i64) -> i64 {
+    ((total + per_page - 1) / per_page).max(1)
+}
+
+/// The queue column: place in the queue and why the job waits; empty for jobs not queued.
+fn queue_cell(position: Option<i64>, reason: Option<&str>) -> Option<String> {
+    position.map(|q| format!("#{q}: {}", reason.unwrap_or_default()))
+}
+
+/// Whether `me` gets a Cancel button: on an unfinished job of their own, or any unfinished job
+/// for an admin.
+fn may_cancel(me: &UserView, owner: &str, status: JobStatus) -> bool {
+    !status.is_terminal() && (owner == me.username || me.role.at_least(Role::Admin))
+}
+
 #[component]
 fn Table(
     p: JobPage,
@@ -103,12 +121,9 @@ fn Table(
     cancel: ServerAction<CancelJob>,
     page: RwSignal<i64>,
 ) -> impl IntoView {
-    let pages = ((p.total + p.per_page - 1) / p.per_page).max(1);
+    let pages = page_count(p.total, p.per_page);
     let current = p.page;
     let (first, last) = (current <= 1, current >= pages);
-    let may_cancel = move |owner: &str, status: JobStatus| {
-        !status.is_terminal() && (owner == me.username || me.role.at_least(Role::Admin))
-    };
     view! {
         <table id="jobs">
             <thead>
@@ -120,8 +135,8 @@ fn Table(
             <tbody>
                 {p.jobs.into_iter().map(|j| {
                     let id = j.id;
-                    let queue = j.queue_position.map(|q| format!("#{q}: {}", j.wait_reason.clone().unwrap_or_default()));
-                    let cancellable = may_cancel(&j.owner, j.status);
+                    let queue = queue_cell(j.queue_position, j.wait_reason.as_deref());
+                    let cancellable = may_cancel(&me, &j.owner, j.status);
                     view! {
                         <tr>
                             <td><A href=format!("/jobs/{id}")>{j.name.clone()}</A></td>
@@ -145,5 +160,108 @@ fn Table(
             <span>{format!(" page {current} of {pages} ({} jobs) ", p.total)}</span>
             <button type="button" disabled=last on:click=move |_| page.update(|p| *p += 1)>"Next"</button>
         </nav>
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn user(name: &str, role: Role) -> UserView {
+        UserView {
+            id: uuid::Uuid::nil(),
+            username: name.into(),
+            role,
+            disabled: false,
+        }
+    }
+
+    #[test]
+    fn pages_round_up_and_never_drop_to_zero() {
+        assert_eq!(page_count(0, 50), 1);
+        assert_eq!(page_count(1, 50), 1);
+        assert_eq!(page_count(50, 50), 1);
+        assert_eq!(page_count(51, 50), 2);
+        assert_eq!(page_count(100, 50), 2);
+        assert_eq!(page_count(101, 50), 3);
+        assert_eq!(page_count(7, 1), 7);
+        assert_eq!(page_count(1_000_000_000, 25), 40_000_000);
+    }
+
+    #[test]
+    fn a_queued_job_shows_its_place_and_reason() {
+        assert_eq!(
+            queue_cell(Some(1), Some("waiting for 2 free cards")).as_deref(),
+            Some("#1: waiting for 2 free cards")
+        );
+        assert_eq!(queue_cell(Some(12), None).as_deref(), Some("#12: "));
+        assert_eq!(
+            queue_cell(Some(2), Some("à l'attente · 显卡")).as_deref(),
+            Some("#2: à l'attente · 显卡")
+        );
+        // Not queued: nothing, even if a stale reason came along.
+        assert_eq!(queue_cell(None, Some("stale")), None);
+        assert_eq!(queue_cell(None, None), None);
+    }
+
+    #[test]
+    fn owners_cancel_their_own_unfinished_jobs() {
+        let alice = user("alice", Role::Member);
+        assert!(may_cancel(&alice, "alice", JobStatus::Queued));
+        assert!(may_cancel(&alice, "alice", JobStatus::Running));
+        assert!(!may_cancel(&alice, "bob", JobStatus::Queued));
+        // The name must match exactly.
+        assert!(!may_cancel(&alice, "Alice", JobStatus::Queued));
+        assert!(!may_cancel(&alice, "alice ", JobStatus::Queued));
+        assert!(!may_cancel(&alice, "", JobStatus::Queued));
+    }
+
+    #[test]
+    fn only_admins_cancel_other_peoples_jobs() {
+        let manager = user("mia", Role::Manager);
+        let admin = user("root", Role::Admin);
+        assert!(!may_cancel(&manager, "bob", JobStatus::Running));
+        assert!(may_cancel(&admin, "bob", JobStatus::Running));
+        assert!(may_cancel(&admin, "bob", JobStatus::Admitted));
+    }
+
+    #[test]
+    fn nobody_cancels_a_finished_job() {
+        let admin = user("root", Role::Admin);
+        for &status in JobStatus::ALL {
+            assert_eq!(
+                may_cancel(&admin, "root", status),
+                !status.is_terminal(),
+                "{status:?}"
+            );
+        }
+        assert!(!may_cancel(&admin, "root", JobStatus::Succeeded));
+        assert!(!may_cancel(&admin, "root", JobStatus::TimedOut));
+    }
+
+    #[test]
+    fn every_status_is_in_exactly_one_filter() {
+        let (all, groups) = STATUS_FILTERS.split_first().unwrap();
+        assert_eq!(*all, ("", "all"));
+        for &status in JobStatus::ALL {
+            let found = groups
+                .iter()
+                .filter(|(value, _)| value.split(',').any(|s| s == status.as_str()))
+                .count();
+            assert_eq!(found, 1, "{status:?}");
+        }
+        // Every name sent is one the server knows.
+        for (value, _) in groups {
+            for name in value.split(',') {
+                assert!(name.parse::<JobStatus>().is_ok(), "{name}");
+            }
+        }
+        // "finished" means terminal, "queued" and "running" do not.
+        for (value, label) in groups {
+            for name in value.split(',') {
+                let terminal = name.parse::<JobStatus>().unwrap().is_terminal();
+                assert_eq!(terminal, *label == "finished", "{name}");
+            }
+        }
     }
 }

@@ -48,57 +48,103 @@ impl Fields {
         }
     }
 
-    /// The JSON body the API takes; numbers that do not parse are sent as text so the server's
-    /// parser names the field.
+    /// The JSON body the API takes (see [`spec_json`]).
     fn spec(&self) -> String {
-        let mut spec = serde_json::Map::new();
-        let text = |s: RwSignal<String>| s.get_untracked().trim().to_owned();
-        let number = |s: &str| {
-            s.parse::<i64>()
-                .map(serde_json::Value::from)
-                .unwrap_or_else(|_| serde_json::Value::from(s))
-        };
-        spec.insert("image".into(), text(self.image).into());
-        spec.insert("command".into(), text(self.command).into());
-        for (key, field) in [("name", self.name), ("workload", self.workload)] {
-            let v = text(field);
-            if !v.is_empty() {
-                spec.insert(key.into(), v.into());
-            }
-        }
-        for (key, field) in [
-            ("gpu_count", self.gpus),
-            ("min_vram_mb", self.vram),
-            ("timeout_s", self.timeout),
-            ("priority", self.priority),
-        ] {
-            let v = text(field);
-            if !v.is_empty() {
-                spec.insert(key.into(), number(&v));
-            }
-        }
-        let env: serde_json::Map<String, serde_json::Value> = text(self.env)
-            .lines()
-            .filter(|l| !l.trim().is_empty())
-            .map(|l| match l.split_once('=') {
-                Some((k, v)) => (k.trim().to_owned(), v.into()),
-                None => (l.trim().to_owned(), "".into()),
-            })
-            .collect();
-        if !env.is_empty() {
-            spec.insert("env".into(), env.into());
-        }
-        let volumes: Vec<serde_json::Value> = text(self.volumes)
-            .lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty())
-            .map(Into::into)
-            .collect();
-        if !volumes.is_empty() {
-            spec.insert("volumes".into(), volumes.into());
-        }
-        serde_json::Value::Object(spec).to_string()
+        let text = |s: RwSignal<String>| s.get_untracked();
+        spec_json(&FormText {
+            image: text(self.image),
+            command: text(self.command),
+            name: text(self.name),
+            gpus: text(self.gpus),
+            workload: text(self.workload),
+            vram: text(self.vram),
+            env: text(self.env),
+            volumes: text(self.volumes),
+            timeout: text(self.timeout),
+            priority: text(self.priority),
+        })
     }
+}
+
+/// The form's fields as typed, read once.
+#[derive(Default)]
+struct FormText {
+    image: String,
+    command: String,
+    name: String,
+    gpus: String,
+    workload: String,
+    vram: String,
+    env: String,
+    volumes: String,
+    timeout: String,
+    priority: String,
+}
+
+/// The JSON body the API takes. Every field is trimmed; empty optional fields are left out so the
+/// server's defaults apply. The command line goes as typed: the server splits it, with the same
+/// parser as the API. Numbers that do not parse are sent as text so the server's parser names
+/// the field.
+fn spec_json(t: &FormText) -> String {
+    let mut spec = serde_json::Map::new();
+    let text = |s: &str| s.trim().to_owned();
+    spec.insert("image".into(), text(&t.image).into());
+    spec.insert("command".into(), text(&t.command).into());
+    for (key, field) in [("name", &t.name), ("workload", &t.workload)] {
+        let v = text(field);
+        if !v.is_empty() {
+            spec.insert(key.into(), v.into());
+        }
+    }
+    for (key, field) in [
+        ("gpu_count", &t.gpus),
+        ("min_vram_mb", &t.vram),
+        ("timeout_s", &t.timeout),
+        ("priority", &t.priority),
+    ] {
+        let v = text(field);
+        if !v.is_empty() {
+            spec.insert(key.into(), number_or_text(&v));
+        }
+    }
+    let env = env_lines(&text(&t.env));
+    if !env.is_empty() {
+        spec.insert("env".into(), env.into());
+    }
+    let volumes = volume_lines(&text(&t.volumes));
+    if !volumes.is_empty() {
+        spec.insert("volumes".into(), volumes.into());
+    }
+    serde_json::Value::Object(spec).to_string()
+}
+
+/// A whole number as a JSON number; anything else as the text itself.
+fn number_or_text(s: &str) -> serde_json::Value {
+    s.parse::<i64>()
+        .map(serde_json::Value::from)
+        .unwrap_or_else(|_| serde_json::Value::from(s))
+}
+
+/// `KEY=value` per line: the key is trimmed, the value kept as typed (after the first `=`); a
+/// line without `=` is a key with an empty value; blank lines are skipped; a repeated key keeps
+/// its last value.
+fn env_lines(text: &str) -> serde_json::Map<String, serde_json::Value> {
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| match l.split_once('=') {
+            Some((k, v)) => (k.trim().to_owned(), v.into()),
+            None => (l.trim().to_owned(), "".into()),
+        })
+        .collect()
+}
+
+/// One mount per line, trimmed; blank lines skipped.
+fn volume_lines(text: &str) -> Vec<serde_json::Value> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(Into::into)
+        .collect()
 }
 
 /// The spec fields the form shows errors next to; errors on anything else appear below the form.
@@ -120,6 +166,12 @@ fn belongs_to(field: &str, form_field: &str) -> bool {
     field
         .strip_prefix(form_field)
         .is_some_and(|rest| rest.is_empty() || rest.starts_with('.') || rest.starts_with('['))
+}
+
+/// Whether an error about `field` appears next to one of the form's fields (otherwise it appears
+/// below the form).
+fn shown_by_a_field(field: &str) -> bool {
+    FORM_FIELDS.iter().any(|p| belongs_to(field, p))
 }
 
 #[component]
@@ -151,11 +203,7 @@ fn SubmitForm() -> impl IntoView {
         }
     };
     let other_error = move || match error() {
-        Some(AppError::Invalid { field, .. })
-            if FORM_FIELDS.iter().any(|p| belongs_to(&field, p)) =>
-        {
-            None
-        }
+        Some(AppError::Invalid { field, .. }) if shown_by_a_field(&field) => None,
         Some(e) => Some(view! { <p class="error" role="alert">{e.to_string()}</p> }),
         None => None,
     };
@@ -251,5 +299,153 @@ fn SubmitForm() -> impl IntoView {
                 <button type="submit" disabled=move || submit.pending().get()>"Submit"</button>
             </form>
         </section>
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{json, Value};
+
+    fn spec(t: FormText) -> Value {
+        serde_json::from_str(&spec_json(&t)).unwrap()
+    }
+
+    #[test]
+    fn a_minimal_form_sends_image_command_and_the_default_card() {
+        let v = spec(FormText {
+            image: "  pytorch/pytorch:2.3 ".into(),
+            command: " python train.py --epochs 3\n".into(),
+            gpus: "1".into(),
+            ..Default::default()
+        });
+        assert_eq!(
+            v,
+            json!({ "image": "pytorch/pytorch:2.3", "command": "python train.py --epochs 3", "gpu_count": 1 })
+        );
+    }
+
+    #[test]
+    fn the_command_line_goes_as_typed_for_the_server_to_split() {
+        let v = spec(FormText {
+            command: r#"  sh -c 'echo "a  b" && sleep 1'  "#.into(),
+            ..Default::default()
+        });
+        assert_eq!(v["command"], r#"sh -c 'echo "a  b" && sleep 1'"#);
+    }
+
+    #[test]
+    fn empty_optional_fields_are_left_out() {
+        let v = spec(FormText {
+            name: "   ".into(),
+            workload: "\t".into(),
+            gpus: " ".into(),
+            vram: String::new(),
+            env: "\n  \n".into(),
+            volumes: " \n\n ".into(),
+            timeout: "".into(),
+            priority: "  ".into(),
+            ..Default::default()
+        });
+        // Image and command are always sent, so the server names them when they are missing.
+        assert_eq!(v, json!({ "image": "", "command": "" }));
+    }
+
+    #[test]
+    fn numbers_are_numbers_and_anything_else_is_text_for_the_server_to_name() {
+        let v = spec(FormText {
+            gpus: " 2 ".into(),
+            vram: "16384".into(),
+            timeout: "1.5".into(),
+            priority: "-100".into(),
+            ..Default::default()
+        });
+        assert_eq!(v["gpu_count"], 2);
+        assert_eq!(v["min_vram_mb"], 16384);
+        assert_eq!(v["timeout_s"], "1.5");
+        assert_eq!(v["priority"], -100);
+        assert_eq!(number_or_text("+7"), json!(7));
+        assert_eq!(number_or_text("0"), json!(0));
+        assert_eq!(number_or_text("ten"), json!("ten"));
+        assert_eq!(number_or_text("1e3"), json!("1e3"));
+        assert_eq!(number_or_text("1 000"), json!("1 000"));
+        assert_eq!(number_or_text("٣"), json!("٣"));
+        assert_eq!(number_or_text("9223372036854775807"), json!(i64::MAX));
+        // Too large for a number: sent as text, so the server reports it instead of a wrapped value.
+        assert_eq!(
+            number_or_text("9223372036854775808"),
+            json!("9223372036854775808")
+        );
+    }
+
+    #[test]
+    fn environment_lines_become_a_map() {
+        let env = env_lines("A=1\n  B = two words \nC=x=y\nFLAG\n\n   \nÜ=ü");
+        assert_eq!(
+            Value::Object(env),
+            json!({ "A": "1", "B": " two words ", "C": "x=y", "FLAG": "", "Ü": "ü" })
+        );
+        assert!(env_lines("").is_empty());
+        assert!(env_lines("\n \n\t").is_empty());
+    }
+
+    #[test]
+    fn a_repeated_environment_key_keeps_its_last_value() {
+        assert_eq!(Value::Object(env_lines("A=1\nA=2")), json!({ "A": "2" }));
+        // Keys are trimmed, so these are the same key.
+        assert_eq!(Value::Object(env_lines("A=1\n A =3")), json!({ "A": "3" }));
+    }
+
+    #[test]
+    fn the_whole_environment_box_is_trimmed_before_it_is_split() {
+        let v = spec(FormText {
+            env: "  A=1\nB=2  ".into(),
+            ..Default::default()
+        });
+        assert_eq!(v["env"], json!({ "A": "1", "B": "2" }));
+    }
+
+    #[test]
+    fn volumes_are_one_per_line() {
+        assert_eq!(
+            volume_lines(" /data:/data:ro \n\n/scratch:/scratch\n"),
+            vec![json!("/data:/data:ro"), json!("/scratch:/scratch")]
+        );
+        assert!(volume_lines("").is_empty());
+        assert!(volume_lines(" \n \n").is_empty());
+        let v = spec(FormText {
+            volumes: "/a:/b\r\n/c:/d".into(),
+            ..Default::default()
+        });
+        assert_eq!(v["volumes"], json!(["/a:/b", "/c:/d"]));
+    }
+
+    #[test]
+    fn errors_belong_to_their_field_and_its_parts() {
+        assert!(belongs_to("image", "image"));
+        assert!(belongs_to("env.FOO", "env"));
+        assert!(belongs_to("env.", "env"));
+        assert!(belongs_to("volumes[2]", "volumes"));
+        assert!(!belongs_to("environment", "env"));
+        assert!(!belongs_to("images", "image"));
+        assert!(!belongs_to("gpu", "gpu_count"));
+        assert!(!belongs_to("", "image"));
+        assert!(!belongs_to("Image", "image"));
+        assert!(!belongs_to(" image", "image"));
+    }
+
+    #[test]
+    fn errors_about_other_fields_show_below_the_form() {
+        for field in FORM_FIELDS {
+            assert!(shown_by_a_field(field), "{field}");
+        }
+        assert!(shown_by_a_field("env.MY_VAR"));
+        assert!(shown_by_a_field("volumes[0]"));
+        assert!(shown_by_a_field("min_vram_mb"));
+        assert!(!shown_by_a_field("request"));
+        assert!(!shown_by_a_field("spec"));
+        assert!(!shown_by_a_field("exclusive"));
+        assert!(!shown_by_a_field(""));
+        assert!(!shown_by_a_field("timeout"));
     }
 }

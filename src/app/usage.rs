@@ -53,13 +53,7 @@ fn Usage() -> impl IntoView {
         move || (from.get(), to.get(), refresh.get()),
         |(f, t, _)| usage_report(f, t),
     );
-    let csv = move |file: &str| {
-        format!(
-            "/api/v1/usage/{file}?from={}&to={}",
-            query_value(&from.get()),
-            query_value(&to.get())
-        )
-    };
+    let csv = move |file: &str| csv_href(file, &from.get(), &to.get());
     let apply = move |ev: leptos::ev::SubmitEvent| {
         ev.prevent_default();
         from.set(draft_from.get_untracked());
@@ -113,6 +107,15 @@ fn Usage() -> impl IntoView {
             </Transition>
         </section>
     }
+}
+
+/// The download link of one CSV file for the range shown.
+fn csv_href(file: &str, from: &str, to: &str) -> String {
+    format!(
+        "/api/v1/usage/{file}?from={}&to={}",
+        query_value(from),
+        query_value(to)
+    )
 }
 
 /// Escapes what would end or change a query value (the forms the page sends have no other
@@ -196,7 +199,7 @@ fn Card(card: CardSeries, option: String) -> impl IntoView {
                         <td>{mib(card.avg_used_mib)}</td>
                         <td>{mib(card.peak_used_mib)}</td>
                         <td>{mib(card.avg_external_mib)}</td>
-                        <td>{card.avg_utilization_pct.map_or_else(unknown, |p| format!("{p} %"))}</td>
+                        <td>{busy(card.avg_utilization_pct)}</td>
                     </tr>
                 </tbody>
             </table>
@@ -228,9 +231,9 @@ fn Card(card: CardSeries, option: String) -> impl IntoView {
     }
 }
 
-#[component]
-fn Waits(wait: WaitStats, option: String) -> impl IntoView {
-    let summary = if wait.jobs == 0 {
+/// The line above the wait histogram.
+fn wait_summary(wait: &WaitStats) -> String {
+    if wait.jobs == 0 {
         "No job was admitted in this range.".to_owned()
     } else {
         format!(
@@ -241,7 +244,12 @@ fn Waits(wait: WaitStats, option: String) -> impl IntoView {
             wait.p95_s.map_or_else(unknown, duration),
             wait.max_s.map_or_else(unknown, duration)
         )
-    };
+    }
+}
+
+#[component]
+fn Waits(wait: WaitStats, option: String) -> impl IntoView {
+    let summary = wait_summary(&wait);
     view! {
         <p id="usage-wait-summary">{summary}</p>
         <div class="chart small" role="img" aria-label="Histogram of queue waits" data-chart-option=option></div>
@@ -295,10 +303,17 @@ fn Totals(
     .into_any()
 }
 
+/// What a figure that was never measured reads as (never 0: that would claim an idle card).
 fn unknown() -> String {
     "unknown".to_owned()
 }
 
+/// A busy percentage, or "unknown" when the driver did not report it.
+fn busy(pct: Option<i64>) -> String {
+    pct.map_or_else(unknown, |p| format!("{p} %"))
+}
+
+/// A memory figure in MiB, or "unknown".
 fn mib(v: Option<i64>) -> String {
     v.map_or_else(unknown, |m| format!("{m} MiB"))
 }
@@ -312,6 +327,7 @@ fn hours(h: f64) -> String {
     }
 }
 
+/// A wait or a point width: seconds below a minute, minutes below an hour, then hours.
 fn duration(s: f64) -> String {
     if s < 60.0 {
         format!("{s:.1} s")
@@ -319,5 +335,121 @@ fn duration(s: f64) -> String {
         format!("{:.1} min", s / 60.0)
     } else {
         format!("{:.1} h", s / 3600.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn waits(jobs: i64, p50: Option<f64>, p95: Option<f64>, max: Option<f64>) -> WaitStats {
+        WaitStats {
+            jobs,
+            p50_s: p50,
+            p95_s: p95,
+            max_s: max,
+            buckets: vec![],
+        }
+    }
+
+    #[test]
+    fn query_values_escape_what_would_break_the_link() {
+        assert_eq!(query_value(""), "");
+        assert_eq!(query_value("-24h"), "-24h");
+        assert_eq!(query_value("2025-01-02T03:04"), "2025-01-02T03:04");
+        // A `+` would read as a space; an offset must survive.
+        assert_eq!(
+            query_value("2025-01-02T03:04:05+02:00"),
+            "2025-01-02T03:04:05%2B02:00"
+        );
+        assert_eq!(query_value("a b&c=d#e"), "a%20b%26c=d%23e");
+        // `%` is escaped first, so nothing is escaped twice.
+        assert_eq!(query_value("100%+"), "100%25%2B");
+        assert_eq!(query_value("%2B"), "%252B");
+        // Other text passes as it is (the browser encodes it).
+        assert_eq!(query_value("é·中"), "é·中");
+    }
+
+    #[test]
+    fn csv_links_carry_the_range_shown() {
+        assert_eq!(
+            csv_href("samples.csv", "-24h", ""),
+            "/api/v1/usage/samples.csv?from=-24h&to="
+        );
+        assert_eq!(
+            csv_href("jobs.csv", "2025-01-01T00:00", "2025-01-02T00:00+01:00"),
+            "/api/v1/usage/jobs.csv?from=2025-01-01T00:00&to=2025-01-02T00:00%2B01:00"
+        );
+        // A value cannot smuggle in another parameter.
+        assert_eq!(
+            csv_href("jobs.csv", "-1h&to=x", ""),
+            "/api/v1/usage/jobs.csv?from=-1h%26to=x&to="
+        );
+    }
+
+    #[test]
+    fn unmeasured_figures_read_unknown_never_zero() {
+        assert_eq!(unknown(), "unknown");
+        assert_eq!(mib(None), "unknown");
+        assert_eq!(mib(Some(0)), "0 MiB");
+        assert_eq!(mib(Some(81920)), "81920 MiB");
+        assert_eq!(mib(Some(-5)), "-5 MiB");
+        assert_eq!(mib(Some(i64::MAX)), "9223372036854775807 MiB");
+        assert_eq!(busy(None), "unknown");
+        assert_eq!(busy(Some(0)), "0 %");
+        assert_eq!(busy(Some(100)), "100 %");
+    }
+
+    #[test]
+    fn hours_keep_short_jobs_visible() {
+        assert_eq!(hours(0.0), "0.00");
+        assert_eq!(hours(1.0), "1.00");
+        assert_eq!(hours(12.346), "12.35");
+        assert_eq!(hours(0.01), "0.01");
+        // A few seconds on one card is not 0.00.
+        assert_eq!(hours(0.0025), "0.0025");
+        assert_eq!(hours(10.0 / 3600.0), "0.0028");
+        assert_eq!(hours(0.00001), "0.0000");
+        assert_eq!(hours(1e9), "1000000000.00");
+        // Negative figures (never expected) keep two decimals.
+        assert_eq!(hours(-0.5), "-0.50");
+    }
+
+    #[test]
+    fn durations_pick_a_readable_unit() {
+        assert_eq!(duration(0.0), "0.0 s");
+        assert_eq!(duration(8.0), "8.0 s");
+        assert_eq!(duration(59.0), "59.0 s");
+        assert_eq!(duration(60.0), "1.0 min");
+        assert_eq!(duration(90.0), "1.5 min");
+        assert_eq!(duration(3540.0), "59.0 min");
+        assert_eq!(duration(3600.0), "1.0 h");
+        assert_eq!(duration(5400.0), "1.5 h");
+        assert_eq!(duration(7.0 * 86400.0), "168.0 h");
+    }
+
+    #[test]
+    fn the_wait_line_summarises_the_range() {
+        assert_eq!(
+            wait_summary(&waits(0, None, None, None)),
+            "No job was admitted in this range."
+        );
+        // Nobody admitted: figures that came along anyway are not shown.
+        assert_eq!(
+            wait_summary(&waits(0, Some(1.0), Some(1.0), Some(1.0))),
+            "No job was admitted in this range."
+        );
+        assert_eq!(
+            wait_summary(&waits(1, Some(4.0), Some(4.0), Some(4.0))),
+            "1 job admitted · median wait 4.0 s · 95th percentile 4.0 s · longest 4.0 s"
+        );
+        assert_eq!(
+            wait_summary(&waits(42, Some(30.0), Some(900.0), Some(7200.0))),
+            "42 jobs admitted · median wait 30.0 s · 95th percentile 15.0 min · longest 2.0 h"
+        );
+        assert_eq!(
+            wait_summary(&waits(3, None, None, Some(61.0))),
+            "3 jobs admitted · median wait unknown · 95th percentile unknown · longest 1.0 min"
+        );
     }
 }

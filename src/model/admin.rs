@@ -1,6 +1,6 @@
 //! What the admin, manifest and account pages exchange with the server.
 
-use super::ManifestView;
+use super::{AuditKind, ManifestView};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -13,8 +13,8 @@ pub struct AuditEntry {
     pub at: DateTime<Utc>,
     /// Who.
     pub actor: String,
-    /// What (`manifest.put`, `manifest.rename`, `manifest.delete`, …).
-    pub kind: String,
+    /// What kind of change.
+    pub kind: AuditKind,
     /// What it was done to (a workload type, a user, a card).
     pub subject: String,
     /// The change, in words.
@@ -46,6 +46,7 @@ impl ManifestState {
 
 /// An API token as its owner sees it (never the secret).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct TokenView {
     /// Key, used to revoke.
     pub id: Uuid,
@@ -61,9 +62,11 @@ pub struct TokenView {
 
 /// A token just created: the secret is shown this once.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct CreatedToken {
     /// The secret for `Authorization: Bearer …`.
     pub token: String,
-    /// Its record.
+    /// Its record (id to revoke it, name), beside the secret on the wire.
+    #[serde(flatten)]
     pub record: TokenView,
 }

@@ -1,6 +1,6 @@
 //! What the browser pages show: the dashboard, a job's page, the submit preview.
 
-use super::{GpuView, JobView};
+use super::{GpuView, JobEventKind, JobView};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
@@ -24,8 +24,8 @@ pub struct JobEventView {
     pub at: DateTime<Utc>,
     /// Who.
     pub actor: String,
-    /// What (`submitted`, `admitted`, `fence_verified`, `started`, …).
-    pub kind: String,
+    /// What happened.
+    pub kind: JobEventKind,
     /// Details, in plain words.
     pub detail: String,
 }

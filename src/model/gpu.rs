@@ -1,8 +1,30 @@
 //! Cards and the manifest as the UI, the REST API and the CLI see them.
 
+use super::vocab::vocabulary;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use uuid::Uuid;
+
+vocabulary! {
+    /// Whether a card takes work. `online`, `draining` and `offline` are an admin's decision and
+    /// hold until an admin changes them; `missing` is the inventory's: the node no longer sees the
+    /// card, and when it sees it again the admin's state applies again.
+    pub enum GpuState {
+        /// Takes new jobs.
+        Online = "online",
+        /// Runs its jobs out and takes no new ones.
+        Draining = "draining",
+        /// Taken out by an admin.
+        Offline = "offline",
+        /// Not seen by its node's inventory.
+        Missing = "missing",
+    }
+}
+
+impl GpuState {
+    /// The states an admin may set.
+    pub const SETTABLE: [GpuState; 3] = [GpuState::Online, GpuState::Draining, GpuState::Offline];
+}
 
 /// A job holding part of a card.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -46,8 +68,8 @@ pub struct GpuView {
     pub index: u32,
     /// Model name.
     pub model: String,
-    /// `online`, `draining` or `offline`.
-    pub state: String,
+    /// `online`, `draining`, `offline` (an admin's), or `missing` (the inventory no longer sees it).
+    pub state: GpuState,
     /// Physical memory.
     pub total_mib: i64,
     /// Committed to gpuq jobs.
@@ -106,5 +128,17 @@ mod tests {
         assert_eq!(human_duration(59), "59 s");
         assert_eq!(human_duration(95), "1 min 35 s");
         assert_eq!(human_duration(7300), "2 h 1 min");
+    }
+
+    #[test]
+    fn durations_change_unit_at_the_minute_and_the_hour() {
+        assert_eq!(human_duration(0), "0 s");
+        assert_eq!(human_duration(60), "1 min 0 s");
+        assert_eq!(human_duration(3599), "59 min 59 s");
+        assert_eq!(human_duration(3600), "1 h 0 min");
+        // Hours do not roll over into days; seconds are dropped once hours show.
+        assert_eq!(human_duration(3 * 86400 + 59), "72 h 0 min");
+        assert_eq!(human_duration(i64::MIN), "0 s");
+        assert_eq!(human_duration(i64::MAX), "2562047788015215 h 30 min");
     }
 }

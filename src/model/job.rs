@@ -1,66 +1,49 @@
 //! Jobs as the UI, the REST API and the CLI see them.
 
+use super::vocab::vocabulary;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::fmt;
-use std::str::FromStr;
 use uuid::Uuid;
 
-/// Where a job is in its life. Stored as text CHECKed by the database; this enum mirrors it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
-#[serde(rename_all = "snake_case")]
-pub enum JobStatus {
-    /// Waiting for cards.
-    Queued,
-    /// Cards reserved; the runner has not started the container yet.
-    Admitted,
-    /// The runner is creating and starting the container.
-    Starting,
-    /// The container runs.
-    Running,
-    /// Exited 0.
-    Succeeded,
-    /// Exited non-zero, or could not be launched.
-    Failed,
-    /// Cancelled by its owner or an admin.
-    Cancelled,
-    /// Ran past its deadline and was stopped.
-    TimedOut,
-    /// Refused at submission: it could never run here.
-    Rejected,
+vocabulary! {
+    /// Where a job is in its life. Stored as text CHECKed by the database; this enum mirrors it.
+    pub enum JobStatus {
+        /// Waiting for cards.
+        Queued = "queued",
+        /// Cards reserved; the runner has not started the container yet.
+        Admitted = "admitted",
+        /// The runner is creating and starting the container.
+        Starting = "starting",
+        /// The container runs.
+        Running = "running",
+        /// Exited 0.
+        Succeeded = "succeeded",
+        /// Exited non-zero, or could not be launched.
+        Failed = "failed",
+        /// Cancelled by its owner or an admin.
+        Cancelled = "cancelled",
+        /// Ran past its deadline and was stopped.
+        TimedOut = "timed_out",
+        /// Refused at submission: it could never run here.
+        Rejected = "rejected",
+    }
+}
+
+/// The queue order, defined once: higher priority first, then submit order. SQL orders by this
+/// (the `jobs` columns, unqualified); Rust code orders by [`queue_key`]; a test checks that both
+/// agree.
+pub const QUEUE_ORDER_SQL: &str = "priority DESC, seq ASC";
+
+/// The sort key of the queue order (see [`QUEUE_ORDER_SQL`]).
+pub type QueueKey = (std::cmp::Reverse<i32>, i64);
+
+/// The sort key of a job in the queue order.
+pub fn queue_key(priority: i32, seq: i64) -> QueueKey {
+    (std::cmp::Reverse(priority), seq)
 }
 
 impl JobStatus {
-    /// Every status, in life order.
-    pub const ALL: [JobStatus; 9] = [
-        JobStatus::Queued,
-        JobStatus::Admitted,
-        JobStatus::Starting,
-        JobStatus::Running,
-        JobStatus::Succeeded,
-        JobStatus::Failed,
-        JobStatus::Cancelled,
-        JobStatus::TimedOut,
-        JobStatus::Rejected,
-    ];
-
-    /// The stored name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            JobStatus::Queued => "queued",
-            JobStatus::Admitted => "admitted",
-            JobStatus::Starting => "starting",
-            JobStatus::Running => "running",
-            JobStatus::Succeeded => "succeeded",
-            JobStatus::Failed => "failed",
-            JobStatus::Cancelled => "cancelled",
-            JobStatus::TimedOut => "timed_out",
-            JobStatus::Rejected => "rejected",
-        }
-    }
-
     /// Whether the job has ended (its capacity is to be given back).
     pub fn is_terminal(self) -> bool {
         matches!(
@@ -71,26 +54,6 @@ impl JobStatus {
                 | JobStatus::TimedOut
                 | JobStatus::Rejected
         )
-    }
-}
-
-impl fmt::Display for JobStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for JobStatus {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        JobStatus::ALL
-            .into_iter()
-            .find(|st| st.as_str() == s)
-            .ok_or_else(|| {
-                let all: Vec<_> = JobStatus::ALL.iter().map(|s| s.as_str()).collect();
-                format!("unknown status `{s}`: expected one of {}", all.join(", "))
-            })
     }
 }
 
@@ -196,7 +159,7 @@ mod tests {
 
     #[test]
     fn statuses_round_trip() {
-        for s in JobStatus::ALL {
+        for &s in JobStatus::ALL {
             assert_eq!(s.as_str().parse::<JobStatus>(), Ok(s));
             assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
         }

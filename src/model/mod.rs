@@ -3,6 +3,7 @@
 mod admin;
 mod dashboard;
 mod error;
+mod events;
 mod gpu;
 mod job;
 mod policy;
@@ -10,14 +11,18 @@ pub mod spec;
 mod status;
 mod usage;
 mod user;
+pub(crate) mod vocab;
 
 pub use admin::{AuditEntry, CreatedToken, ManifestState, TokenView};
 pub use dashboard::{DashboardView, JobDetail, JobEventView, Preview};
 pub use error::AppError;
+pub use events::{AuditKind, JobChange, JobEventKind, LiveEvent};
 pub use gpu::{
-    gpu_id, human_duration, parse_gpu_id, GpuHolder, GpuView, ManifestView, WorkloadView,
+    gpu_id, human_duration, parse_gpu_id, GpuHolder, GpuState, GpuView, ManifestView, WorkloadView,
 };
-pub use job::{AssignedGpu, JobAck, JobPage, JobStatus, JobView};
+pub use job::{
+    queue_key, AssignedGpu, JobAck, JobPage, JobStatus, JobView, QueueKey, QUEUE_ORDER_SQL,
+};
 pub use policy::{glob_match, LaunchPolicy, VolumeRule};
 pub use status::StatusView;
 pub use usage::{

@@ -29,8 +29,8 @@ pub use volume::{Volume, FORBIDDEN_HOST};
 /// Largest per-card memory need a user may state, in MiB (1 TiB): far above
 /// any real card, low enough that arithmetic on it cannot overflow.
 pub const MAX_VRAM_MB: u32 = 1_048_576;
-/// Priority range: wide enough for "urgent" and "background", narrow enough
-/// that the scheduler can add aging bonuses without overflow.
+/// Priority range: wide enough for "urgent" and "background". (A job that waited too long is
+/// not given a bonus: it holds the cards it waits for, see the starvation setting.)
 pub const PRIORITY_RANGE: std::ops::RangeInclusive<i32> = -100..=100;
 
 /// Why a job spec was refused, in a form both the API and the UI can show

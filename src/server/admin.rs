@@ -3,11 +3,12 @@
 //! Callers check the role; these check everything else and audit every change.
 
 use crate::model::{
-    AppError, AuditEntry, LaunchPolicy, ManifestState, Role, UserView, WorkloadView,
+    AppError, AuditEntry, AuditKind, JobEventKind, LaunchPolicy, ManifestState, Role, StatusView,
+    UserView, WorkloadView,
 };
 use crate::server::auth::{password, service, CurrentUser};
 use crate::server::db::{events, settings, users};
-use crate::server::http::OrInternal;
+use crate::server::error::OrInternal;
 use crate::server::manifest::{self, check_name};
 use crate::server::AppState;
 use serde_json::{json, Value};
@@ -25,7 +26,7 @@ pub async fn create_user(
     events::audit(
         &state.pool,
         &admin.username,
-        "user.create",
+        AuditKind::UserCreate,
         &row.username,
         json!({ "role": role }),
     )
@@ -78,7 +79,7 @@ pub async fn update_user(
     events::audit(
         &mut *tx,
         &admin.username,
-        "user.update",
+        AuditKind::UserUpdate,
         &before.username,
         json!({ "role": role, "disabled": disabled }),
     )
@@ -129,7 +130,7 @@ pub async fn change_password(
     events::audit(
         &mut *tx,
         &user.username,
-        "user.password",
+        AuditKind::UserPassword,
         &user.username,
         json!({}),
     )
@@ -161,6 +162,37 @@ pub async fn restamp_session(
     Ok(())
 }
 
+/// The launch policy in force (everyone signed in may read it: it says what they may run).
+pub async fn launch_policy(state: &AppState) -> Result<LaunchPolicy, AppError> {
+    settings::launch_policy(&state.pool)
+        .await
+        .or_internal("reading the launch policy")
+}
+
+/// Every user, for the admins' list.
+pub async fn list_users(state: &AppState) -> Result<Vec<UserView>, AppError> {
+    let rows = users::list(&state.pool)
+        .await
+        .or_internal("listing users")?;
+    rows.iter()
+        .map(|r| r.view())
+        .collect::<Result<Vec<_>, _>>()
+        .or_internal("reading users")
+}
+
+/// A live check of the database: how long a small query took, and how many users are active.
+pub async fn server_status(state: &AppState) -> Result<StatusView, AppError> {
+    let started = std::time::Instant::now();
+    let active_users = users::count_active(&state.pool)
+        .await
+        .or_internal("probing the database")?;
+    Ok(StatusView {
+        database_ms: started.elapsed().as_secs_f64() * 1000.0,
+        active_users,
+        checked_at: chrono::Utc::now(),
+    })
+}
+
 /// Checks, stores and audits a new launch policy (admins).
 pub async fn save_policy(
     state: &AppState,
@@ -181,7 +213,7 @@ pub async fn save_policy(
     events::audit(
         &mut *tx,
         &admin.username,
-        "settings.launch_policy",
+        AuditKind::LaunchPolicy,
         "launch_policy",
         serde_json::to_value(policy).or_internal("encoding a policy")?,
     )
@@ -237,7 +269,7 @@ pub async fn rename_workload(
             &mut *tx,
             *id,
             &admin.username,
-            "workload_renamed",
+            JobEventKind::WorkloadRenamed,
             json!({ "from": from, "to": to }),
         )
         .await
@@ -246,7 +278,7 @@ pub async fn rename_workload(
     events::commit_audited(
         tx,
         &admin.username,
-        "manifest.rename",
+        AuditKind::ManifestRename,
         from,
         json!({ "to": to, "queued_jobs_moved": moved.len() }),
     )
@@ -263,38 +295,36 @@ pub async fn rename_workload(
 /// The manifest, its edits (newest first) and when the last pass ran.
 pub async fn manifest_state(state: &AppState) -> Result<ManifestState, AppError> {
     let manifest = manifest::view(state).await?;
-    let rows: Vec<(chrono::DateTime<chrono::Utc>, String, String, String, Value)> = sqlx::query_as(
-        "SELECT at, actor, kind, subject, detail FROM audit_events \
-         WHERE kind LIKE 'manifest.%' ORDER BY id DESC LIMIT 100",
-    )
-    .fetch_all(&state.pool)
-    .await
-    .or_internal("reading the manifest history")?;
-    let last_pass_at: Option<chrono::DateTime<chrono::Utc>> = sqlx::query_scalar(
-        "SELECT last_pass_at FROM scheduler_state WHERE id = 1 AND last_pass_at > '-infinity'",
-    )
-    .fetch_optional(&state.pool)
-    .await
-    .or_internal("reading the scheduler state")?;
+    let kinds = [
+        AuditKind::ManifestPut,
+        AuditKind::ManifestRename,
+        AuditKind::ManifestDelete,
+    ];
+    let rows = events::audit_of_kinds(&state.pool, &kinds, 100)
+        .await
+        .or_internal("reading the manifest history")?;
+    let last_pass_at = events::last_pass_at(&state.pool)
+        .await
+        .or_internal("reading the scheduler state")?;
     Ok(ManifestState {
         manifest,
         history: rows
             .into_iter()
-            .map(|(at, actor, kind, subject, detail)| AuditEntry {
-                summary: summarize(&kind, &detail),
-                at,
-                actor,
-                kind,
-                subject,
+            .map(|r| AuditEntry {
+                summary: summarize(r.kind, &r.detail),
+                at: r.at,
+                actor: r.actor,
+                kind: r.kind,
+                subject: r.subject,
             })
             .collect(),
         last_pass_at,
     })
 }
 
-fn summarize(kind: &str, detail: &Value) -> String {
+fn summarize(kind: AuditKind, detail: &Value) -> String {
     match kind {
-        "manifest.put" => {
+        AuditKind::ManifestPut => {
             let needs = detail["vram_mib"]
                 .as_object()
                 .map(|m| {
@@ -306,12 +336,12 @@ fn summarize(kind: &str, detail: &Value) -> String {
                 .unwrap_or_default();
             format!("set to {needs}")
         }
-        "manifest.rename" => format!(
+        AuditKind::ManifestRename => format!(
             "renamed to {} ({} queued job(s) moved)",
             detail["to"].as_str().unwrap_or("?"),
             detail["queued_jobs_moved"]
         ),
-        "manifest.delete" => "deleted".to_owned(),
-        other => other.to_owned(),
+        AuditKind::ManifestDelete => "deleted".to_owned(),
+        other => other.as_str().to_owned(),
     }
 }

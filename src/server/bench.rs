@@ -23,6 +23,7 @@
 //! finished rows stay behind, outside every partial index a pass reads.
 
 mod db;
+pub mod external;
 pub mod launch;
 mod synth;
 

@@ -1,36 +1,10 @@
-//! The `gpuq` command line: one clap struct per subcommand, every flag also readable from `GPUQ_*`.
+//! The flags of `gpuq serve`, `gpuq user add` and the database: one clap struct each, every flag
+//! also readable from `GPUQ_*`. A leaf: it imports nothing of the crate, and what the flags mean is
+//! decided where they are used.
 
-use clap::{Args, Parser, Subcommand};
+use clap::Args;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-
-/// gpuq: GPU job admission and isolation for shared multi-GPU servers.
-#[derive(Debug, Parser)]
-#[command(name = "gpuq", version, about)]
-pub struct Cli {
-    /// What to do.
-    #[command(subcommand)]
-    pub command: Command,
-    /// Server and token for the client subcommands.
-    #[command(flatten)]
-    pub conn: crate::client::ConnArgs,
-}
-
-/// The subcommands.
-#[derive(Debug, Subcommand)]
-pub enum Command {
-    /// Run the server: web UI, REST API and background tasks.
-    Serve(ServeArgs),
-    /// Manage users directly in the database (for scripts and first set-up).
-    #[command(subcommand)]
-    User(UserCommand),
-    /// Benchmarks that print figures (run them on a scratch database).
-    #[command(subcommand)]
-    Bench(BenchCommand),
-    /// Client subcommands: talk to a gpuq server over its REST API.
-    #[command(flatten)]
-    Client(crate::client::ClientCommand),
-}
 
 /// Where the database is: an external server, or the embedded cluster under the data directory.
 #[derive(Debug, Clone, Args)]
@@ -68,8 +42,12 @@ pub struct ServeArgs {
     #[arg(long, env = "GPUQ_NODE", default_value_t = default_node())]
     pub node: String,
     /// Where cards come from: `auto` (simulated if --sim-gpus is given, else NVML), `nvml`, `sim`.
-    #[arg(long = "gpus", env = "GPUQ_GPUS", default_value = "auto")]
-    pub gpu_mode: String,
+    #[arg(long, env = "GPUQ_GPU_SOURCE", default_value = "auto")]
+    pub gpu_source: String,
+    /// The old name of `--gpu-source`, still accepted (with a warning) so existing unit files keep
+    /// working. `GPUQ_GPUS` is not read: it is the list of a job's cards inside its container.
+    #[arg(long = "gpus", hide = true, conflicts_with = "gpu_source")]
+    pub gpus_deprecated: Option<String>,
     /// Simulated cards, e.g. `3x24576:NVIDIA GeForce RTX 3090,1x81920:NVIDIA A100 80GB`.
     #[arg(long, env = "GPUQ_SIM_GPUS")]
     pub sim_gpus: Option<String>,
@@ -108,13 +86,6 @@ pub struct ServeArgs {
     pub secure_cookies: bool,
 }
 
-/// `gpuq user …`
-#[derive(Debug, Subcommand)]
-pub enum UserCommand {
-    /// Create a user; the password is read from standard input (one line).
-    Add(UserAddArgs),
-}
-
 /// Flags of `gpuq user add`.
 #[derive(Debug, Args)]
 pub struct UserAddArgs {
@@ -136,33 +107,15 @@ fn default_node() -> String {
         .unwrap_or_else(|| "localhost".to_owned())
 }
 
-/// `gpuq bench …`
-#[derive(Debug, Subcommand)]
-pub enum BenchCommand {
-    /// Planner time, whole-pass time and burst admission rate (needs an empty, scratch database).
-    Admission(BenchAdmissionArgs),
-    /// Submit → container start overhead and exit → next start (needs dockerd and a scratch database).
-    Runner(BenchRunnerArgs),
-}
-
-/// Flags of `gpuq bench runner`.
-#[derive(Debug, Args)]
-pub struct BenchRunnerArgs {
-    /// Database location (a scratch one).
-    #[command(flatten)]
-    pub db: DbArgs,
-    /// Sizes and image.
-    #[command(flatten)]
-    pub opts: crate::server::bench::launch::RunnerBenchOptions,
-}
-
-/// Flags of `gpuq bench admission`.
-#[derive(Debug, Args)]
-pub struct BenchAdmissionArgs {
-    /// Database location (use a scratch one: the bench refuses a database that has jobs or cards).
-    #[command(flatten)]
-    pub db: DbArgs,
-    /// Sizes and repeats.
-    #[command(flatten)]
-    pub opts: crate::server::bench::BenchOptions,
+impl ServeArgs {
+    /// The GPU source asked for, and a deprecation warning when it was asked for by an old name.
+    pub fn gpu_source(&self) -> (&str, Option<&'static str>) {
+        match &self.gpus_deprecated {
+            Some(old) => (
+                old,
+                Some("--gpus is deprecated: use --gpu-source (GPUQ_GPU_SOURCE)"),
+            ),
+            None => (&self.gpu_source, None),
+        }
+    }
 }

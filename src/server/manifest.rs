@@ -1,10 +1,10 @@
 //! The manifest rules: workload types and their VRAM need per GPU model. Every change is audited
 //! and wakes the schedulers, so it decides the next pass.
 
-use crate::model::{AppError, ManifestView, WorkloadView};
+use crate::model::{AppError, AuditKind, ManifestView, WorkloadView};
 use crate::server::auth::CurrentUser;
 use crate::server::db::{events, gpus, manifest};
-use crate::server::http::OrInternal;
+use crate::server::error::OrInternal;
 use crate::server::AppState;
 use serde::Deserialize;
 use serde_json::json;
@@ -96,7 +96,7 @@ pub async fn put(
     events::commit_audited(
         tx,
         &user.username,
-        "manifest.put",
+        AuditKind::ManifestPut,
         name,
         json!({ "description": body.description, "vram_mib": body.vram_mib }),
     )
@@ -122,9 +122,15 @@ pub async fn delete(state: &AppState, user: &CurrentUser, name: &str) -> Result<
     {
         return Err(AppError::NotFound(format!("no workload type `{name}`")));
     }
-    events::commit_audited(tx, &user.username, "manifest.delete", name, json!({}))
-        .await
-        .or_internal("recording a manifest edit")?;
+    events::commit_audited(
+        tx,
+        &user.username,
+        AuditKind::ManifestDelete,
+        name,
+        json!({}),
+    )
+    .await
+    .or_internal("recording a manifest edit")?;
     Ok(())
 }
 

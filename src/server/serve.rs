@@ -3,15 +3,15 @@
 use crate::model::Role;
 use crate::server::admission::{scheduler, PassConfig};
 use crate::server::auth::service;
-use crate::server::config::{ServeArgs, UserAddArgs};
-use crate::server::db::{self, session_store, Database};
+use crate::server::config::{DbArgs, ServeArgs, UserAddArgs};
+use crate::server::db::{self, session_store, Database, DbOptions};
 use crate::server::gpu::{self, GpuInventory, GpuMode};
 use crate::server::http::{app, HttpOptions};
+use crate::server::notifier::Notifier;
 use crate::server::runner::{DockerHealth, Runner, RunnerConfig};
 use crate::server::runtime::{ensure_sim_devices, Docker, LaunchMode};
 use crate::server::AppState;
 use anyhow::{anyhow, Context, Result};
-use leptos::config::LeptosOptions;
 use std::io::BufRead;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -26,12 +26,30 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         crate::server::auth::password::check_policy(pw)
             .map_err(|e| anyhow!("GPUQ_BOOTSTRAP_ADMIN_PASSWORD: {e}"))?;
     }
-    let mut database = db::open(&args.db).await?;
+    let database = db::open(&db_options(&args.db)).await?;
     let result = run(&args, &database).await;
-    database.pool.close().await;
-    if let Some(mut pg) = database.embedded.take() {
-        tokio::task::spawn_blocking(move || pg.stop()).await??;
+    database.close().await?;
+    result
+}
+
+/// What the database flags say, for [`db::open`].
+fn db_options(args: &DbArgs) -> DbOptions {
+    DbOptions {
+        database_url: args.database_url.clone(),
+        data_dir: args.data_dir.clone(),
+        pg_user: args.pg_user.clone(),
+        max_connections: args.db_max_connections,
     }
+}
+
+/// Opens the database, runs `work` on it, and closes it again whatever `work` answered.
+async fn with_database<T, F>(args: &DbArgs, work: impl FnOnce(sqlx::PgPool) -> F) -> Result<T>
+where
+    F: std::future::Future<Output = Result<T>>,
+{
+    let database = db::open(&db_options(args)).await?;
+    let result = work(database.pool.clone()).await;
+    database.close().await?;
     result
 }
 
@@ -45,18 +63,22 @@ async fn run(args: &ServeArgs, database: &Database) -> Result<()> {
         Ok(None) => {}
         Err(e) => return Err(anyhow!("creating the first admin: {e}")),
     }
-    let leptos_options = LeptosOptions::builder()
-        .output_name("gpuq")
-        .site_root(args.site_root.to_string_lossy().as_ref())
-        .site_pkg_dir("pkg")
-        .site_addr(args.listen)
-        .build();
     let pass = PassConfig {
         headroom_mib: args.vram_headroom_mib,
         starvation_after: Duration::from_secs(args.starvation_after_s),
         cpu_node: args.node.clone(),
     };
-    let mode: GpuMode = args.gpu_mode.parse().map_err(|e| anyhow!("--gpus: {e}"))?;
+    let (source, deprecated) = args.gpu_source();
+    if let Some(warning) = deprecated {
+        tracing::warn!("{warning}");
+    }
+    if std::env::var_os("GPUQ_GPUS").is_some() {
+        tracing::warn!(
+            "GPUQ_GPUS is set but not read: it names a job's cards inside its container; \
+             `gpuq serve` takes its GPU source from GPUQ_GPU_SOURCE (--gpu-source)"
+        );
+    }
+    let mode: GpuMode = source.parse().map_err(|e| anyhow!("--gpu-source: {e}"))?;
     let inventory: Arc<dyn GpuInventory> = Arc::from(gpu::from_config(
         mode,
         args.sim_gpus.as_deref(),
@@ -66,17 +88,20 @@ async fn run(args: &ServeArgs, database: &Database) -> Result<()> {
     gpu::sync::refresh(&pool, &inventory, &args.node)
         .await
         .context("first GPU inventory refresh")?;
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let stop_rx_live = stop_rx.clone();
-    let mut tasks = JoinSet::new();
-    let logs_dir = args.db.data_dir.join("logs");
-    let sched = scheduler::run(
+    let notifier = Notifier::new(Duration::from_millis(args.pass_interval_ms.max(50)));
+    let mut state = AppState::new(
         pool.clone(),
+        args.site_root.to_string_lossy().as_ref(),
         pass.clone(),
-        Duration::from_millis(args.pass_interval_ms.max(50)),
-        stop_rx.clone(),
+        args.db.data_dir.join("logs"),
+        notifier.clone(),
     );
-    let docker_health = if args.runner {
+    state.leptos_options.site_addr = args.listen;
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut tasks = JoinSet::new();
+    // Subscribe before the notifier runs, so nothing said at start-up is missed.
+    let sched = scheduler::run(pool.clone(), pass, notifier.subscribe(), stop_rx.clone());
+    if args.runner {
         let health = Arc::new(DockerHealth::default());
         health.report(Some(
             "connecting to Docker and re-adopting its containers".into(),
@@ -84,25 +109,26 @@ async fn run(args: &ServeArgs, database: &Database) -> Result<()> {
         prepare_sim_devices(&inventory)?;
         let launch = RunnerConfig {
             node: args.node.clone(),
-            logs_dir: logs_dir.clone(),
+            logs_dir: state.logs_dir.clone(),
             log_max_bytes: args.log_max_bytes,
             stop_grace: Duration::from_secs(args.stop_grace_s),
             mode: LaunchMode::Fenced,
-            poll: Duration::from_millis(500),
         };
         tasks.spawn(run_node(
-            pool.clone(),
-            args.docker_socket.clone(),
-            launch,
-            Arc::clone(&health),
+            NodeParts {
+                pool: pool.clone(),
+                socket: args.docker_socket.clone(),
+                cfg: launch,
+                health: Arc::clone(&health),
+                notifier: notifier.clone(),
+            },
             sched,
             stop_rx.clone(),
         ));
-        Some(health)
+        state.docker = Some(health);
     } else {
         tasks.spawn(sched);
-        None
-    };
+    }
     // On NVML cards, the processes of gpuq's own containers are not foreign.
     let own_pids = if args.runner {
         gpu::sync::OwnPids::docker(args.docker_socket.clone())
@@ -123,22 +149,9 @@ async fn run(args: &ServeArgs, database: &Database) -> Result<()> {
         args.node.clone(),
         Duration::from_secs(args.gpu_refresh_s.max(1)),
         own_pids,
-        stop_rx,
+        stop_rx.clone(),
     ));
-    let live = crate::server::live::channel();
-    tasks.spawn(crate::server::live::forward(
-        pool.clone(),
-        live.clone(),
-        stop_rx_live,
-    ));
-    let state = AppState {
-        pool: pool.clone(),
-        leptos_options,
-        pass,
-        logs_dir,
-        live,
-        docker: docker_health,
-    };
+    tasks.spawn(notifier.run(pool.clone(), stop_rx));
     let router = app(
         state,
         HttpOptions {
@@ -179,16 +192,31 @@ fn prepare_sim_devices(inventory: &Arc<dyn GpuInventory>) -> Result<()> {
     Ok(())
 }
 
-/// This node's Docker side: connect (retrying while Docker is unreachable), re-adopt what Docker
-/// still runs, and only then start admitting, then launch admitted jobs until stopped.
-async fn run_node(
+/// What a node's Docker side is made of.
+struct NodeParts {
     pool: sqlx::PgPool,
     socket: Option<String>,
     cfg: RunnerConfig,
     health: Arc<DockerHealth>,
+    notifier: Notifier,
+}
+
+/// This node's Docker side: connect (retrying while Docker is unreachable), re-adopt what Docker
+/// still runs, and only then start admitting, then launch admitted jobs until stopped.
+async fn run_node(
+    parts: NodeParts,
     scheduler: impl std::future::Future<Output = ()> + Send + 'static,
     mut stop: watch::Receiver<bool>,
 ) {
+    let NodeParts {
+        pool,
+        socket,
+        cfg,
+        health,
+        notifier,
+    } = parts;
+    // The runner's subscription starts now: what is announced during re-adoption still reaches it.
+    let notes = notifier.subscribe();
     let docker = loop {
         let connected = match &socket {
             Some(path) => Docker::connect_socket(path).await,
@@ -209,12 +237,12 @@ async fn run_node(
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
         }
     };
-    let runner = Runner::new(pool, docker, cfg, health);
+    let runner = Runner::new(pool, docker, cfg, health, notifier);
     if !runner.start_up(&mut stop).await {
         return;
     }
     let scheduler = tokio::spawn(scheduler);
-    runner.run(stop).await;
+    runner.run(notes, stop).await;
     let _ = scheduler.await;
 }
 
@@ -247,37 +275,38 @@ pub async fn user_add(args: UserAddArgs) -> Result<()> {
         .read_line(&mut password)
         .context("reading the password from standard input")?;
     let password = password.trim_end_matches(['\r', '\n']);
-    let mut database = db::open(&args.db).await?;
-    let created = service::add_user(&database.pool, &args.name, role, password).await;
-    database.pool.close().await;
-    if let Some(mut pg) = database.embedded.take() {
-        tokio::task::spawn_blocking(move || pg.stop()).await??;
-    }
-    let row = created.map_err(|e| anyhow!("{e}"))?;
+    let row = with_database(&args.db, |pool| async move {
+        service::add_user(&pool, &args.name, role, password)
+            .await
+            .map_err(|e| anyhow!("{e}"))
+    })
+    .await?;
     println!("created user `{}` with role {}", row.username, role);
     Ok(())
 }
 
 /// `gpuq bench admission`: prints planner, pass and burst figures.
-pub async fn bench_admission(args: crate::server::config::BenchAdmissionArgs) -> Result<()> {
-    let mut database = db::open(&args.db).await?;
-    let mut out = std::io::stdout();
-    let result = crate::server::bench::admission(&database.pool, &args.opts, &mut out).await;
-    database.pool.close().await;
-    if let Some(mut pg) = database.embedded.take() {
-        tokio::task::spawn_blocking(move || pg.stop()).await??;
-    }
-    result
+pub async fn bench_admission(args: crate::server::cli::BenchAdmissionArgs) -> Result<()> {
+    with_database(&args.db, |pool| async move {
+        crate::server::bench::admission(&pool, &args.opts, &mut std::io::stdout()).await
+    })
+    .await
 }
 
 /// `gpuq bench runner`: prints launch overhead figures.
-pub async fn bench_runner(args: crate::server::config::BenchRunnerArgs) -> Result<()> {
-    let mut database = db::open(&args.db).await?;
-    let mut out = std::io::stdout();
-    let result = crate::server::bench::launch::runner(&database.pool, &args.opts, &mut out).await;
-    database.pool.close().await;
-    if let Some(mut pg) = database.embedded.take() {
-        tokio::task::spawn_blocking(move || pg.stop()).await??;
-    }
-    result
+pub async fn bench_runner(args: crate::server::cli::BenchRunnerArgs) -> Result<()> {
+    with_database(&args.db, |pool| async move {
+        crate::server::bench::launch::runner(&pool, &args.opts, &mut std::io::stdout()).await
+    })
+    .await
+}
+
+/// `gpuq bench external`: measures the running server at `url` from outside. It only reads the
+/// server's database (no migration: the server may be an older build).
+pub async fn bench_external(
+    args: crate::server::cli::BenchExternalArgs,
+    url: String,
+    token: Option<String>,
+) -> Result<()> {
+    crate::server::bench::external::run(&url, token, &args.opts, &mut std::io::stdout()).await
 }

@@ -1,9 +1,14 @@
-//! What every handler, server function and task shares.
+//! What every handler, server function and task shares, built by one constructor for `gpuq serve`,
+//! the benchmarks and the tests alike.
 
 use crate::server::admission::PassConfig;
+use crate::server::notifier::Notifier;
+use crate::server::runner::DockerHealth;
 use axum::extract::FromRef;
 use leptos::config::LeptosOptions;
 use sqlx::PgPool;
+use std::path::PathBuf;
+use std::sync::Arc;
 
 /// Shared application state (cheap to clone: everything inside is a handle).
 #[derive(Clone, Debug)]
@@ -15,11 +20,37 @@ pub struct AppState {
     /// Admission settings (also used by the read side's dry runs and submit-time checks).
     pub pass: PassConfig,
     /// Where job logs are kept.
-    pub logs_dir: std::path::PathBuf,
-    /// Live notification payloads for SSE streams (see `server::live`).
-    pub live: tokio::sync::broadcast::Sender<String>,
+    pub logs_dir: PathBuf,
+    /// This process's notifier: live pages and log followers subscribe to it.
+    pub notifier: Notifier,
     /// Docker's state on this node, when this process runs jobs.
-    pub docker: Option<std::sync::Arc<crate::server::runner::DockerHealth>>,
+    pub docker: Option<Arc<DockerHealth>>,
+}
+
+impl AppState {
+    /// The state of one process: the bundle under `site_root`, job logs under `logs_dir`, and the
+    /// process's notifier (which the caller runs, see [`Notifier::run`]).
+    pub fn new(
+        pool: PgPool,
+        site_root: &str,
+        pass: PassConfig,
+        logs_dir: PathBuf,
+        notifier: Notifier,
+    ) -> Self {
+        let leptos_options = LeptosOptions::builder()
+            .output_name("gpuq")
+            .site_root(site_root)
+            .site_pkg_dir("pkg")
+            .build();
+        AppState {
+            pool,
+            leptos_options,
+            pass,
+            logs_dir,
+            notifier,
+            docker: None,
+        }
+    }
 }
 
 impl FromRef<AppState> for LeptosOptions {

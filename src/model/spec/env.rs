@@ -20,7 +20,7 @@ const RESERVED: &[(&str, bool, &str)] = &[
     (
         "CUDA_MPS_",
         true,
-        "gpuq manages GPU sharing (MPS) for each job",
+        "it would point the job at a GPU-sharing (MPS) daemon outside its own fence",
     ),
     ("GPUQ_", true, "gpuq sets these variables itself"),
     ("LD_PRELOAD", false, LOADER),

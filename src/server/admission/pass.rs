@@ -6,6 +6,7 @@
 //! prevents); [`run_pass`] is the only correct composition.
 
 use super::planner::{self, Card, Need, Plan, PlanInput, QueuedJob};
+use crate::model::{LiveEvent, QUEUE_ORDER_SQL};
 use crate::server::db::gpus::GpuRow;
 use crate::server::db::{events, gpus, manifest};
 use anyhow::{Context, Result};
@@ -67,8 +68,11 @@ pub async fn run_pass(pool: &PgPool, cfg: &PassConfig, now: DateTime<Utc>) -> Re
     let admitted = apply(&mut tx, cfg, &state, &plan).await?;
     record_pass(&mut tx).await?;
     if reclaimed > 0 || admitted > 0 {
-        let payload = json!({ "kind": "pass", "admitted": admitted, "reclaimed": reclaimed });
-        events::notify(&mut *tx, events::EVENTS_CHANNEL, &payload.to_string()).await?;
+        let event = LiveEvent::Pass {
+            admitted: admitted as u64,
+            reclaimed,
+        };
+        events::announce(&mut *tx, &event).await?;
     }
     tx.commit().await.context("committing the pass")?;
     Ok(PassOutcome {
@@ -129,7 +133,7 @@ pub async fn reclaim(tx: &mut Transaction<'_, Postgres>) -> Result<u64> {
     Ok(released as u64)
 }
 
-/// A card row as the planner sees it (draining and offline cards admit nothing).
+/// A card row as the planner sees it (draining, offline and missing cards admit nothing).
 pub fn to_planner_card(g: &GpuRow) -> Card {
     Card {
         uuid: g.uuid,
@@ -139,7 +143,7 @@ pub fn to_planner_card(g: &GpuRow) -> Card {
         total_mib: g.total_mib,
         reserved_mib: g.reserved_mib,
         external_mib: g.external_mib,
-        online: g.state == "online",
+        online: g.takes_work(),
         exclusive_held: g.exclusive_held,
     }
 }
@@ -164,10 +168,10 @@ pub async fn read_state(
 ) -> Result<PassState> {
     let rows = gpus::list(&mut **tx).await.context("reading cards")?;
     let manifest = manifest::load(tx).await.context("reading the manifest")?;
-    let queue: Vec<QueueRow> = sqlx::query_as(
+    let queue: Vec<QueueRow> = sqlx::query_as(&format!(
         "SELECT id, seq, priority, gpu_count, workload, min_vram_mib, exclusive, created_at \
-         FROM jobs WHERE status = 'queued' ORDER BY priority DESC, seq",
-    )
+         FROM jobs WHERE status = 'queued' ORDER BY {QUEUE_ORDER_SQL}"
+    ))
     .fetch_all(&mut **tx)
     .await
     .context("reading the queue")?;

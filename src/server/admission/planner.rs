@@ -9,7 +9,7 @@
 //! never removed), so a job "shape" that failed once fails for every later job
 //! in the pass. The pass caches those failures, which keeps long queues cheap.
 
-use std::cmp::Reverse;
+use crate::model::{queue_key, QueueKey};
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 
@@ -234,7 +234,7 @@ pub fn plan(input: &PlanInput) -> Plan {
 
     // Resolve shapes in input order (sequential memory), then sort compact
     // keys rather than chasing job structs from the comparator.
-    let mut order: Vec<(Reverse<i32>, i64, Uuid, usize, usize)> = Vec::with_capacity(q.len());
+    let mut order: Vec<(QueueKey, Uuid, usize, usize)> = Vec::with_capacity(q.len());
     for (qi, job) in q.iter().enumerate() {
         pass.shape_key(job, &mut key);
         let si = match index.get(key.as_slice()) {
@@ -245,12 +245,12 @@ pub fn plan(input: &PlanInput) -> Plan {
                 shapes.len() - 1
             }
         };
-        order.push((Reverse(job.priority), job.seq, job.id, qi, si));
+        order.push((queue_key(job.priority, job.seq), job.id, qi, si));
     }
     order.sort_unstable();
 
     let mut out = Plan::default();
-    for &(_, _, _, qi, si) in &order {
+    for &(_, _, qi, si) in &order {
         let job = &q[qi];
         if job.gpu_count == 0 {
             out.admitted.push(Placement {

@@ -1,38 +1,22 @@
-//! The scheduler loop: a pass whenever something pokes `gpuq_wake`, and on a timer as a backstop.
+//! The scheduler loop: a pass whenever someone asks for one (`gpuq_wake`), after notifications may
+//! have been missed, and on the process's backstop timer.
 
 use super::pass::{run_pass, PassConfig};
-use crate::server::db::events::WAKE_CHANNEL;
-use sqlx::postgres::PgListener;
+use crate::server::notifier::{Note, Subscription};
 use sqlx::PgPool;
-use std::time::Duration;
 use tokio::sync::watch;
 
-/// Runs passes until `stop` turns true. Errors are logged and retried at the next tick: while the
+/// Runs a pass at once, then one per wake-up, until `stop` turns true. Errors are logged and retried at the next note: while the
 /// database is unreachable nothing is admitted and nothing is freed.
-pub async fn run(pool: PgPool, cfg: PassConfig, tick: Duration, mut stop: watch::Receiver<bool>) {
-    let mut listener = connect(&pool).await;
-    let mut timer = tokio::time::interval(tick);
-    timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+pub async fn run(
+    pool: PgPool,
+    cfg: PassConfig,
+    mut notes: Subscription,
+    mut stop: watch::Receiver<bool>,
+) {
     loop {
-        tokio::select! {
-            _ = stop.changed() => break,
-            _ = timer.tick() => {
-                if listener.is_none() {
-                    listener = connect(&pool).await;
-                }
-            }
-            note = recv(&mut listener) => {
-                if let Err(e) = note {
-                    tracing::warn!(error = %e, "LISTEN connection lost; reconnecting");
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                    listener = connect(&pool).await;
-                }
-                // Several pokes may be queued: one pass serves them all.
-                if let Some(l) = listener.as_mut() {
-                    while l.next_buffered().is_some() {}
-                }
-            }
-        }
+        // Several pokes may be queued: one pass serves them all.
+        notes.skip_queued();
         match run_pass(&pool, &cfg, chrono::Utc::now()).await {
             Ok(o) if o.admitted > 0 || o.reclaimed > 0 => tracing::info!(
                 admitted = o.admitted,
@@ -45,22 +29,14 @@ pub async fn run(pool: PgPool, cfg: PassConfig, tick: Duration, mut stop: watch:
             Ok(_) => {}
             Err(e) => tracing::warn!(error = format!("{e:#}"), "admission pass failed"),
         }
-    }
-}
-
-async fn connect(pool: &PgPool) -> Option<PgListener> {
-    match crate::server::db::events::listener(pool, WAKE_CHANNEL).await {
-        Ok(l) => Some(l),
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot LISTEN; passes run on the timer only");
-            None
+        loop {
+            tokio::select! {
+                _ = stop.changed() => return,
+                note = notes.recv() => match note {
+                    Note::Wake | Note::Missed | Note::Backstop => break,
+                    Note::Event(_) => {}
+                },
+            }
         }
-    }
-}
-
-async fn recv(listener: &mut Option<PgListener>) -> Result<(), sqlx::Error> {
-    match listener {
-        Some(l) => l.recv().await.map(|_| ()),
-        None => std::future::pending().await,
     }
 }

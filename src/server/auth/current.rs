@@ -4,9 +4,8 @@
 use super::service;
 use crate::model::{AppError, Role, UserView};
 use crate::server::db::users::{self, UserRow};
-use crate::server::http::{ApiError, OrInternal};
+use crate::server::error::OrInternal;
 use crate::server::AppState;
-use axum::extract::{FromRequestParts, OptionalFromRequestParts};
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
 use tower_sessions::Session;
@@ -95,53 +94,4 @@ impl CurrentUser {
         });
         row.map(|r| Self::from_row(&r, false)).transpose()
     }
-}
-
-impl FromRequestParts<AppState> for CurrentUser {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        Self::resolve(parts, state)
-            .await?
-            .ok_or(ApiError(AppError::Unauthorized))
-    }
-}
-
-impl OptionalFromRequestParts<AppState> for CurrentUser {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(
-        parts: &mut Parts,
-        state: &AppState,
-    ) -> Result<Option<Self>, ApiError> {
-        Ok(Self::resolve(parts, state).await?)
-    }
-}
-
-/// For server functions: the shared state and the caller of the request being served.
-pub async fn server_fn_caller() -> Result<(AppState, Option<CurrentUser>), AppError> {
-    let state = leptos::prelude::use_context::<AppState>()
-        .ok_or("application state missing from the server-function context")
-        .or_internal("serving a server function")?;
-    let parts = leptos::prelude::use_context::<Parts>()
-        .ok_or("request parts missing from the server-function context")
-        .or_internal("serving a server function")?;
-    let user = CurrentUser::resolve(&parts, &state).await?;
-    Ok((state, user))
-}
-
-/// For server functions that need a signed-in caller with at least `min` role.
-pub async fn server_fn_require(min: Role) -> Result<(AppState, CurrentUser), AppError> {
-    let (state, user) = server_fn_caller().await?;
-    let user = user.ok_or(AppError::Unauthorized)?;
-    user.require(min)?;
-    Ok((state, user))
-}
-
-/// For server functions: the session of the request being served.
-pub fn server_fn_session() -> Result<Session, AppError> {
-    leptos::prelude::use_context::<Parts>()
-        .and_then(|p| p.extensions.get::<Session>().cloned())
-        .ok_or("session layer missing")
-        .or_internal("serving a server function")
 }

@@ -1,7 +1,7 @@
 //! argon2id hashing, always off the async runtime (one hash costs tens of milliseconds of CPU).
 
 use crate::model::AppError;
-use crate::server::http::OrInternal;
+use crate::server::error::OrInternal;
 use argon2::password_hash::rand_core::OsRng;
 use argon2::password_hash::{PasswordHash, SaltString};
 use argon2::{Argon2, PasswordHasher, PasswordVerifier};

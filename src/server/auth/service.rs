@@ -2,9 +2,9 @@
 //! the CLI: one rule, several front doors.
 
 use super::{password, tokens};
-use crate::model::{AppError, Role, Username};
+use crate::model::{AppError, CreatedToken, Role, TokenView, Username};
 use crate::server::db::users::{self, TokenRow, UserRow};
-use crate::server::http::OrInternal;
+use crate::server::error::OrInternal;
 use chrono::{DateTime, Duration, Utc};
 use sqlx::PgPool;
 use uuid::Uuid;
@@ -103,18 +103,12 @@ pub async fn bootstrap_admin(
     }
 }
 
-/// A token just created: the secret (shown once) and its record.
-#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
-pub struct NewToken {
-    /// The secret to send as `Authorization: Bearer …`.
-    pub token: String,
-    /// Its record (id to revoke it, name).
-    #[serde(flatten)]
-    pub record: TokenRow,
-}
-
-/// Creates an API token for a user.
-pub async fn create_token(pool: &PgPool, user_id: Uuid, name: &str) -> Result<NewToken, AppError> {
+/// Creates an API token for a user; the secret is in the answer this once.
+pub async fn create_token(
+    pool: &PgPool,
+    user_id: Uuid,
+    name: &str,
+) -> Result<CreatedToken, AppError> {
     let name = name.trim();
     if name.is_empty() || name.chars().count() > 128 {
         return Err(AppError::invalid(
@@ -126,7 +120,18 @@ pub async fn create_token(pool: &PgPool, user_id: Uuid, name: &str) -> Result<Ne
     let record = users::insert_token(pool, user_id, name, &tokens::digest(&token))
         .await
         .or_internal("storing a token")?;
-    Ok(NewToken { token, record })
+    Ok(CreatedToken {
+        token,
+        record: record.view(),
+    })
+}
+
+/// A user's tokens, newest first (never the secrets).
+pub async fn list_tokens(pool: &PgPool, user_id: Uuid) -> Result<Vec<TokenView>, AppError> {
+    let rows = users::tokens_of(pool, user_id)
+        .await
+        .or_internal("listing tokens")?;
+    Ok(rows.into_iter().map(TokenRow::view).collect())
 }
 
 /// The enabled user a bearer token belongs to, if it is live.
@@ -151,4 +156,29 @@ pub async fn revoke_token(pool: &PgPool, user_id: Uuid, token_id: Uuid) -> Resul
             "no live token {token_id} of yours"
         )))
     }
+}
+
+/// Makes a browser session the user's: a fresh session id (no fixation), the user and the moment
+/// of sign-in (sessions from before a password change end).
+pub async fn start_session(
+    session: &tower_sessions::Session,
+    user_id: Uuid,
+) -> Result<(), AppError> {
+    session
+        .cycle_id()
+        .await
+        .or_internal("rotating the session id")?;
+    session
+        .insert(super::SESSION_USER_KEY, user_id)
+        .await
+        .or_internal("writing the session")?;
+    session
+        .insert(super::SESSION_SINCE_KEY, chrono::Utc::now())
+        .await
+        .or_internal("writing the session")
+}
+
+/// Ends a browser session.
+pub async fn end_session(session: &tower_sessions::Session) -> Result<(), AppError> {
+    session.flush().await.or_internal("ending the session")
 }

@@ -9,17 +9,17 @@
 
 use super::{ms, percentile};
 use crate::model::Role;
-use crate::server::admission::{scheduler, PassConfig};
+use crate::server::admission::PassConfig;
 use crate::server::auth::CurrentUser;
 use crate::server::db::{gpus, users};
-use crate::server::runner::{DockerHealth, Runner, RunnerConfig};
+use crate::server::notifier::Notifier;
+use crate::server::runner::{LocalNode, RunnerConfig};
 use crate::server::runtime::{ensure_sim_devices, Docker, LaunchMode};
 use crate::server::{jobs, AppState};
 use anyhow::{anyhow, bail, Context, Result};
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 use std::io::Write;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 use uuid::Uuid;
 
@@ -68,16 +68,14 @@ pub async fn runner(pool: &PgPool, opts: &RunnerBenchOptions, out: &mut impl Wri
         starvation_after: Duration::from_secs(3600),
         cpu_node: NODE.into(),
     };
-    let state = AppState {
-        pool: pool.clone(),
-        leptos_options: leptos::config::LeptosOptions::builder()
-            .output_name("gpuq")
-            .build(),
-        pass: pass.clone(),
-        logs_dir: logs.clone(),
-        live: crate::server::live::channel(),
-        docker: None,
-    };
+    let notifier = Notifier::new(Duration::from_millis(2000));
+    let state = AppState::new(
+        pool.clone(),
+        "target/site",
+        pass.clone(),
+        logs.clone(),
+        notifier.clone(),
+    );
     let docker = Docker::connect()
         .await
         .context("the runner bench needs dockerd")?;
@@ -87,27 +85,10 @@ pub async fn runner(pool: &PgPool, opts: &RunnerBenchOptions, out: &mut impl Wri
         log_max_bytes: 1 << 20,
         stop_grace: Duration::from_secs(1),
         mode: LaunchMode::Fenced,
-        poll: Duration::from_millis(500),
     };
-    let runner = Runner::new(pool.clone(), docker, cfg, Arc::new(DockerHealth::default()));
-    let (stop, mut rx) = tokio::sync::watch::channel(false);
-    if !runner.start_up(&mut rx).await {
-        bail!("the runner did not start");
-    }
-    let tasks = [
-        tokio::spawn(runner.run(rx.clone())),
-        tokio::spawn(scheduler::run(
-            pool.clone(),
-            pass,
-            Duration::from_millis(2000),
-            rx,
-        )),
-    ];
+    let node = LocalNode::start(pool.clone(), docker, cfg, pass, notifier).await?;
     let result = sections(&state, &caller, opts, out).await;
-    let _ = stop.send(true);
-    for t in tasks {
-        let _ = t.await;
-    }
+    node.stop().await;
     result
 }
 

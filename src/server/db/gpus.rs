@@ -1,5 +1,6 @@
 //! Repository for cards: the inventory's upserts, the ledger columns, and what holds each card.
 
+use crate::model::GpuState;
 use chrono::{DateTime, Utc};
 use sqlx::{FromRow, PgExecutor, Postgres, Transaction};
 use uuid::Uuid;
@@ -23,8 +24,10 @@ pub struct GpuRow {
     pub used_mib: Option<i64>,
     /// Used by processes gpuq does not manage.
     pub external_mib: i64,
-    /// online / draining / offline.
-    pub state: String,
+    /// What an admin decided: online, draining or offline.
+    pub state: GpuState,
+    /// Whether the node's inventory sees the card.
+    pub present: bool,
     /// A simulated card.
     pub simulated: bool,
     /// An exclusive job holds it.
@@ -33,8 +36,24 @@ pub struct GpuRow {
     pub updated_at: DateTime<Utc>,
 }
 
+impl GpuRow {
+    /// The state as shown: `missing` while the inventory does not see the card, else the admin's.
+    pub fn shown_state(&self) -> GpuState {
+        if self.present {
+            self.state
+        } else {
+            GpuState::Missing
+        }
+    }
+
+    /// Whether new work may be placed on it: seen by its node and online.
+    pub fn takes_work(&self) -> bool {
+        self.present && self.state == GpuState::Online
+    }
+}
+
 const COLUMNS: &str = "g.uuid, g.node, g.idx, g.model, g.total_mib, g.reserved_mib, g.used_mib, \
-    g.external_mib, g.state, g.simulated, g.updated_at, \
+    g.external_mib, g.state, g.present, g.simulated, g.updated_at, \
     EXISTS (SELECT 1 FROM reservations r WHERE r.gpu_uuid = g.uuid AND r.released_at IS NULL \
             AND r.exclusive) AS exclusive_held";
 
@@ -74,9 +93,10 @@ pub struct Observed {
     pub simulated: bool,
 }
 
-/// Upserts this node's cards and marks the node's cards that were not observed offline (never
-/// deleted: a card may hold reservations). Returns whether anything the scheduler cares about
-/// changed (a new card, a card gone or back, a change in size or foreign use).
+/// Upserts this node's cards and marks the node's cards that were not observed missing (never
+/// deleted: a card may hold reservations). The admin's state (online, draining, offline) is never
+/// touched here: it holds until an admin changes it. Returns whether anything the scheduler cares
+/// about changed (a new card, a card gone or back, a change in size or foreign use).
 pub async fn sync_node(
     tx: &mut Transaction<'_, Postgres>,
     node: &str,
@@ -85,19 +105,18 @@ pub async fn sync_node(
     let mut changed = false;
     for o in observed {
         let row: (bool,) = sqlx::query_as(
-            "WITH old AS (SELECT total_mib, external_mib, state, node, model FROM gpus WHERE uuid = $1) \
+            "WITH old AS (SELECT total_mib, external_mib, present, node, model FROM gpus WHERE uuid = $1) \
              , up AS ( \
                INSERT INTO gpus (uuid, node, idx, model, total_mib, used_mib, external_mib, simulated) \
                VALUES ($1, $2, $3, $4, $5, $6, coalesce($7, 0), $8) \
                ON CONFLICT (uuid) DO UPDATE SET node = EXCLUDED.node, idx = EXCLUDED.idx, \
                  model = EXCLUDED.model, total_mib = EXCLUDED.total_mib, used_mib = EXCLUDED.used_mib, \
                  external_mib = coalesce($7, gpus.external_mib), simulated = EXCLUDED.simulated, \
-                 state = CASE WHEN gpus.state = 'offline' THEN 'online' ELSE gpus.state END, \
-                 updated_at = now() \
-               RETURNING total_mib, external_mib, state, node, model) \
+                 present = true, updated_at = now() \
+               RETURNING total_mib, external_mib, present, node, model) \
              SELECT NOT EXISTS (SELECT 1 FROM old) OR EXISTS ( \
-               SELECT 1 FROM old, up WHERE (old.total_mib, old.external_mib, old.state, old.node, old.model) \
-                 IS DISTINCT FROM (up.total_mib, up.external_mib, up.state, up.node, up.model))",
+               SELECT 1 FROM old, up WHERE (old.total_mib, old.external_mib, old.present, old.node, old.model) \
+                 IS DISTINCT FROM (up.total_mib, up.external_mib, up.present, up.node, up.model))",
         )
         .bind(o.uuid)
         .bind(node)
@@ -113,8 +132,8 @@ pub async fn sync_node(
     }
     let seen: Vec<Uuid> = observed.iter().map(|o| o.uuid).collect();
     let gone = sqlx::query(
-        "UPDATE gpus SET state = 'offline', updated_at = now() \
-         WHERE node = $1 AND state <> 'offline' AND NOT (uuid = ANY($2))",
+        "UPDATE gpus SET present = false, updated_at = now() \
+         WHERE node = $1 AND present AND NOT (uuid = ANY($2))",
     )
     .bind(node)
     .bind(&seen)
@@ -139,8 +158,8 @@ pub async fn set_sim_external(
     .await
 }
 
-/// Sets a card's state (online / draining / offline). Returns whether the card exists.
-pub async fn set_state(db: impl PgExecutor<'_>, uuid: Uuid, state: &str) -> sqlx::Result<bool> {
+/// Sets a card's admin state (online / draining / offline). Returns whether the card exists.
+pub async fn set_state(db: impl PgExecutor<'_>, uuid: Uuid, state: GpuState) -> sqlx::Result<bool> {
     let res = sqlx::query("UPDATE gpus SET state = $2, updated_at = now() WHERE uuid = $1")
         .bind(uuid)
         .bind(state)

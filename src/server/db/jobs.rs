@@ -1,5 +1,6 @@
 //! Repository for jobs and their reservations.
 
+use crate::model::QUEUE_ORDER_SQL;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::{FromRow, PgExecutor, QueryBuilder};
@@ -118,6 +119,15 @@ pub async fn insert(db: impl PgExecutor<'_>, j: &NewJob<'_>) -> sqlx::Result<Uui
     .await
 }
 
+/// How many jobs are queued, and since when the oldest waits.
+pub async fn queue_summary(
+    db: impl PgExecutor<'_>,
+) -> sqlx::Result<(i64, Option<chrono::DateTime<chrono::Utc>>)> {
+    sqlx::query_as("SELECT count(*), min(created_at) FROM jobs WHERE status = 'queued'")
+        .fetch_one(db)
+        .await
+}
+
 /// One job.
 pub async fn get(db: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<Option<JobRow>> {
     sqlx::query_as(&format!(
@@ -173,10 +183,10 @@ impl JobSort {
 
     fn order_by(self) -> &'static str {
         match self {
-            JobSort::Newest => " ORDER BY j.seq DESC",
-            JobSort::Oldest => " ORDER BY j.seq ASC",
-            JobSort::Queue => " ORDER BY j.priority DESC, j.seq ASC",
-            JobSort::Name => " ORDER BY j.name ASC, j.seq DESC",
+            JobSort::Newest => "j.seq DESC",
+            JobSort::Oldest => "j.seq ASC",
+            JobSort::Queue => QUEUE_ORDER_SQL,
+            JobSort::Name => "j.name ASC, j.seq DESC",
         }
     }
 }
@@ -199,7 +209,8 @@ pub async fn list(db: &mut sqlx::PgConnection, f: &JobFilter) -> sqlx::Result<(V
         "SELECT {COLUMNS} FROM jobs j JOIN users u ON u.id = j.owner_id"
     ));
     push_where(&mut q, f);
-    q.push(f.sort.order_by())
+    q.push(" ORDER BY ")
+        .push(f.sort.order_by())
         .push(" LIMIT ")
         .push_bind(f.limit)
         .push(" OFFSET ")

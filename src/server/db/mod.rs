@@ -9,11 +9,11 @@ pub mod runs;
 pub mod settings;
 pub mod users;
 
-use crate::server::config::DbArgs;
 use anyhow::{Context, Result};
 use embedded::EmbeddedPg;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::PgPool;
+use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -25,8 +25,34 @@ pub struct Database {
     pub embedded: Option<EmbeddedPg>,
 }
 
+/// Where the database is: an external server, or the embedded cluster under a data directory.
+#[derive(Debug, Clone)]
+pub struct DbOptions {
+    /// Postgres URL; without it gpuq runs its own cluster under `<data_dir>/pg`.
+    pub database_url: Option<String>,
+    /// gpuq's state directory (the embedded cluster lives in `pg/`).
+    pub data_dir: PathBuf,
+    /// Unprivileged system user that runs the embedded Postgres when gpuq runs as root.
+    pub pg_user: String,
+    /// Largest number of pooled connections.
+    pub max_connections: u32,
+}
+
+impl Database {
+    /// Closes the pool, then stops the embedded cluster if this process started it.
+    pub async fn close(mut self) -> Result<()> {
+        self.pool.close().await;
+        if let Some(mut pg) = self.embedded.take() {
+            tokio::task::spawn_blocking(move || pg.stop())
+                .await
+                .context("embedded Postgres shut-down task")??;
+        }
+        Ok(())
+    }
+}
+
 /// Connects to the configured database (starting the embedded cluster if needed) and migrates it.
-pub async fn open(args: &DbArgs) -> Result<Database> {
+pub async fn open(args: &DbOptions) -> Result<Database> {
     let (options, embedded) = match &args.database_url {
         Some(url) => (
             PgConnectOptions::from_str(url).context("parsing --database-url")?,
@@ -43,7 +69,7 @@ pub async fn open(args: &DbArgs) -> Result<Database> {
         }
     };
     let pool = PgPoolOptions::new()
-        .max_connections(args.db_max_connections)
+        .max_connections(args.max_connections)
         .acquire_timeout(Duration::from_secs(10))
         .connect_with(options)
         .await

@@ -1,6 +1,7 @@
 //! Repository for the runner: claiming admitted jobs, recording launches and ends, giving cards back.
 
 use super::events;
+use crate::model::{JobEventKind, JobStatus, QUEUE_ORDER_SQL};
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 use sqlx::{FromRow, PgExecutor, PgPool};
@@ -14,7 +15,7 @@ pub struct RunRow {
     /// Launch attempt (container `gpuq-<id>-<attempt>`).
     pub attempt: i32,
     /// `starting` or `running` (or `admitted` right after a claim is undone).
-    pub status: String,
+    pub status: JobStatus,
     /// The parsed spec, raw form.
     pub spec: Value,
     /// Run-time limit.
@@ -36,7 +37,7 @@ pub async fn claim(pool: &PgPool, node: &str, limit: i64) -> sqlx::Result<Vec<Ru
     let rows: Vec<RunRow> = sqlx::query_as(&format!(
         "UPDATE jobs SET status = 'starting', attempt = attempt + 1 \
          WHERE id IN (SELECT id FROM jobs WHERE status = 'admitted' AND node = $1 \
-                      ORDER BY priority DESC, seq FOR UPDATE SKIP LOCKED LIMIT $2) \
+                      ORDER BY {QUEUE_ORDER_SQL} FOR UPDATE SKIP LOCKED LIMIT $2) \
          RETURNING {RUN_COLUMNS}"
     ))
     .bind(node)
@@ -48,7 +49,7 @@ pub async fn claim(pool: &PgPool, node: &str, limit: i64) -> sqlx::Result<Vec<Ru
             &mut *tx,
             r.id,
             &actor(node),
-            "starting",
+            JobEventKind::Starting,
             json!({ "attempt": r.attempt }),
         )
         .await?;
@@ -115,8 +116,15 @@ pub async fn set_running(pool: &PgPool, job: Uuid, node: &str) -> sqlx::Result<b
     .execute(&mut *tx)
     .await?;
     if r.rows_affected() == 1 {
-        events::job_event(&mut *tx, job, &actor(node), "started", json!({})).await?;
-        events::job_changed(&mut *tx, job, "running").await?;
+        events::job_event(
+            &mut *tx,
+            job,
+            &actor(node),
+            JobEventKind::Started,
+            json!({}),
+        )
+        .await?;
+        events::job_changed(&mut *tx, job, JobStatus::Running).await?;
     }
     tx.commit().await?;
     Ok(r.rows_affected() == 1)
@@ -137,7 +145,7 @@ pub async fn unclaim(pool: &PgPool, job: Uuid, node: &str, why: &str) -> sqlx::R
             &mut *tx,
             job,
             &actor(node),
-            "launch_deferred",
+            JobEventKind::LaunchDeferred,
             json!({ "reason": why }),
         )
         .await?;
@@ -148,8 +156,8 @@ pub async fn unclaim(pool: &PgPool, job: Uuid, node: &str, why: &str) -> sqlx::R
 /// How a run ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ending {
-    /// `succeeded`, `failed`, `timed_out` or `cancelled`.
-    pub status: &'static str,
+    /// An ending: `succeeded`, `failed`, `timed_out` or `cancelled`.
+    pub status: JobStatus,
     /// Container exit code, when it ran.
     pub exit_code: Option<i32>,
     /// Why, in plain words (None for a plain success).
@@ -185,8 +193,16 @@ pub async fn finish(pool: &PgPool, job: Uuid, node: &str, end: &Ending) -> sqlx:
     .execute(&mut *tx)
     .await?;
     let detail = json!({ "exit_code": end.exit_code, "reason": end.reason });
-    events::job_event(&mut *tx, job, &actor(node), end.status, detail).await?;
-    events::job_event(&mut *tx, job, &actor(node), "released", json!({})).await?;
+    let kind = JobEventKind::ending(end.status).unwrap_or(JobEventKind::Failed);
+    events::job_event(&mut *tx, job, &actor(node), kind, detail).await?;
+    events::job_event(
+        &mut *tx,
+        job,
+        &actor(node),
+        JobEventKind::Released,
+        json!({}),
+    )
+    .await?;
     events::wake(&mut *tx, "finish").await?;
     events::job_changed(&mut *tx, job, end.status).await?;
     tx.commit().await?;
@@ -208,5 +224,13 @@ pub async fn cancel_requested(pool: &PgPool, job: Uuid) -> sqlx::Result<bool> {
     sqlx::query_scalar("SELECT cancel_requested_at IS NOT NULL FROM jobs WHERE id = $1")
         .bind(job)
         .fetch_one(pool)
+        .await
+}
+
+/// Which of these jobs have had a stop asked for.
+pub async fn cancel_requested_among(pool: &PgPool, jobs: &[Uuid]) -> sqlx::Result<Vec<Uuid>> {
+    sqlx::query_scalar("SELECT id FROM jobs WHERE id = ANY($1) AND cancel_requested_at IS NOT NULL")
+        .bind(jobs)
+        .fetch_all(pool)
         .await
 }

@@ -88,6 +88,13 @@ pub async fn count(db: impl PgExecutor<'_>) -> sqlx::Result<i64> {
         .await
 }
 
+/// How many users are not disabled.
+pub async fn count_active(db: impl PgExecutor<'_>) -> sqlx::Result<i64> {
+    sqlx::query_scalar("SELECT count(*) FROM users WHERE disabled_at IS NULL")
+        .fetch_one(db)
+        .await
+}
+
 /// Every user, by name.
 pub async fn list(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<UserRow>> {
     sqlx::query_as(&format!(
@@ -182,7 +189,7 @@ pub async fn clear_failures(
 }
 
 /// An `api_tokens` row without its digest.
-#[derive(Debug, Clone, FromRow, serde::Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, FromRow)]
 pub struct TokenRow {
     /// Key, used to revoke.
     pub id: Uuid,
@@ -196,6 +203,19 @@ pub struct TokenRow {
     pub last_used_at: Option<DateTime<Utc>>,
     /// When it was revoked.
     pub revoked_at: Option<DateTime<Utc>>,
+}
+
+impl TokenRow {
+    /// The owner's view of the token.
+    pub fn view(self) -> crate::model::TokenView {
+        crate::model::TokenView {
+            id: self.id,
+            name: self.name,
+            created_at: self.created_at,
+            last_used_at: self.last_used_at,
+            revoked_at: self.revoked_at,
+        }
+    }
 }
 
 /// Stores a new token's digest.

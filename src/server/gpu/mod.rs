@@ -97,7 +97,7 @@ pub trait GpuInventory: Send + Sync {
 #[derive(Debug, thiserror::Error)]
 pub enum GpuError {
     /// The driver's shared library is absent; the fix is installing it or simulating.
-    #[error("NVIDIA driver library libnvidia-ml.so.1 could not be loaded: {0}; install the driver or use --gpus sim --sim-gpus COUNTxMiB:MODEL[,...]")]
+    #[error("NVIDIA driver library libnvidia-ml.so.1 could not be loaded: {0}; install the driver or use --gpu-source sim --sim-gpus COUNTxMiB:MODEL[,...]")]
     LibraryMissing(String),
     /// NVML was loaded but a call failed (driver not running, GPU lost, ...).
     #[error("NVML (libnvidia-ml) call failed: {0}")]
@@ -106,17 +106,17 @@ pub enum GpuError {
     #[error("invalid --sim-gpus spec: {0}")]
     InvalidSimSpec(String),
     /// Simulation was requested without saying which cards to simulate.
-    #[error("--gpus sim needs --sim-gpus COUNTxMiB:MODEL[,...], e.g. --sim-gpus \"2x24576:NVIDIA GeForce RTX 3090\"")]
+    #[error("--gpu-source sim needs --sim-gpus COUNTxMiB:MODEL[,...], e.g. --sim-gpus \"2x24576:NVIDIA GeForce RTX 3090\"")]
     MissingSimSpec,
     /// Auto mode found neither a driver nor a simulation spec.
     #[error("no GPUs available: {0}; install the NVIDIA driver, or simulate cards with --sim-gpus COUNTxMiB:MODEL[,...] (e.g. --sim-gpus \"2x24576:NVIDIA GeForce RTX 3090\")")]
     NoGpus(String),
-    /// The `--gpus` value is not one of the known modes.
+    /// The `--gpu-source` value is not one of the known modes.
     #[error("unknown GPU mode {0:?}: expected \"auto\", \"nvml\" or \"sim\"")]
     InvalidMode(String),
 }
 
-/// How the operator asked gpuq to find its GPUs (`--gpus auto|nvml|sim`).
+/// How the operator asked gpuq to find its GPUs (`--gpu-source auto|nvml|sim`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum GpuMode {

@@ -1,6 +1,7 @@
 //! Keeps the `gpus` table in step with the inventory: at start-up and periodically.
 
 use super::{GpuInventory, InventoryKind, OurProcesses};
+use crate::model::LiveEvent;
 use crate::server::db::{events, gpus};
 use crate::server::runtime::docker::Docker;
 use anyhow::{Context, Result};
@@ -105,7 +106,7 @@ pub async fn refresh_with(
         .context("writing the GPU inventory")?;
     if changed {
         events::wake(&mut *tx, "cards").await?;
-        events::notify(&mut *tx, events::EVENTS_CHANNEL, r#"{"kind":"cards"}"#).await?;
+        events::announce(&mut *tx, &LiveEvent::Cards).await?;
     }
     tx.commit().await?;
     Ok(changed)

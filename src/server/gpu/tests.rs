@@ -70,7 +70,7 @@ fn nvml_mode_reports_missing_library() {
             let msg = e.to_string();
             assert!(msg.contains("libnvidia-ml"), "{msg}");
             if matches!(e, GpuError::LibraryMissing(_)) {
-                assert!(msg.contains("--gpus sim --sim-gpus"), "{msg}");
+                assert!(msg.contains("--gpu-source sim --sim-gpus"), "{msg}");
             }
         }
     }

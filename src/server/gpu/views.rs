@@ -1,9 +1,9 @@
 //! Cards as views, and the admin's changes to them.
 
-use crate::model::{gpu_id, AppError, GpuHolder, GpuView};
+use crate::model::{gpu_id, AppError, AuditKind, GpuHolder, GpuState, GpuView};
 use crate::server::auth::CurrentUser;
 use crate::server::db::{events, gpus};
-use crate::server::http::OrInternal;
+use crate::server::error::OrInternal;
 use crate::server::AppState;
 use serde_json::json;
 use std::collections::HashMap;
@@ -31,7 +31,8 @@ pub async fn list(state: &AppState) -> Result<Vec<GpuView>, AppError> {
         .into_iter()
         .map(|g| GpuView {
             uuid: gpu_id(&g.uuid),
-            free_mib: if g.state == "online" && !g.exclusive_held {
+            state: g.shown_state(),
+            free_mib: if g.takes_work() && !g.exclusive_held {
                 (g.total_mib - headroom - g.reserved_mib - g.external_mib).max(0)
             } else {
                 0
@@ -39,7 +40,6 @@ pub async fn list(state: &AppState) -> Result<Vec<GpuView>, AppError> {
             node: g.node,
             index: g.idx as u32,
             model: g.model,
-            state: g.state,
             total_mib: g.total_mib,
             reserved_mib: g.reserved_mib,
             external_mib: g.external_mib,
@@ -87,7 +87,7 @@ pub async fn set_sim_external(
     events::commit_audited(
         tx,
         &user.username,
-        "gpu.sim_external",
+        AuditKind::GpuSimExternal,
         &gpu_id(&uuid),
         json!({ "external_mib": external_mib }),
     )
@@ -103,12 +103,11 @@ pub async fn set_state(
     uuid: Uuid,
     new: &str,
 ) -> Result<(), AppError> {
-    if !["online", "draining", "offline"].contains(&new) {
-        return Err(AppError::invalid(
-            "state",
-            "state must be online, draining or offline",
-        ));
-    }
+    let new = new
+        .parse::<GpuState>()
+        .ok()
+        .filter(|s| GpuState::SETTABLE.contains(s))
+        .ok_or_else(|| AppError::invalid("state", "state must be online, draining or offline"))?;
     let mut tx = state
         .pool
         .begin()
@@ -123,7 +122,7 @@ pub async fn set_state(
     events::commit_audited(
         tx,
         &user.username,
-        "gpu.state",
+        AuditKind::GpuState,
         &gpu_id(&uuid),
         json!({ "state": new }),
     )

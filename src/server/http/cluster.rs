@@ -7,9 +7,7 @@ use crate::model::{
 };
 use crate::server::admin;
 use crate::server::auth::CurrentUser;
-use crate::server::db::settings;
 use crate::server::gpu::views as gpu_views;
-use crate::server::http::OrInternal;
 use crate::server::manifest::{self, WorkloadPut};
 use crate::server::AppState;
 use axum::extract::{Path, State};
@@ -156,11 +154,7 @@ pub(super) async fn get_policy(
     State(state): State<AppState>,
     _user: CurrentUser,
 ) -> Result<Json<LaunchPolicy>, ApiError> {
-    Ok(Json(
-        settings::launch_policy(&state.pool)
-            .await
-            .or_internal("reading the launch policy")?,
-    ))
+    Ok(Json(admin::launch_policy(&state).await?))
 }
 
 #[utoipa::path(put, path = "/api/v1/settings/launch-policy", tag = "settings", security(("bearer" = [])), request_body = LaunchPolicy, responses((status = 200, body = LaunchPolicy), (status = 400, description = "invalid input; `field` names it", body = ErrorBody), (status = 401, description = "not signed in", body = ErrorBody), (status = 403, body = ErrorBody)))]

@@ -6,7 +6,6 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::json;
-use std::fmt::Display;
 
 /// An [`AppError`] answered over HTTP.
 #[derive(Debug)]
@@ -47,21 +46,6 @@ fn kind(err: &AppError) -> String {
         .ok()
         .and_then(|v| v.get("kind").and_then(|k| k.as_str().map(str::to_owned)))
         .unwrap_or_else(|| "internal".into())
-}
-
-/// Turns any error into [`AppError::Internal`], logging the cause with what was being done.
-pub trait OrInternal<T> {
-    /// Logs the error with `doing` and answers `Internal`.
-    fn or_internal(self, doing: &str) -> Result<T, AppError>;
-}
-
-impl<T, E: Display> OrInternal<T> for Result<T, E> {
-    fn or_internal(self, doing: &str) -> Result<T, AppError> {
-        self.map_err(|e| {
-            tracing::error!(error = %e, "{doing}");
-            AppError::Internal
-        })
-    }
 }
 
 /// The body of every error answer (for the OpenAPI document).

@@ -102,13 +102,11 @@ pub(super) async fn logs(
     query: Result<Query<LogQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Query(q) = query.map_err(|e| AppError::invalid("query", e.body_text()))?;
-    let body = jobs::logs::read(
-        &state,
-        &user,
-        job_id(&id)?,
-        q.tail,
-        q.follow.unwrap_or(false),
-    )
-    .await?;
+    let id = job_id(&id)?;
+    let body = if q.follow.unwrap_or(false) {
+        axum::body::Body::from_stream(jobs::logs::follow(&state, &user, id, q.tail).await?)
+    } else {
+        axum::body::Body::from(jobs::logs::tail(&state, &user, id, q.tail).await?)
+    };
     Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body).into_response())
 }

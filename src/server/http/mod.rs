@@ -1,5 +1,6 @@
 //! The HTTP surface: pages, server functions, REST v1, probes; and the layers around them.
 
+mod caller;
 mod cluster;
 mod csrf;
 mod error;
@@ -11,7 +12,7 @@ pub mod openapi;
 mod usage;
 mod v1;
 
-pub use error::{ApiError, OrInternal};
+pub use error::ApiError;
 pub use json::ApiJson;
 
 use crate::app::{shell, App};

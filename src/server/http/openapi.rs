@@ -5,11 +5,10 @@ use super::error::ErrorBody;
 use super::{cluster, health, jobs, live, usage, v1};
 use crate::model::spec::{RawCommand, RawJobSpec};
 use crate::model::{
-    AssignedGpu, AuditEntry, GpuHolder, GpuView, JobAck, JobPage, JobStatus, JobView, LaunchPolicy,
-    ManifestState, ManifestView, Role, UserView, VolumeRule, WorkloadView,
+    AssignedGpu, AuditEntry, AuditKind, CreatedToken, GpuHolder, GpuState, GpuView, JobAck,
+    JobPage, JobStatus, JobView, LaunchPolicy, ManifestState, ManifestView, Role, TokenView,
+    UserView, VolumeRule, WorkloadView,
 };
-use crate::server::auth::service::NewToken;
-use crate::server::db::users::TokenRow;
 use crate::server::manifest::WorkloadPut;
 use axum::Json;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
@@ -37,9 +36,9 @@ use utoipa::{Modify, OpenApi};
         openapi_json,
     ),
     components(schemas(
-        ErrorBody, Role, UserView, TokenRow, NewToken, v1::TokenRequest, v1::NewUser, v1::UserPatch, v1::PasswordChange,
+        ErrorBody, Role, UserView, TokenView, CreatedToken, v1::TokenRequest, v1::NewUser, v1::UserPatch, v1::PasswordChange,
         cluster::WorkloadRename, ManifestState, AuditEntry,
-        RawJobSpec, RawCommand, JobStatus, AssignedGpu, JobView, JobPage, JobAck,
+        RawJobSpec, RawCommand, JobStatus, AssignedGpu, JobView, JobPage, JobAck, AuditKind, GpuState,
         GpuHolder, GpuView, cluster::GpuList, cluster::SimPut, cluster::GpuPatch,
         WorkloadView, ManifestView, WorkloadPut, LaunchPolicy, VolumeRule,
         crate::model::UsageReport, crate::model::CardSeries, crate::model::CardPoint,

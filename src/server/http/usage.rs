@@ -1,9 +1,10 @@
 //! REST routes for usage: the report as JSON and the CSV exports (managers and admins).
 
 use super::error::ErrorBody;
-use super::{ApiError, OrInternal};
+use super::ApiError;
 use crate::model::{AppError, Role, UsageReport};
 use crate::server::auth::CurrentUser;
+use crate::server::error::OrInternal;
 use crate::server::usage::{self, csv, Range};
 use crate::server::AppState;
 use axum::body::Body;

@@ -2,13 +2,9 @@
 
 use super::error::ErrorBody;
 use super::{ApiError, ApiJson};
-use crate::model::{AppError, Role, UserView};
+use crate::model::{AppError, CreatedToken, Role, TokenView, UserView};
 use crate::server::admin;
-use crate::server::auth::service::NewToken;
 use crate::server::auth::{service, CurrentUser};
-use crate::server::db::users;
-use crate::server::db::users::TokenRow;
-use crate::server::http::OrInternal;
 use crate::server::AppState;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -48,25 +44,22 @@ pub(super) struct TokenRequest {
 }
 
 /// `POST /api/v1/tokens`: exchanges a name and password for a token (shown once).
-#[utoipa::path(post, path = "/api/v1/tokens", tag = "auth", request_body = TokenRequest, responses((status = 201, description = "the token, shown once", body = NewToken), (status = 400, description = "invalid input; `field` names it", body = ErrorBody), (status = 401, description = "not signed in", body = ErrorBody), (status = 429, description = "too many failed sign-ins", body = ErrorBody)))]
+#[utoipa::path(post, path = "/api/v1/tokens", tag = "auth", request_body = TokenRequest, responses((status = 201, description = "the token, shown once", body = CreatedToken), (status = 400, description = "invalid input; `field` names it", body = ErrorBody), (status = 401, description = "not signed in", body = ErrorBody), (status = 429, description = "too many failed sign-ins", body = ErrorBody)))]
 pub(super) async fn create_token(
     State(state): State<AppState>,
     ApiJson(req): ApiJson<TokenRequest>,
-) -> Result<(StatusCode, Json<service::NewToken>), ApiError> {
+) -> Result<(StatusCode, Json<CreatedToken>), ApiError> {
     let user = service::login(&state.pool, &req.username, &req.password, Utc::now()).await?;
     let token = service::create_token(&state.pool, user.id, &req.name).await?;
     Ok((StatusCode::CREATED, Json(token)))
 }
 
-#[utoipa::path(get, path = "/api/v1/tokens", tag = "auth", security(("bearer" = [])), responses((status = 200, body = [TokenRow]), (status = 401, body = ErrorBody)))]
+#[utoipa::path(get, path = "/api/v1/tokens", tag = "auth", security(("bearer" = [])), responses((status = 200, body = [TokenView]), (status = 401, body = ErrorBody)))]
 pub(super) async fn list_tokens(
     State(state): State<AppState>,
     user: CurrentUser,
-) -> Result<Json<Vec<users::TokenRow>>, ApiError> {
-    let rows = users::tokens_of(&state.pool, user.id)
-        .await
-        .or_internal("listing tokens")?;
-    Ok(Json(rows))
+) -> Result<Json<Vec<TokenView>>, ApiError> {
+    Ok(Json(service::list_tokens(&state.pool, user.id).await?))
 }
 
 #[utoipa::path(delete, path = "/api/v1/tokens/{id}", tag = "auth", security(("bearer" = [])), params(("id" = Uuid, Path)), responses((status = 204), (status = 404, body = ErrorBody)))]
@@ -85,15 +78,7 @@ pub(super) async fn list_users(
     user: CurrentUser,
 ) -> Result<Json<Vec<UserView>>, ApiError> {
     user.require(Role::Admin)?;
-    let rows = users::list(&state.pool)
-        .await
-        .or_internal("listing users")?;
-    let views = rows
-        .iter()
-        .map(|r| r.view())
-        .collect::<Result<Vec<_>, _>>()
-        .or_internal("reading users")?;
-    Ok(Json(views))
+    Ok(Json(admin::list_users(&state).await?))
 }
 
 #[derive(Deserialize, utoipa::ToSchema)]

@@ -1,27 +1,64 @@
-//! Reading a job's log: the last lines, or a live tail that ends when the job does.
+//! Reading a job's log: the last lines, or a live tail that ends when the job does. A follow
+//! wakes when this process's runner appends to the log or the job's end is announced; it never
+//! polls the file or the database on a timer of its own.
 
-use crate::model::{AppError, Role};
+use crate::model::{AppError, JobChange, LiveEvent, Role};
 use crate::server::auth::CurrentUser;
 use crate::server::db::jobs;
-use crate::server::http::OrInternal;
+use crate::server::error::OrInternal;
+use crate::server::notifier::{Note, Subscription};
 use crate::server::runner::logs::{log_path, text_of};
 use crate::server::AppState;
-use axum::body::Body;
 use futures_util::stream::{self, Stream};
+use sqlx::PgPool;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::PathBuf;
-use std::time::Duration;
+use tokio::sync::broadcast;
 use uuid::Uuid;
 
-/// A job's log as a body: the last `tail` lines (all when `None`), then, with `follow`, new lines
-/// as they come until the job has ended.
-pub async fn read(
+/// The last `tail` lines of a job's log (all when `None`).
+pub async fn tail(
     state: &AppState,
     viewer: &CurrentUser,
     id: Uuid,
     tail: Option<usize>,
-    follow: bool,
-) -> Result<Body, AppError> {
+) -> Result<String, AppError> {
+    let path = readable_log(state, viewer, id).await?;
+    Ok(snapshot_of(path, tail).await?.0)
+}
+
+/// The last `tail` lines of a job's log, then new lines as they come until the job has ended.
+pub async fn follow(
+    state: &AppState,
+    viewer: &CurrentUser,
+    id: Uuid,
+    tail: Option<usize>,
+) -> Result<impl Stream<Item = std::io::Result<String>> + Send + 'static, AppError> {
+    let path = readable_log(state, viewer, id).await?;
+    // Listen before reading: an end announced in between is then heard, not lost.
+    let notes = state.notifier.subscribe();
+    let grew = state.notifier.subscribe_logs();
+    let (text, offset) = snapshot_of(path.clone(), tail).await?;
+    let st = Follow {
+        pool: state.pool.clone(),
+        id,
+        path,
+        offset,
+        ended: false,
+        checked: false,
+        notes,
+        grew,
+    };
+    let first = stream::once(async move { Ok::<_, std::io::Error>(text) });
+    Ok(futures_util::StreamExt::chain(first, follow_stream(st)))
+}
+
+/// The log's path, when the viewer may read it: its owner, managers and admins.
+async fn readable_log(
+    state: &AppState,
+    viewer: &CurrentUser,
+    id: Uuid,
+) -> Result<PathBuf, AppError> {
     let job = jobs::get(&state.pool, id)
         .await
         .or_internal("reading a job")?
@@ -31,22 +68,14 @@ pub async fn read(
             "members read only their own jobs' logs".into(),
         ));
     }
-    let path = log_path(&state.logs_dir, id);
-    let (text, offset) = tokio::task::spawn_blocking({
-        let path = path.clone();
-        move || snapshot(&path, tail)
-    })
-    .await
-    .or_internal("reading a log")?
-    .or_internal("reading a log")?;
-    if !follow {
-        return Ok(Body::from(text));
-    }
-    let first = stream::once(async move { Ok::<_, std::io::Error>(text) });
-    Ok(Body::from_stream(futures_util::StreamExt::chain(
-        first,
-        follow_stream(state.pool.clone(), id, path, offset),
-    )))
+    Ok(log_path(&state.logs_dir, id))
+}
+
+async fn snapshot_of(path: PathBuf, tail: Option<usize>) -> Result<(String, u64), AppError> {
+    tokio::task::spawn_blocking(move || snapshot(&path, tail))
+        .await
+        .or_internal("reading a log")?
+        .or_internal("reading a log")
 }
 
 /// The text of the last `tail` whole lines, and the byte offset where following continues.
@@ -69,27 +98,30 @@ fn snapshot(path: &PathBuf, tail: Option<usize>) -> std::io::Result<(String, u64
 }
 
 struct Follow {
-    pool: sqlx::PgPool,
+    pool: PgPool,
     id: Uuid,
     path: PathBuf,
     offset: u64,
+    /// The job has ended: read once more, then stop.
     ended: bool,
+    /// The database has been asked whether the job ended since the last possible gap.
+    checked: bool,
+    notes: Subscription,
+    grew: broadcast::Receiver<Uuid>,
 }
 
-fn follow_stream(
-    pool: sqlx::PgPool,
-    id: Uuid,
-    path: PathBuf,
-    offset: u64,
-) -> impl Stream<Item = Result<String, std::io::Error>> + Send {
-    let state = Follow {
-        pool,
-        id,
-        path,
-        offset,
-        ended: false,
-    };
-    stream::unfold(state, |mut st| async move {
+/// Why a follow woke up.
+enum Wake {
+    /// The log may have grown.
+    Read,
+    /// The job's end was announced.
+    Ended,
+    /// A notification may have been missed: ask the database.
+    Check,
+}
+
+fn follow_stream(st: Follow) -> impl Stream<Item = std::io::Result<String>> + Send {
+    stream::unfold(st, |mut st| async move {
         loop {
             if let Some(chunk) = read_from(&mut st).await {
                 return Some((Ok(chunk), st));
@@ -97,18 +129,51 @@ fn follow_stream(
             if st.ended {
                 return None;
             }
-            // Read once more after the job ended: the runner writes the last lines before it
-            // records the end.
-            st.ended = jobs::get(&st.pool, st.id)
-                .await
-                .ok()
-                .flatten()
-                .is_none_or(|j| j.released_at.is_some() || j.finished_at.is_some());
-            if !st.ended {
-                tokio::time::sleep(Duration::from_millis(200)).await;
+            if !st.checked {
+                // Read once more after the job ended: the runner writes the last lines before it
+                // records the end.
+                st.ended = job_ended(&st.pool, st.id).await;
+                st.checked = true;
+                continue;
+            }
+            match st.wait().await {
+                Wake::Read => {}
+                Wake::Ended => st.ended = true,
+                Wake::Check => st.checked = false,
             }
         }
     })
+}
+
+impl Follow {
+    /// Waits for something that concerns this job's log.
+    async fn wait(&mut self) -> Wake {
+        loop {
+            tokio::select! {
+                grew = self.grew.recv() => match grew {
+                    Ok(job) if job == self.id => return Wake::Read,
+                    Ok(_) => {}
+                    Err(broadcast::error::RecvError::Lagged(_)) => return Wake::Read,
+                    Err(broadcast::error::RecvError::Closed) => return Wake::Check,
+                },
+                note = self.notes.recv() => match note {
+                    Note::Event(LiveEvent::Job { job_id, status: JobChange::Status(s) })
+                        if job_id == self.id && s.is_terminal() => return Wake::Ended,
+                    Note::Missed | Note::Backstop => return Wake::Check,
+                    Note::Wake | Note::Event(_) => {}
+                },
+            }
+        }
+    }
+}
+
+/// Whether the job is over (or gone): its log will not grow any more.
+async fn job_ended(pool: &PgPool, id: Uuid) -> bool {
+    jobs::get(pool, id)
+        .await
+        .ok()
+        .flatten()
+        .is_none_or(|j| j.released_at.is_some() || j.finished_at.is_some())
 }
 
 /// New whole lines since the offset, as text, or `None` when there are none.

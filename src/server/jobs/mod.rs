@@ -1,33 +1,36 @@
 //! The job rules shared by the REST API and the UI: submit, list, show, cancel.
 
+mod detail;
 pub mod logs;
 pub mod views;
 pub mod volumes;
 
 use crate::model::spec::{JobSpec, SpecError, SpecLimits, VramNeed};
-use crate::model::{AppError, JobAck, JobStatus, Preview, Role};
+use crate::model::{AppError, GpuState, JobAck, JobEventKind, JobStatus, LiveEvent, Preview, Role};
 use crate::server::admission::pass;
 use crate::server::admission::planner::{self, never_fits, Card, Need, QueuedJob};
 use crate::server::auth::CurrentUser;
 use crate::server::db::{events, gpus, jobs, manifest, settings};
-use crate::server::http::OrInternal;
+use crate::server::error::OrInternal;
 use crate::server::AppState;
 use serde_json::json;
 use std::collections::BTreeMap;
 use uuid::Uuid;
 
-pub use views::{get, list, ListQuery};
+pub use detail::detail;
+pub use views::{get, list, queue_summary, ListQuery};
 
 fn spec_error(e: SpecError) -> AppError {
     AppError::invalid(e.field, e.message)
 }
 
-/// The cards jobs could ever use (not offline), as the planner sees them.
+/// The cards jobs could ever use (seen by their node and not taken offline), as the planner sees
+/// them.
 pub async fn usable_cards(state: &AppState) -> Result<Vec<Card>, AppError> {
     let rows = gpus::list(&state.pool).await.or_internal("reading cards")?;
     Ok(rows
         .iter()
-        .filter(|g| g.state != "offline")
+        .filter(|g| g.present && g.state != GpuState::Offline)
         .map(crate::server::admission::pass::to_planner_card)
         .collect())
 }
@@ -219,9 +222,9 @@ pub async fn submit(state: &AppState, user: &CurrentUser, body: &str) -> Result<
         None => json!({}),
     };
     let kind = if never.is_some() {
-        "rejected"
+        JobEventKind::Rejected
     } else {
-        "submitted"
+        JobEventKind::Submitted
     };
     events::job_event(&mut *tx, id, &user.username, kind, detail)
         .await
@@ -231,7 +234,7 @@ pub async fn submit(state: &AppState, user: &CurrentUser, body: &str) -> Result<
             .await
             .or_internal("waking the scheduler")?;
     }
-    events::job_changed(&mut *tx, id, status.as_str())
+    events::job_changed(&mut *tx, id, status)
         .await
         .or_internal("announcing a submission")?;
     tx.commit().await.or_internal("committing a submission")?;
@@ -244,8 +247,6 @@ pub async fn submit(state: &AppState, user: &CurrentUser, body: &str) -> Result<
     }
 }
 
-/// Cancels a job (its owner or an admin). Queued and admitted jobs end at once; a started job is
-/// stopped by the runner of its node.
 /// Submits a new job with the spec of an earlier one (its owner only: the env is private). The
 /// spec goes through today's parser, manifest and launch policy, like any submission.
 pub async fn resubmit(state: &AppState, user: &CurrentUser, id: Uuid) -> Result<JobAck, AppError> {
@@ -263,7 +264,7 @@ pub async fn resubmit(state: &AppState, user: &CurrentUser, id: Uuid) -> Result<
         &state.pool,
         ack.job_id,
         &user.username,
-        "resubmitted_from",
+        JobEventKind::ResubmittedFrom,
         json!({ "job": id }),
     )
     .await
@@ -271,6 +272,8 @@ pub async fn resubmit(state: &AppState, user: &CurrentUser, id: Uuid) -> Result<
     Ok(ack)
 }
 
+/// Cancels a job (its owner or an admin). Queued and admitted jobs end at once; a started job is
+/// stopped by the runner of its node, which hears the request as a notification.
 pub async fn cancel(state: &AppState, user: &CurrentUser, id: Uuid) -> Result<JobAck, AppError> {
     let pool = &state.pool;
     let job = jobs::get(pool, id)
@@ -288,13 +291,19 @@ pub async fn cancel(state: &AppState, user: &CurrentUser, id: Uuid) -> Result<Jo
         .await
         .or_internal("cancelling a job")?
     {
-        events::job_event(&mut *tx, id, &user.username, "cancelled", json!({}))
-            .await
-            .or_internal("recording a cancellation")?;
+        events::job_event(
+            &mut *tx,
+            id,
+            &user.username,
+            JobEventKind::Cancelled,
+            json!({}),
+        )
+        .await
+        .or_internal("recording a cancellation")?;
         events::wake(&mut *tx, "cancel")
             .await
             .or_internal("waking the scheduler")?;
-        events::job_changed(&mut *tx, id, "cancelled")
+        events::job_changed(&mut *tx, id, JobStatus::Cancelled)
             .await
             .or_internal("announcing a cancellation")?;
         tx.commit().await.or_internal("committing a cancellation")?;
@@ -305,10 +314,16 @@ pub async fn cancel(state: &AppState, user: &CurrentUser, id: Uuid) -> Result<Jo
         .await
         .or_internal("requesting a cancellation")?
     {
-        events::job_event(&mut *tx, id, &user.username, "cancel_requested", json!({}))
-            .await
-            .or_internal("recording a cancellation")?;
-        events::job_changed(&mut *tx, id, "cancel_requested")
+        events::job_event(
+            &mut *tx,
+            id,
+            &user.username,
+            JobEventKind::CancelRequested,
+            json!({}),
+        )
+        .await
+        .or_internal("recording a cancellation")?;
+        events::announce(&mut *tx, &LiveEvent::cancel_requested(id))
             .await
             .or_internal("notifying the runner")?;
         tx.commit().await.or_internal("committing a cancellation")?;

@@ -2,11 +2,11 @@
 //! dry run of the planner over the current state.
 
 use crate::model::spec::RawJobSpec;
-use crate::model::{gpu_id, AppError, AssignedGpu, JobPage, JobStatus, JobView, Role};
+use crate::model::{gpu_id, queue_key, AppError, AssignedGpu, JobPage, JobStatus, JobView, Role};
 use crate::server::admission::pass;
 use crate::server::auth::CurrentUser;
 use crate::server::db::jobs::{self, GrantRow, JobFilter, JobRow, JobSort};
-use crate::server::http::OrInternal;
+use crate::server::error::OrInternal;
 use crate::server::AppState;
 use serde::Deserialize;
 use std::collections::HashMap;
@@ -29,6 +29,15 @@ pub struct ListQuery {
     pub per_page: Option<i64>,
     /// `newest` (default), `oldest`, `queue` (priority, then submit order) or `name`.
     pub sort: Option<String>,
+}
+
+/// How many jobs wait, and since when the oldest does.
+pub async fn queue_summary(
+    state: &AppState,
+) -> Result<(i64, Option<chrono::DateTime<chrono::Utc>>), AppError> {
+    jobs::queue_summary(&state.pool)
+        .await
+        .or_internal("summarising the queue")
 }
 
 /// A page of jobs, newest first unless asked otherwise.
@@ -142,7 +151,7 @@ async fn wait_info(state: &AppState) -> Result<HashMap<Uuid, (i64, String)>, App
     let admitted: std::collections::HashSet<Uuid> =
         plan.admitted.iter().map(|p| p.job_id).collect();
     let mut queue = st.input.queue.clone();
-    queue.sort_by_key(|q| (std::cmp::Reverse(q.priority), q.seq));
+    queue.sort_by_key(|q| queue_key(q.priority, q.seq));
     Ok(queue
         .iter()
         .enumerate()

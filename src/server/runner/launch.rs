@@ -1,8 +1,8 @@
 //! From a claimed job to a started, verified container.
 
 use super::Runner;
-use crate::model::gpu_id;
 use crate::model::spec::JobSpec;
+use crate::model::{gpu_id, JobEventKind, JobStatus};
 use crate::server::db::runs::{self, Ending, RunRow};
 use crate::server::db::{events, settings};
 use crate::server::runtime::simdev::sim_device_path;
@@ -33,7 +33,7 @@ impl Runner {
             Err(NotLaunched::Fail(reason)) => {
                 tracing::warn!(job = %job.id, %reason, "launch failed");
                 let end = Ending {
-                    status: "failed",
+                    status: JobStatus::Failed,
                     exit_code: None,
                     reason: Some(reason),
                 };
@@ -62,7 +62,7 @@ impl Runner {
                 &self.pool,
                 job.id,
                 &runs::actor(&self.cfg.node),
-                "fence_verified",
+                JobEventKind::FenceVerified,
                 detail,
             )
             .await?;
@@ -96,7 +96,7 @@ impl Runner {
             &self.pool,
             job.id,
             &runs::actor(&self.cfg.node),
-            "start_issued",
+            JobEventKind::StartIssued,
             json!({ "at": issued }),
         )
         .await;

@@ -10,14 +10,17 @@ pub mod logs;
 mod reconcile;
 mod supervise;
 
-use crate::server::db::{events, runs};
+use crate::model::{JobChange, JobStatus, LiveEvent};
+use crate::server::db::runs;
+use crate::server::notifier::{Note, Notifier, Subscription};
 use crate::server::runtime::{Docker, LaunchMode};
-use sqlx::postgres::PgListener;
 use sqlx::PgPool;
+use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
+use uuid::Uuid;
 
 /// Settings of a runner.
 #[derive(Debug, Clone)]
@@ -33,8 +36,6 @@ pub struct RunnerConfig {
     /// How containers are launched. Only tests ever set `PrivilegedForTest`; no flag, setting or
     /// API of the server can.
     pub mode: LaunchMode,
-    /// Backstop interval for claiming work (NOTIFY wakes the runner sooner).
-    pub poll: Duration,
 }
 
 /// Whether this node can launch: read by `/readyz`.
@@ -66,6 +67,9 @@ pub struct Runner {
     docker: Docker,
     cfg: RunnerConfig,
     health: Arc<DockerHealth>,
+    notifier: Notifier,
+    /// One bell per supervised job, rung when its stop is asked for.
+    cancels: Mutex<HashMap<Uuid, Arc<Notify>>>,
 }
 
 impl Runner {
@@ -75,12 +79,15 @@ impl Runner {
         docker: Docker,
         cfg: RunnerConfig,
         health: Arc<DockerHealth>,
+        notifier: Notifier,
     ) -> Arc<Self> {
         Arc::new(Runner {
             pool,
             docker,
             cfg,
             health,
+            notifier,
+            cancels: Mutex::new(HashMap::new()),
         })
     }
 
@@ -115,54 +122,143 @@ impl Runner {
         }
     }
 
-    /// Claims and launches work until `stop` turns true. While Docker is unreachable nothing new
-    /// starts and nothing is freed; work resumes when it answers again.
-    pub async fn run(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
-        let mut listener = listen(&self.pool).await;
+    /// Claims and launches work until `stop` turns true: at once, after every admission, when
+    /// notifications may have been missed and on the backstop timer. Cancellations of running jobs
+    /// arrive the same way. While Docker is unreachable nothing new starts and nothing is freed;
+    /// work resumes when it answers again.
+    pub async fn run(self: Arc<Self>, mut notes: Subscription, mut stop: watch::Receiver<bool>) {
+        let mut note = Note::Backstop;
         loop {
-            tokio::select! {
+            match &note {
+                Note::Event(LiveEvent::Job {
+                    job_id,
+                    status: JobChange::CancelRequested(_),
+                }) => self.ring_cancel(*job_id),
+                Note::Event(LiveEvent::Pass { admitted, .. }) if *admitted > 0 => {
+                    notes.skip_queued();
+                    self.claim().await;
+                }
+                Note::Event(LiveEvent::Job {
+                    status: JobChange::Status(JobStatus::Admitted),
+                    ..
+                }) => {
+                    notes.skip_queued();
+                    self.claim().await;
+                }
+                Note::Missed | Note::Backstop => {
+                    self.sweep_cancels().await;
+                    self.claim().await;
+                }
+                Note::Wake | Note::Event(_) => {}
+            }
+            note = tokio::select! {
                 _ = stop.changed() => break,
-                _ = tokio::time::sleep(self.cfg.poll) => {
-                    if listener.is_none() {
-                        listener = listen(&self.pool).await;
-                    }
-                }
-                note = recv(&mut listener) => {
-                    if note.is_err() {
-                        listener = None;
-                    }
-                    if let Some(l) = listener.as_mut() {
-                        while l.next_buffered().is_some() {}
-                    }
+                n = notes.recv() => n,
+            };
+        }
+    }
+
+    async fn claim(self: &Arc<Self>) {
+        if let Err(e) = self.docker.ping().await {
+            if self.health.problem().is_none() {
+                tracing::warn!(error = %e, "Docker unreachable: this node starts nothing until it returns");
+            }
+            self.health.report(Some(e.to_string()));
+            return;
+        }
+        self.health.report(None);
+        match runs::claim(&self.pool, &self.cfg.node, 16).await {
+            Ok(jobs) => {
+                for job in jobs {
+                    tokio::spawn(Arc::clone(self).launch(job));
                 }
             }
-            if let Err(e) = self.docker.ping().await {
-                if self.health.problem().is_none() {
-                    tracing::warn!(error = %e, "Docker unreachable: this node starts nothing until it returns");
-                }
-                self.health.report(Some(e.to_string()));
-                continue;
-            }
-            self.health.report(None);
-            match runs::claim(&self.pool, &self.cfg.node, 16).await {
-                Ok(jobs) => {
-                    for job in jobs {
-                        tokio::spawn(Arc::clone(&self).launch(job));
-                    }
-                }
-                Err(e) => tracing::warn!(error = %e, "claiming admitted jobs failed"),
-            }
+            Err(e) => tracing::warn!(error = %e, "claiming admitted jobs failed"),
+        }
+    }
+
+    /// The bell a supervised job's stop rings; registered for as long as the job is supervised.
+    fn cancel_bell(&self, job: Uuid) -> Arc<Notify> {
+        let mut bells = self.cancels.lock().unwrap_or_else(|p| p.into_inner());
+        Arc::clone(bells.entry(job).or_default())
+    }
+
+    fn forget_cancel_bell(&self, job: Uuid) {
+        let mut bells = self.cancels.lock().unwrap_or_else(|p| p.into_inner());
+        bells.remove(&job);
+    }
+
+    fn ring_cancel(&self, job: Uuid) {
+        let bells = self.cancels.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(bell) = bells.get(&job) {
+            // A stored permit: a supervisor that is not waiting yet still hears it.
+            bell.notify_one();
+        }
+    }
+
+    /// After a possible gap in notifications: one query for every supervised job at once.
+    async fn sweep_cancels(&self) {
+        let supervised: Vec<Uuid> = {
+            let bells = self.cancels.lock().unwrap_or_else(|p| p.into_inner());
+            bells.keys().copied().collect()
+        };
+        if supervised.is_empty() {
+            return;
+        }
+        match runs::cancel_requested_among(&self.pool, &supervised).await {
+            Ok(jobs) => jobs.into_iter().for_each(|j| self.ring_cancel(j)),
+            Err(e) => tracing::warn!(error = %e, "checking for cancellations failed"),
         }
     }
 }
 
-async fn listen(pool: &PgPool) -> Option<PgListener> {
-    events::listener(pool, events::EVENTS_CHANNEL).await.ok()
+/// A whole node inside this process, as `gpuq serve` runs one: the notifier's LISTEN connection,
+/// re-adoption, then the runner and a scheduler. For the benchmarks and tests, which choose the
+/// launch mode themselves.
+pub struct LocalNode {
+    stop: watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
-async fn recv(listener: &mut Option<PgListener>) -> Result<(), sqlx::Error> {
-    match listener {
-        Some(l) => l.recv().await.map(|_| ()),
-        None => std::future::pending().await,
+impl LocalNode {
+    /// Starts the node; fails if re-adoption never succeeds before `stop`.
+    pub async fn start(
+        pool: PgPool,
+        docker: Docker,
+        cfg: RunnerConfig,
+        pass: crate::server::admission::PassConfig,
+        notifier: Notifier,
+    ) -> anyhow::Result<LocalNode> {
+        let (stop, mut rx) = watch::channel(false);
+        let runner_notes = notifier.subscribe();
+        let scheduler_notes = notifier.subscribe();
+        let mut tasks = vec![tokio::spawn(notifier.clone().run(pool.clone(), rx.clone()))];
+        let runner = Runner::new(
+            pool.clone(),
+            docker,
+            cfg,
+            Arc::new(DockerHealth::default()),
+            notifier,
+        );
+        if !runner.start_up(&mut rx).await {
+            anyhow::bail!("the runner did not start");
+        }
+        tasks.push(tokio::spawn(runner.run(runner_notes, rx.clone())));
+        tasks.push(tokio::spawn(crate::server::admission::scheduler::run(
+            pool,
+            pass,
+            scheduler_notes,
+            rx,
+        )));
+        Ok(LocalNode { stop, tasks })
+    }
+
+    /// Stops the notifier, runner and scheduler (containers already running are left alone, as
+    /// when `gpuq serve` stops).
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        for t in self.tasks {
+            let _ = t.await;
+        }
     }
 }

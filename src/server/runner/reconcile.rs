@@ -3,6 +3,7 @@
 
 use super::supervise::follow_logs;
 use super::Runner;
+use crate::model::{JobEventKind, JobStatus};
 use crate::server::db::events;
 use crate::server::db::runs::{self, Ending};
 use anyhow::{Context, Result};
@@ -34,11 +35,11 @@ pub(super) async fn reconcile(runner: &Arc<Runner>) -> Result<()> {
                     &runner.pool,
                     job.id,
                     &runs::actor(&node),
-                    "readopted",
+                    JobEventKind::Readopted,
                     json!({ "container": c.id }),
                 )
                 .await?;
-                if job.status == "starting" {
+                if job.status == JobStatus::Starting {
                     runs::set_running(&runner.pool, job.id, &node).await?;
                 }
                 let deadline = job.deadline_at.unwrap_or_else(|| {
@@ -49,22 +50,16 @@ pub(super) async fn reconcile(runner: &Arc<Runner>) -> Result<()> {
             Some(c) if c.exit_code.is_some() => {
                 let code = c.exit_code.unwrap_or(-1);
                 tracing::info!(job = %job.id, code, "recording an exit that happened while gpuq was down");
-                follow_logs(
-                    runner.docker.clone(),
-                    c.id.clone(),
-                    super::logs::log_path(&runner.cfg.logs_dir, job.id),
-                    runner.cfg.log_max_bytes,
-                )
-                .await;
+                follow_logs(Arc::clone(runner), job.id, c.id.clone()).await;
                 let end = if code == 0 {
                     Ending {
-                        status: "succeeded",
+                        status: JobStatus::Succeeded,
                         exit_code: Some(0),
                         reason: Some("exited while gpuq was down".into()),
                     }
                 } else {
                     Ending {
-                        status: "failed",
+                        status: JobStatus::Failed,
                         exit_code: i32::try_from(code).ok(),
                         reason: Some(format!("exited with code {code} while gpuq was down")),
                     }
@@ -83,7 +78,7 @@ pub(super) async fn reconcile(runner: &Arc<Runner>) -> Result<()> {
                 )
                 .await?;
             }
-            None if job.status == "starting" && job.container_id.is_none() => {
+            None if job.status == JobStatus::Starting && job.container_id.is_none() => {
                 runs::unclaim(
                     &runner.pool,
                     job.id,
@@ -94,7 +89,7 @@ pub(super) async fn reconcile(runner: &Arc<Runner>) -> Result<()> {
             }
             None => {
                 let end = Ending {
-                    status: "failed",
+                    status: JobStatus::Failed,
                     exit_code: None,
                     reason: Some("its container vanished while gpuq was down".into()),
                 };

@@ -2,13 +2,14 @@
 
 use super::logs::{since_unix, LogWriter};
 use super::Runner;
+use crate::model::JobStatus;
 use crate::server::db::runs::{self, Ending};
-use crate::server::runtime::{Docker, RuntimeError};
+use crate::server::runtime::RuntimeError;
 use chrono::{DateTime, Utc};
 use futures_util::StreamExt;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::Notify;
 use uuid::Uuid;
 
 /// How the container's run ended, as the runner saw it.
@@ -27,14 +28,14 @@ impl Runner {
         container: String,
         deadline: DateTime<Utc>,
     ) {
-        let path = super::logs::log_path(&self.cfg.logs_dir, job);
-        let follower = tokio::spawn(follow_logs(
-            self.docker.clone(),
-            container.clone(),
-            path,
-            self.cfg.log_max_bytes,
-        ));
-        let outcome = self.watch(job, &container, deadline).await;
+        let follower = tokio::spawn(follow_logs(Arc::clone(&self), job, container.clone()));
+        let bell = self.cancel_bell(job);
+        // A stop asked for before the bell existed was announced to nobody: look once.
+        if matches!(runs::cancel_requested(&self.pool, job).await, Ok(true)) {
+            bell.notify_one();
+        }
+        let outcome = self.watch(job, &container, deadline, &bell).await;
+        self.forget_cancel_bell(job);
         // After the exit dockerd ends the log stream; give it a moment to deliver the last lines.
         if tokio::time::timeout(Duration::from_secs(10), follower)
             .await
@@ -49,7 +50,13 @@ impl Runner {
         }
     }
 
-    async fn watch(&self, job: Uuid, container: &str, deadline: DateTime<Utc>) -> Outcome {
+    async fn watch(
+        &self,
+        job: Uuid,
+        container: &str,
+        deadline: DateTime<Utc>,
+        cancel: &Notify,
+    ) -> Outcome {
         let until_deadline = (deadline - Utc::now()).to_std().unwrap_or(Duration::ZERO);
         let deadline_at = tokio::time::Instant::now() + until_deadline;
         loop {
@@ -78,7 +85,7 @@ impl Runner {
                 _ = tokio::time::sleep_until(deadline_at) => {
                     return Outcome::TimedOut(self.stop(container).await);
                 }
-                _ = self.cancelled(job) => {
+                _ = cancel.notified() => {
                     return Outcome::Cancelled(self.stop(container).await);
                 }
             }
@@ -91,15 +98,6 @@ impl Runner {
             tracing::warn!(%container, error = %e, "stopping a container failed");
         }
         self.docker.wait(container).await.ok()
-    }
-
-    async fn cancelled(&self, job: Uuid) {
-        loop {
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            if matches!(runs::cancel_requested(&self.pool, job).await, Ok(true)) {
-                return;
-            }
-        }
     }
 
     /// Records an end, retrying while the database is unreachable (the cards stay held until then).
@@ -122,38 +120,40 @@ fn ending(outcome: Outcome, deadline: DateTime<Utc>) -> Ending {
     let code = |c: Option<i64>| c.and_then(|c| i32::try_from(c).ok());
     match outcome {
         Outcome::Exited(0) => Ending {
-            status: "succeeded",
+            status: JobStatus::Succeeded,
             exit_code: Some(0),
             reason: None,
         },
         Outcome::Exited(c) => Ending {
-            status: "failed",
+            status: JobStatus::Failed,
             exit_code: code(Some(c)),
             reason: Some(format!("exited with code {c}")),
         },
         Outcome::TimedOut(c) => Ending {
-            status: "timed_out",
+            status: JobStatus::TimedOut,
             exit_code: code(c),
             reason: Some(format!(
                 "ran past its deadline ({deadline}) and was stopped"
             )),
         },
         Outcome::Cancelled(c) => Ending {
-            status: "cancelled",
+            status: JobStatus::Cancelled,
             exit_code: code(c),
             reason: Some("cancelled while running".into()),
         },
         Outcome::Vanished => Ending {
-            status: "failed",
+            status: JobStatus::Failed,
             exit_code: None,
             reason: Some("its container was removed outside gpuq".into()),
         },
     }
 }
 
-/// Appends a container's output to its log file, resuming after the last line already kept.
-pub(super) async fn follow_logs(docker: Docker, container: String, path: PathBuf, cap: u64) {
-    let mut writer = match LogWriter::open(&path, cap) {
+/// Appends a container's output to its job's log file, resuming after the last line already kept,
+/// and tells this process's log followers each time the file grew.
+pub(super) async fn follow_logs(runner: Arc<Runner>, job: Uuid, container: String) {
+    let path = super::logs::log_path(&runner.cfg.logs_dir, job);
+    let mut writer = match LogWriter::open(&path, runner.cfg.log_max_bytes) {
         Ok(w) => w,
         Err(e) => {
             tracing::error!(path = %path.display(), error = %e, "cannot open a job log");
@@ -161,7 +161,7 @@ pub(super) async fn follow_logs(docker: Docker, container: String, path: PathBuf
         }
     };
     let since = writer.last_at().and_then(since_unix);
-    let mut lines = docker.logs(&container, since, true);
+    let mut lines = runner.docker.logs(&container, since, true);
     while let Some(item) = lines.next().await {
         match item {
             Ok(line) => {
@@ -169,6 +169,7 @@ pub(super) async fn follow_logs(docker: Docker, container: String, path: PathBuf
                     tracing::error!(path = %path.display(), error = %e, "writing a job log failed");
                     return;
                 }
+                runner.notifier.log_grew(job);
             }
             Err(e) => {
                 tracing::warn!(%container, error = %e, "log stream ended with an error");

@@ -7,16 +7,16 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use bollard::query_parameters::{
-    CreateContainerOptionsBuilder, InspectContainerOptions, ListContainersOptionsBuilder,
-    LogsOptionsBuilder, RemoveContainerOptionsBuilder, StartContainerOptions,
-    StopContainerOptionsBuilder, WaitContainerOptionsBuilder,
+    CreateContainerOptionsBuilder, EventsOptionsBuilder, InspectContainerOptions,
+    ListContainersOptionsBuilder, LogsOptionsBuilder, RemoveContainerOptionsBuilder,
+    StartContainerOptions, StopContainerOptionsBuilder, WaitContainerOptionsBuilder,
 };
 use futures_util::stream::{self, Stream, StreamExt};
 
 use super::fence::{container_config, verify};
 use super::{
     ContainerFacts, LaunchMode, LaunchRequest, LogLine, ManagedContainer, RuntimeError,
-    LABEL_MANAGED, LABEL_NODE,
+    LABEL_JOB_ID, LABEL_MANAGED, LABEL_NODE,
 };
 use convert::{facts, log_lines, managed, map_err};
 
@@ -279,6 +279,61 @@ impl Docker {
                 stream::iter(lines)
             })
             .boxed()
+    }
+
+    /// dockerd's `kill` events of gpuq-labelled containers from `since_unix_nanos` on (dockerd
+    /// replays the ones already past, so nothing is lost between subscribing and the stream's
+    /// first read), as they happen. A `docker stop` shows as a kill with signal 15, then one with
+    /// signal 9 if the grace ran out. Used by `gpuq bench external`; the stream never ends by
+    /// itself.
+    pub fn kill_events(
+        &self,
+        since_unix_nanos: i64,
+    ) -> impl Stream<Item = Result<KillEvent, RuntimeError>> + Send + Unpin + 'static {
+        let since = format!(
+            "{}.{:09}",
+            since_unix_nanos.div_euclid(1_000_000_000),
+            since_unix_nanos.rem_euclid(1_000_000_000)
+        );
+        let filters = HashMap::from([
+            ("type", vec!["container".to_string()]),
+            ("event", vec!["kill".to_string()]),
+            ("label", vec![format!("{LABEL_MANAGED}=true")]),
+        ]);
+        let options = EventsOptionsBuilder::new()
+            .since(&since)
+            .filters(&filters)
+            .build();
+        self.inner
+            .events(Some(options))
+            .map(|item| item.map(kill_event).map_err(map_err))
+            .boxed()
+    }
+}
+
+/// One `kill` event of a gpuq container, as dockerd reported it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KillEvent {
+    /// The job, from the container's `org.gpuq.job-id` label (`None` if absent or not a UUID).
+    pub job_id: Option<uuid::Uuid>,
+    /// The container's name (`gpuq-<job>-<attempt>`).
+    pub name: String,
+    /// The signal dockerd sent (15 for SIGTERM, 9 for SIGKILL), if it said.
+    pub signal: Option<i32>,
+    /// dockerd's time of the event, nanoseconds since the Unix epoch.
+    pub at_unix_nanos: i64,
+}
+
+fn kill_event(msg: bollard::models::EventMessage) -> KillEvent {
+    let attrs = msg.actor.and_then(|a| a.attributes).unwrap_or_default();
+    KillEvent {
+        job_id: attrs.get(LABEL_JOB_ID).and_then(|j| j.parse().ok()),
+        name: attrs.get("name").cloned().unwrap_or_default(),
+        signal: attrs.get("signal").and_then(|s| s.parse().ok()),
+        at_unix_nanos: msg
+            .time_nano
+            .or(msg.time.map(|s| s * 1_000_000_000))
+            .unwrap_or_default(),
     }
 }
 

@@ -6,7 +6,7 @@ use crate::model::{
     gpu_id, AppError, CardPoint, CardSeries, UsageReport, UsageTotal, UsageView, WaitBucket,
     WaitStats, CUSTOM_VRAM,
 };
-use crate::server::http::OrInternal;
+use crate::server::error::OrInternal;
 use chrono::{DateTime, Utc};
 use sqlx::{FromRow, PgPool};
 use std::collections::HashMap;

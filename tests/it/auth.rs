@@ -1,9 +1,7 @@
 //! Sign-in, tokens, throttling, disabled users, roles and the cross-site check, against the real
 //! router and a real Postgres database.
 
-mod common;
-
-use common::{TestApp, ORIGIN, PASSWORD};
+use crate::support::{TestApp, ORIGIN, PASSWORD};
 use gpuq::model::Role;
 use gpuq::server::auth::service::{self, MAX_FAILURES};
 use serde_json::json;

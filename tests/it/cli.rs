@@ -1,8 +1,6 @@
 //! `gpuq user add` and the embedded Postgres, as a script or an operator uses them.
 
-mod common;
-
-use common::{database_url, free_port, start_server, TestApp, PASSWORD};
+use crate::support::{database_url, free_port, start_server, TestApp, PASSWORD};
 use gpuq::server::db::embedded::EmbeddedPg;
 use sqlx::PgPool;
 use std::io::Write;

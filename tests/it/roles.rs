@@ -3,11 +3,9 @@
 //! server function, so a new one without an entry fails this test. (REST routes have the same
 //! table in `tests/auth.rs`.)
 
-mod common;
-
+use crate::support::{Reply, TestApp};
 use axum::body::Body;
 use axum::http::{header, Request};
-use common::{Reply, TestApp};
 use gpuq::model::Role;
 use serde_json::{json, Value};
 use sqlx::PgPool;
@@ -84,10 +82,10 @@ async fn every_server_function_allows_exactly_the_roles_it_should(pool: PgPool) 
         .json();
     let cookies = [
         None,
-        Some(app.login("alice", common::PASSWORD).await),
-        Some(app.login("bob", common::PASSWORD).await),
-        Some(app.login("mia", common::PASSWORD).await),
-        Some(app.login("root", common::PASSWORD).await),
+        Some(app.login("alice", crate::support::PASSWORD).await),
+        Some(app.login("bob", crate::support::PASSWORD).await),
+        Some(app.login("mia", crate::support::PASSWORD).await),
+        Some(app.login("root", crate::support::PASSWORD).await),
     ];
 
     // Who is allowed: [anonymous, owner, other member, manager, admin].

@@ -1,9 +1,7 @@
 //! Layer 1 through the REST API and real passes: submission checks, admission, wait reasons,
 //! hybrid accounting, cancellation, the read side and the manifest.
 
-mod common;
-
-use common::{ledger_violations, TestApp};
+use crate::support::{ledger_violations, read_stream_until, TestApp};
 use gpuq::model::Role;
 use serde_json::{json, Value};
 use sqlx::PgPool;
@@ -643,18 +641,33 @@ async fn manifest_edits_are_admin_only_audited_and_decide_the_next_pass(pool: Pg
 }
 
 #[sqlx::test(migrations = false)]
-async fn a_vanished_card_goes_offline_and_is_not_used(pool: PgPool) {
+async fn a_vanished_card_goes_missing_and_is_not_used(pool: PgPool) {
     let (app, _admin, member) = setup(pool).await;
-    // The node now reports only its RTX cards: the A100 goes offline, never deleted.
+    // The node now reports only its RTX cards: the A100 goes missing, never deleted, and its
+    // admin state is left alone.
     app.sim_cards("3x24576:NVIDIA GeForce RTX 3090", "node-a")
         .await;
-    let states: Vec<(String, String)> =
-        sqlx::query_as("SELECT model, state FROM gpus ORDER BY idx, model")
+    let states: Vec<(String, String, bool)> =
+        sqlx::query_as("SELECT model, state, present FROM gpus ORDER BY idx, model")
             .fetch_all(&app.pool)
             .await
             .unwrap();
     assert_eq!(states.len(), 4);
-    assert!(states.iter().any(|(m, s)| m == A100 && s == "offline"));
+    assert!(states
+        .iter()
+        .any(|(m, s, present)| m == A100 && s == "online" && !present));
+    let gpus = app
+        .api("GET", "/api/v1/gpus", Some(&member), None)
+        .await
+        .json();
+    let a100 = gpus["gpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["model"] == A100)
+        .unwrap()
+        .clone();
+    assert_eq!(a100["state"], "missing", "{a100}");
     // A job needing an A100-sized card can now never run here.
     let r = app
         .submit(&member, job(json!({ "min_vram_mb": 40000 })))
@@ -667,36 +680,18 @@ async fn a_vanished_card_goes_offline_and_is_not_used(pool: PgPool) {
     );
 }
 
-/// Reads SSE frames until one contains `needle` (or panics after `secs`).
-async fn read_until(body: &mut axum::body::Body, needle: &str, secs: u64) -> String {
-    use http_body_util::BodyExt;
-    let mut seen = String::new();
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(secs);
-    while !seen.contains(needle) {
-        let frame = tokio::time::timeout_at(deadline, body.frame())
-            .await
-            .unwrap_or_else(|_| panic!("no `{needle}` in the event stream; got: {seen}"))
-            .expect("stream open")
-            .expect("frame");
-        if let Ok(data) = frame.into_data() {
-            seen.push_str(&String::from_utf8_lossy(&data));
-        }
-    }
-    seen
-}
-
 #[sqlx::test(migrations = false)]
 async fn live_events_carry_changes_made_by_any_process(pool: PgPool) {
     let (app, admin, member) = setup(pool).await;
     let (status, _) = app.stream("/api/v1/events", "Bearer gpuq_nope").await;
     assert_eq!(status, 401);
-    let (stop, forwarder) = app.start_live();
+    let (stop, forwarder) = app.start_notifier();
     let (status, mut body) = app.stream("/api/v1/events", &member).await;
     assert_eq!(status, 200);
-    // The forwarder LISTENs in the background: poke until a probe comes through.
+    // The notifier LISTENs in the background: poke until a probe comes through.
     let mut ready = false;
     for _ in 0..50 {
-        sqlx::query("SELECT pg_notify('gpuq_events', '{\"kind\":\"probe\"}')")
+        sqlx::query("SELECT pg_notify('gpuq_events', '{\"kind\":\"cards\"}')")
             .execute(&app.pool)
             .await
             .unwrap();
@@ -706,31 +701,43 @@ async fn live_events_carry_changes_made_by_any_process(pool: PgPool) {
         {
             if frame
                 .into_data()
-                .is_ok_and(|d| String::from_utf8_lossy(&d).contains("probe"))
+                .is_ok_and(|d| String::from_utf8_lossy(&d).contains("event: cards"))
             {
                 ready = true;
                 break;
             }
         }
     }
-    assert!(ready, "the live forwarder never started listening");
+    assert!(ready, "the notifier never started listening");
     let id = app
         .submit_ok(&member, job(json!({ "min_vram_mb": 1000 })))
         .await;
-    let seen = read_until(&mut body, &id.to_string(), 10).await;
+    let seen = read_stream_until(&mut body, &id.to_string(), 10).await;
     assert!(seen.contains("event: job"), "{seen}");
     assert!(seen.contains("\"status\":\"queued\""), "{seen}");
     app.pass().await;
-    read_until(&mut body, "event: pass", 10).await;
+    read_stream_until(&mut body, "event: pass", 10).await;
     // Another gpuq process on the same database: its NOTIFY reaches this process's streams.
     let other = sqlx::PgPool::connect_with((*app.pool.connect_options()).clone())
         .await
         .unwrap();
-    sqlx::query("SELECT pg_notify('gpuq_events', '{\"kind\":\"job\",\"job_id\":\"from-elsewhere\",\"status\":\"running\"}')")
+    let elsewhere = uuid::Uuid::new_v4();
+    sqlx::query("SELECT pg_notify('gpuq_events', $1)")
+        .bind(format!(
+            r#"{{"kind":"job","job_id":"{elsewhere}","status":"running"}}"#
+        ))
         .execute(&other)
         .await
         .unwrap();
-    read_until(&mut body, "from-elsewhere", 10).await;
+    read_stream_until(&mut body, &elsewhere.to_string(), 10).await;
+    // A payload this process does not understand (a newer gpuq's, say) is never passed on as it
+    // is: the pages are told to refetch instead.
+    sqlx::query("SELECT pg_notify('gpuq_events', '{\"kind\":\"job\",\"job_id\":\"<script>\"}')")
+        .execute(&other)
+        .await
+        .unwrap();
+    let seen = read_stream_until(&mut body, "event: resync", 10).await;
+    assert!(!seen.contains("<script>"), "{seen}");
     let gpus = app
         .api("GET", "/api/v1/gpus", Some(&admin), None)
         .await
@@ -743,8 +750,52 @@ async fn live_events_carry_changes_made_by_any_process(pool: PgPool) {
         Some(json!({ "state": "draining" })),
     )
     .await;
-    let seen = read_until(&mut body, "gpu.state", 10).await;
+    let seen = read_stream_until(&mut body, "gpu.state", 10).await;
     assert!(seen.contains("event: changed"), "{seen}");
     stop.send(true).unwrap();
     forwarder.await.unwrap();
+}
+
+#[sqlx::test(migrations = false)]
+async fn the_queue_order_is_one_definition_that_sql_and_rust_agree_on(pool: PgPool) {
+    let (app, admin, _) = setup(pool).await;
+    let mut submitted = Vec::new();
+    for priority in [0, 5, -3, 5, 0, 10, -3, 7] {
+        // No pass runs here: every one of them stays queued.
+        let spec = job(json!({ "min_vram_mb": 1000, "priority": priority }));
+        let id = app.submit_ok(&admin, spec).await;
+        let v = app.job(&admin, id).await;
+        submitted.push((
+            gpuq::model::queue_key(priority, v["seq"].as_i64().unwrap()),
+            id,
+        ));
+    }
+    submitted.sort();
+    let by_rust: Vec<uuid::Uuid> = submitted.into_iter().map(|(_, id)| id).collect();
+    let by_sql: Vec<uuid::Uuid> = sqlx::query_scalar(&format!(
+        "SELECT id FROM jobs WHERE status = 'queued' ORDER BY {}",
+        gpuq::model::QUEUE_ORDER_SQL
+    ))
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(by_sql, by_rust);
+    let listed = app
+        .api("GET", "/api/v1/jobs?sort=queue", Some(&admin), None)
+        .await
+        .json();
+    let by_api: Vec<uuid::Uuid> = listed["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["id"].as_str().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(by_api, by_rust);
+    let positions: Vec<i64> = listed["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["queue_position"].as_i64().unwrap())
+        .collect();
+    assert_eq!(positions, (1..=8).collect::<Vec<i64>>());
 }

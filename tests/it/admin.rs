@@ -2,9 +2,7 @@
 //! renaming workload types, roles, passwords, resubmission, sorting, and the "applied by a pass"
 //! signal. Real router, real Postgres.
 
-mod common;
-
-use common::{TestApp, PASSWORD};
+use crate::support::{TestApp, PASSWORD};
 use gpuq::model::Role;
 use serde_json::json;
 use sqlx::PgPool;

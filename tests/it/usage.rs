@@ -1,10 +1,8 @@
 //! Usage: the sampler and its retention, the report's figures against hand-computed ones, range
 //! checks, the CSV exports and who may see any of it.
 
-mod common;
-
+use crate::support::{TestApp, PASSWORD};
 use chrono::{DateTime, Duration, TimeZone, Utc};
-use common::{TestApp, PASSWORD};
 use gpuq::model::Role;
 use gpuq::server::gpu::GpuInfo;
 use gpuq::server::usage::{self, sampler, Sampling};

@@ -1,13 +1,10 @@
 //! Integration tests against the real dockerd. Nothing is skipped: if dockerd
 //! is unreachable, every test fails.
 
-#[path = "docker_common/mod.rs"]
-mod common;
-
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use common::{all_logs, docker, request, run, Cleanup, IMAGE};
+use crate::support::docker::{all_logs, docker, request, run, Cleanup, IMAGE};
 use futures_util::future::join_all;
 use futures_util::StreamExt;
 use gpuq::server::runtime::{

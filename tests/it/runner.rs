@@ -1,8 +1,6 @@
 //! Layer 2 end to end: real Postgres, real dockerd, simulated cards fenced through device nodes.
 
-mod common;
-
-use common::{
+use crate::support::{
     api_as_admin, database_url, free_port, post_job, start_server, wait_status, Node, TestApp,
 };
 use gpuq::model::Role;

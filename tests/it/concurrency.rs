@@ -1,9 +1,7 @@
 //! Several passes and several `gpuq serve` processes on one database never double-book a card; and
 //! without the advisory lock they would (the test shows the failure it guards against).
 
-mod common;
-
-use common::{
+use crate::support::{
     api_as_admin, database_url, free_port, ledger_violations, pass_config, post_job, start_server,
     TestApp,
 };

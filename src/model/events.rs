@@ -1,0 +1,205 @@
+//! What happened, in names: the kinds of job and audit events, and the live events every gpuq
+//! process tells the others (and the browsers) about.
+
+use super::vocab::vocabulary;
+use super::JobStatus;
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+vocabulary! {
+    /// A step in one job's trail (`job_events.kind`).
+    pub enum JobEventKind {
+        /// Accepted into the queue.
+        Submitted = "submitted",
+        /// Refused at submission: it could never run here.
+        Rejected = "rejected",
+        /// Created as a copy of another job (`detail.job`).
+        ResubmittedFrom = "resubmitted_from",
+        /// Its workload type was renamed while it waited.
+        WorkloadRenamed = "workload_renamed",
+        /// A pass reserved its cards.
+        Admitted = "admitted",
+        /// Its node's runner claimed it.
+        Starting = "starting",
+        /// The created container was checked against the grant.
+        FenceVerified = "fence_verified",
+        /// `docker start` was sent.
+        StartIssued = "start_issued",
+        /// The container runs.
+        Started = "started",
+        /// The runner could not launch it yet and gave it back.
+        LaunchDeferred = "launch_deferred",
+        /// A restarted runner took its running container back.
+        Readopted = "readopted",
+        /// Its owner or an admin asked a running job to stop.
+        CancelRequested = "cancel_requested",
+        /// Exited 0.
+        Succeeded = "succeeded",
+        /// Exited non-zero or could not run.
+        Failed = "failed",
+        /// Stopped at its deadline.
+        TimedOut = "timed_out",
+        /// Cancelled.
+        Cancelled = "cancelled",
+        /// Its cards were given back.
+        Released = "released",
+    }
+}
+
+impl JobEventKind {
+    /// The event that records a job ending with `status`, if that status is an end.
+    pub fn ending(status: JobStatus) -> Option<JobEventKind> {
+        match status {
+            JobStatus::Succeeded => Some(JobEventKind::Succeeded),
+            JobStatus::Failed => Some(JobEventKind::Failed),
+            JobStatus::TimedOut => Some(JobEventKind::TimedOut),
+            JobStatus::Cancelled => Some(JobEventKind::Cancelled),
+            JobStatus::Rejected => Some(JobEventKind::Rejected),
+            _ => None,
+        }
+    }
+}
+
+vocabulary! {
+    /// A change to the cluster's rules or people (`audit_events.kind`).
+    pub enum AuditKind {
+        /// A workload type was created or changed.
+        ManifestPut = "manifest.put",
+        /// A workload type was renamed.
+        ManifestRename = "manifest.rename",
+        /// A workload type was deleted.
+        ManifestDelete = "manifest.delete",
+        /// An admin put a card online, draining or offline.
+        GpuState = "gpu.state",
+        /// An admin set a simulated card's foreign memory.
+        GpuSimExternal = "gpu.sim_external",
+        /// A user was created.
+        UserCreate = "user.create",
+        /// A user's role or enabled state changed.
+        UserUpdate = "user.update",
+        /// A user changed their password.
+        UserPassword = "user.password",
+        /// The launch policy was replaced.
+        LaunchPolicy = "settings.launch_policy",
+    }
+}
+
+/// What a job-change notification says: the job's new status, or that a stop was asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum JobChange {
+    /// Its owner or an admin asked the running job to stop (`"cancel_requested"`).
+    CancelRequested(CancelRequested),
+    /// Its status is now this.
+    Status(JobStatus),
+}
+
+/// The marker of [`JobChange::CancelRequested`] on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CancelRequested {
+    /// `"cancel_requested"`.
+    #[serde(rename = "cancel_requested")]
+    CancelRequested,
+}
+
+/// A live event: what one gpuq process tells every other (through Postgres NOTIFY) and what the
+/// browsers receive on `/api/v1/events`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum LiveEvent {
+    /// A job changed.
+    Job {
+        /// Which job.
+        job_id: Uuid,
+        /// What changed.
+        status: JobChange,
+    },
+    /// An admission pass admitted or reclaimed something.
+    Pass {
+        /// Jobs admitted.
+        admitted: u64,
+        /// Jobs whose capacity was taken back.
+        reclaimed: u64,
+    },
+    /// The card inventory of a node changed.
+    Cards,
+    /// An admin changed something that decides admission.
+    Changed {
+        /// What kind of change.
+        what: AuditKind,
+        /// Which thing.
+        subject: String,
+    },
+    /// Events may have been missed (the stream reconnected or fell behind): refetch everything.
+    Resync,
+}
+
+impl LiveEvent {
+    /// A job's new status.
+    pub fn job(job_id: Uuid, status: JobStatus) -> LiveEvent {
+        LiveEvent::Job {
+            job_id,
+            status: JobChange::Status(status),
+        }
+    }
+
+    /// A running job was asked to stop.
+    pub fn cancel_requested(job_id: Uuid) -> LiveEvent {
+        LiveEvent::Job {
+            job_id,
+            status: JobChange::CancelRequested(CancelRequested::CancelRequested),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn live_events_keep_their_wire_shape() {
+        let id = Uuid::nil();
+        let cases = [
+            (
+                LiveEvent::job(id, JobStatus::Running),
+                json!({"kind": "job", "job_id": id, "status": "running"}),
+            ),
+            (
+                LiveEvent::cancel_requested(id),
+                json!({"kind": "job", "job_id": id, "status": "cancel_requested"}),
+            ),
+            (
+                LiveEvent::Pass {
+                    admitted: 2,
+                    reclaimed: 1,
+                },
+                json!({"kind": "pass", "admitted": 2, "reclaimed": 1}),
+            ),
+            (LiveEvent::Cards, json!({"kind": "cards"})),
+            (
+                LiveEvent::Changed {
+                    what: AuditKind::ManifestPut,
+                    subject: "llm".into(),
+                },
+                json!({"kind": "changed", "what": "manifest.put", "subject": "llm"}),
+            ),
+            (LiveEvent::Resync, json!({"kind": "resync"})),
+        ];
+        for (event, wire) in cases {
+            assert_eq!(serde_json::to_value(&event).unwrap(), wire);
+            assert_eq!(serde_json::from_value::<LiveEvent>(wire).unwrap(), event);
+        }
+        assert!(serde_json::from_value::<LiveEvent>(
+            json!({"kind": "job", "job_id": id, "status": "dancing"})
+        )
+        .is_err());
+    }
+
+    #[test]
+    fn every_ending_status_has_its_event() {
+        for &s in JobStatus::ALL {
+            assert_eq!(JobEventKind::ending(s).is_some(), s.is_terminal(), "{s}");
+        }
+    }
+}

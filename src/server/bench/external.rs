@@ -1,0 +1,295 @@
+//! `gpuq bench external`: measures a running gpuq server from outside, through its REST API, its
+//! database's statistics and dockerd, so the same bench can be pointed at an old build and a new
+//! one alike. It never imports the server's code paths for what it measures, and never migrates
+//! the database.
+//!
+//! Sections (figures are printed as they come):
+//!
+//! 1. **Idle cost**, for each N of `--idle-jobs`: N one-card jobs that run `sleep 600` are
+//!    submitted and waited for until all are `running`; after a settling time (so statistics that
+//!    backends flush late are in) `xact_commit + xact_rollback` of the server's database in
+//!    `pg_stat_database` is read twice, `--idle-seconds` apart (the bench's own first read is
+//!    subtracted; nothing else of the bench touches the database in between), with the CPU time
+//!    of the server, dockerd and Postgres over the same window.
+//! 2. **cancel → SIGTERM**: with dockerd's `kill` events subscribed, the N jobs are cancelled one
+//!    at a time; each latency runs from just before `POST /api/v1/jobs/{id}/cancel` to the
+//!    `timeNano` of the container's kill event with signal 15 (same machine, same clock), and the
+//!    next cancel waits for it. Then the bench waits for all N to end.
+//! 3. **Burst**, dockerd's floor first, then gpuq: `--burst-jobs` containers running `true`, made
+//!    directly through dockerd by `--workers` workers (create with gpuq's own fence config on a
+//!    simulated card → start → wait → remove), then as many one-card `true` jobs submitted
+//!    through the REST API by `--workers` submitters and timed from the first submit to the last
+//!    job's terminal status; CPU seconds per container of each process over each leg.
+//!
+//! The server under test needs simulated cards with room for the idle jobs (1 MiB each), e.g.
+//! `--sim-gpus "8x81920:NVIDIA A100 80GB"`, and must use the database given here.
+
+mod burst;
+mod cpu;
+mod idle;
+
+use anyhow::{bail, Context, Result};
+use futures_util::{StreamExt, TryStreamExt};
+use serde_json::{json, Value};
+use sqlx::postgres::PgPoolOptions;
+use sqlx::PgPool;
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::time::{Duration, Instant};
+use uuid::Uuid;
+
+use crate::server::runtime::Docker;
+
+/// Statuses a job never leaves.
+const TERMINAL: [&str; 5] = ["succeeded", "failed", "cancelled", "timed_out", "rejected"];
+
+/// Flags of `gpuq bench external`. The server and its token are the global `--url` and `--token`
+/// (`GPUQ_URL`, `GPUQ_TOKEN`).
+#[derive(clap::Args, Clone)]
+pub struct ExternalBenchOptions {
+    /// Without `--token`: sign in as this user (an admin) to mint a token.
+    #[arg(long)]
+    pub username: Option<String>,
+    /// That user's password.
+    #[arg(long, env = "GPUQ_BENCH_PASSWORD", hide_env_values = true)]
+    pub password: Option<String>,
+    /// The database the server uses (its transaction counters and job statuses are read there;
+    /// nothing is written).
+    #[arg(long)]
+    pub database_url: String,
+    /// PID of the `gpuq serve` process, to report its CPU time.
+    #[arg(long)]
+    pub server_pid: Option<u32>,
+    /// Numbers of idle jobs (`sleep 600`) to measure, one after another.
+    #[arg(long, value_delimiter = ',', default_value = "20,200")]
+    pub idle_jobs: Vec<usize>,
+    /// Length of the window over which idle transactions are counted.
+    #[arg(long, default_value_t = 30)]
+    pub idle_seconds: u64,
+    /// Containers in each leg of the burst.
+    #[arg(long, default_value_t = 1000)]
+    pub burst_jobs: usize,
+    /// Concurrent dockerd workers (floor) and REST submitters (gpuq).
+    #[arg(long, default_value_t = 16)]
+    pub workers: usize,
+    /// A local image with `sleep` and `true` (nothing is pulled).
+    #[arg(long, default_value = "gpuq-test/busybox:latest")]
+    pub image: String,
+    /// Skip the idle cost and cancel latency sections.
+    #[arg(long, default_value_t = false)]
+    pub skip_idle: bool,
+    /// Skip the burst section.
+    #[arg(long, default_value_t = false)]
+    pub skip_burst: bool,
+}
+
+impl std::fmt::Debug for ExternalBenchOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExternalBenchOptions")
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("database_url", &self.database_url)
+            .field("server_pid", &self.server_pid)
+            .field("idle_jobs", &self.idle_jobs)
+            .field("idle_seconds", &self.idle_seconds)
+            .field("burst_jobs", &self.burst_jobs)
+            .field("workers", &self.workers)
+            .field("image", &self.image)
+            .field("skip_idle", &self.skip_idle)
+            .field("skip_burst", &self.skip_burst)
+            .finish()
+    }
+}
+
+/// What every section uses.
+struct Ctx {
+    api: Api,
+    pool: PgPool,
+    docker: Docker,
+    opts: ExternalBenchOptions,
+}
+
+/// Runs the sections the options ask for against the server at `url` and prints their figures.
+pub async fn run(
+    url: &str,
+    token: Option<String>,
+    opts: &ExternalBenchOptions,
+    out: &mut impl Write,
+) -> Result<()> {
+    if opts.workers == 0 {
+        bail!("--workers must be at least 1");
+    }
+    let api = Api::connect(url, token, opts).await?;
+    let pool = PgPoolOptions::new()
+        .max_connections(2)
+        // No ping before each use: it would add to the transactions counted while idle.
+        .test_before_acquire(false)
+        .connect(&opts.database_url)
+        .await
+        .context("connecting to --database-url")?;
+    let docker = Docker::connect().await.context("the bench needs dockerd")?;
+    if !docker.image_exists(&opts.image).await? {
+        bail!("image {} is not present locally", opts.image);
+    }
+    let ctx = Ctx {
+        api,
+        pool,
+        docker,
+        opts: opts.clone(),
+    };
+    writeln!(out, "gpuq bench external against {url}\n")?;
+    if !opts.skip_idle {
+        idle::section(&ctx, out).await?;
+    }
+    if !opts.skip_burst {
+        burst::section(&ctx, out).await?;
+    }
+    ctx.pool.close().await;
+    Ok(())
+}
+
+/// The server's REST API with an admin's bearer token.
+struct Api {
+    http: reqwest::Client,
+    base: String,
+    token: String,
+}
+
+impl Api {
+    /// Uses `token`, or mints one with `--username`/`--password`, and checks it with `/me`.
+    async fn connect(
+        url: &str,
+        token: Option<String>,
+        opts: &ExternalBenchOptions,
+    ) -> Result<Self> {
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(120))
+            .build()?;
+        let base = format!("{}/api/v1", url.trim_end_matches('/'));
+        let token = match (token, &opts.username, &opts.password) {
+            (Some(t), _, _) => t,
+            (None, Some(username), Some(password)) => {
+                let body =
+                    json!({ "username": username, "password": password, "name": "bench-external" });
+                let resp = http.post(format!("{base}/tokens")).json(&body).send().await;
+                let created = answer(resp, "minting a token").await?;
+                created["token"]
+                    .as_str()
+                    .context("POST /tokens answered without a token")?
+                    .to_string()
+            }
+            _ => bail!("give --token (or GPUQ_TOKEN), or --username and --password of an admin"),
+        };
+        let api = Api { http, base, token };
+        let me = answer(api.get("/me").send().await, "GET /api/v1/me").await?;
+        eprintln!("bench: signed in as {} ({})", me["username"], me["role"]);
+        Ok(api)
+    }
+
+    fn get(&self, path: &str) -> reqwest::RequestBuilder {
+        self.http
+            .get(format!("{}{path}", self.base))
+            .bearer_auth(&self.token)
+    }
+
+    fn post(&self, path: &str) -> reqwest::RequestBuilder {
+        self.http
+            .post(format!("{}{path}", self.base))
+            .bearer_auth(&self.token)
+    }
+
+    /// Submits one job and returns its id.
+    async fn submit(&self, body: &Value) -> Result<Uuid> {
+        let created = answer(self.post("/jobs").json(body).send().await, "submitting").await?;
+        let id = created["job_id"].as_str().unwrap_or_default();
+        id.parse()
+            .with_context(|| format!("submit answered {created}"))
+    }
+
+    /// Submits `bodies` with `workers` requests in flight; the ids come back in order.
+    async fn submit_all(&self, bodies: Vec<Value>, workers: usize) -> Result<Vec<Uuid>> {
+        futures_util::stream::iter(bodies)
+            .map(|b| async move { self.submit(&b).await })
+            .buffered(workers)
+            .try_collect()
+            .await
+    }
+
+    async fn cancel(&self, id: Uuid) -> Result<()> {
+        let resp = self.post(&format!("/jobs/{id}/cancel")).send().await;
+        answer(resp, "cancelling").await.map(drop)
+    }
+}
+
+/// The JSON body of a successful answer (`null` for an empty one), else an error with the status
+/// and the server's words.
+async fn answer(resp: reqwest::Result<reqwest::Response>, what: &str) -> Result<Value> {
+    let resp = resp.with_context(|| format!("{what}: no answer"))?;
+    let status = resp.status();
+    let text = resp.text().await.unwrap_or_default();
+    if !status.is_success() {
+        bail!("{what}: {status}: {text}");
+    }
+    if text.is_empty() {
+        return Ok(Value::Null);
+    }
+    serde_json::from_str(&text).with_context(|| format!("{what}: answer is not JSON: {text}"))
+}
+
+/// How many of `ids` are in each status.
+async fn statuses(pool: &PgPool, ids: &[Uuid]) -> Result<BTreeMap<String, i64>> {
+    let rows: Vec<(String, i64)> =
+        sqlx::query_as("SELECT status, count(*) FROM jobs WHERE id = ANY($1) GROUP BY status")
+            .bind(ids)
+            .fetch_all(pool)
+            .await?;
+    Ok(rows.into_iter().collect())
+}
+
+/// Polls the database every `every` until all of `ids` are in one of `want`, and returns how long
+/// that took. Fails at once if some reach a terminal status that is not wanted (with one of their
+/// reasons), and after `limit`.
+async fn wait_for(
+    pool: &PgPool,
+    ids: &[Uuid],
+    want: &[&str],
+    every: Duration,
+    limit: Duration,
+) -> Result<Duration> {
+    let t = Instant::now();
+    loop {
+        let now = statuses(pool, ids).await?;
+        let there: i64 = want.iter().filter_map(|s| now.get(*s)).sum();
+        if there == ids.len() as i64 {
+            return Ok(t.elapsed());
+        }
+        let stray = now
+            .keys()
+            .any(|s| TERMINAL.contains(&s.as_str()) && !want.contains(&s.as_str()));
+        if stray {
+            let reason: Option<String> = sqlx::query_scalar(
+                "SELECT status || ': ' || coalesce(status_reason, '(no reason)') FROM jobs \
+                 WHERE id = ANY($1) AND status <> ALL($2) AND status = ANY($3) LIMIT 1",
+            )
+            .bind(ids)
+            .bind(want)
+            .bind(&TERMINAL[..])
+            .fetch_optional(pool)
+            .await?;
+            bail!(
+                "waiting for {want:?}, bench jobs ended otherwise: {now:?}; e.g. {}",
+                reason.unwrap_or_default()
+            );
+        }
+        if t.elapsed() > limit {
+            bail!("bench jobs not all {want:?} after {limit:?}: {now:?}");
+        }
+        tokio::time::sleep(every).await;
+    }
+}
+
+/// A count, e.g. `{"succeeded": 1000}`, as `1000 succeeded`.
+fn describe(counts: &BTreeMap<String, i64>) -> String {
+    let parts: Vec<String> = counts.iter().map(|(s, n)| format!("{n} {s}")).collect();
+    parts.join(", ")
+}

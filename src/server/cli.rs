@@ -1,0 +1,109 @@
+//! The top of the `gpuq` command line: which subcommand, and the flags that belong to the
+//! subcommands that join several layers (benchmarks, the client). The flags of `gpuq serve` and of
+//! the database are in [`crate::server::config`], which imports nothing of the crate.
+
+use crate::server::config::{DbArgs, ServeArgs, UserAddArgs};
+use clap::{Args, Parser, Subcommand};
+
+/// gpuq: GPU job admission and isolation for shared multi-GPU servers.
+#[derive(Debug, Parser)]
+#[command(name = "gpuq", version, about)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+    /// Server and token for the client subcommands.
+    #[command(flatten)]
+    pub conn: crate::client::ConnArgs,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the server: web UI, REST API and background tasks.
+    Serve(ServeArgs),
+    /// Manage users directly in the database (for scripts and first set-up).
+    #[command(subcommand)]
+    User(UserCommand),
+    /// Benchmarks that print figures (run them on a scratch database).
+    #[command(subcommand)]
+    Bench(BenchCommand),
+    /// Client subcommands: talk to a gpuq server over its REST API.
+    #[command(flatten)]
+    Client(crate::client::ClientCommand),
+}
+
+/// `gpuq user …`
+#[derive(Debug, Subcommand)]
+pub enum UserCommand {
+    /// Create a user; the password is read from standard input (one line).
+    Add(UserAddArgs),
+}
+
+/// `gpuq bench …`
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Planner time, whole-pass time and burst admission rate (needs an empty, scratch database).
+    Admission(BenchAdmissionArgs),
+    /// Submit → container start overhead and exit → next start (needs dockerd and a scratch database).
+    Runner(BenchRunnerArgs),
+    /// Idle cost, cancel → SIGTERM and burst throughput of a running server, measured from
+    /// outside (REST API, its database's statistics, dockerd), so old and new builds compare.
+    External(BenchExternalArgs),
+}
+
+/// Flags of `gpuq bench external`; the server and its token are the global `--url` and `--token`.
+#[derive(Debug, Args)]
+pub struct BenchExternalArgs {
+    /// Sign-in, database, sizes and image.
+    #[command(flatten)]
+    pub opts: crate::server::bench::external::ExternalBenchOptions,
+}
+
+/// Flags of `gpuq bench runner`.
+#[derive(Debug, Args)]
+pub struct BenchRunnerArgs {
+    /// Database location (a scratch one).
+    #[command(flatten)]
+    pub db: DbArgs,
+    /// Sizes and image.
+    #[command(flatten)]
+    pub opts: crate::server::bench::launch::RunnerBenchOptions,
+}
+
+/// Flags of `gpuq bench admission`.
+#[derive(Debug, Args)]
+pub struct BenchAdmissionArgs {
+    /// Database location (use a scratch one: the bench refuses a database that has jobs or cards).
+    #[command(flatten)]
+    pub db: DbArgs,
+    /// Sizes and repeats.
+    #[command(flatten)]
+    pub opts: crate::server::bench::BenchOptions,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn serve(args: &[&str]) -> Result<ServeArgs, clap::Error> {
+        let argv = ["gpuq", "serve"].iter().chain(args);
+        match Cli::try_parse_from(argv)?.command {
+            Command::Serve(a) => Ok(a),
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_gpu_source_has_a_new_name_and_the_old_one_still_works_with_a_warning() {
+        let a = serve(&["--gpu-source", "sim"]).unwrap();
+        assert_eq!(a.gpu_source(), ("sim", None));
+        let a = serve(&["--gpus", "nvml"]).unwrap();
+        let (source, warning) = a.gpu_source();
+        assert_eq!(source, "nvml");
+        assert!(warning.unwrap().contains("--gpu-source"));
+        assert_eq!(serve(&[]).unwrap().gpu_source(), ("auto", None));
+        let both = serve(&["--gpus", "sim", "--gpu-source", "nvml"]).unwrap_err();
+        assert_eq!(both.kind(), clap::error::ErrorKind::ArgumentConflict);
+    }
+}

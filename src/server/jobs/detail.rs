@@ -1,0 +1,74 @@
+//! One job as its page shows it: the view, what the viewer may do, and the timeline from its
+//! trail in plain words.
+
+use crate::model::{AppError, JobDetail, JobEventKind, JobEventView, Role};
+use crate::server::auth::CurrentUser;
+use crate::server::db::events;
+use crate::server::error::OrInternal;
+use crate::server::AppState;
+use uuid::Uuid;
+
+/// A job with its timeline, and whether the viewer may cancel or resubmit it.
+pub async fn detail(state: &AppState, user: &CurrentUser, id: Uuid) -> Result<JobDetail, AppError> {
+    let job = super::get(state, user, id).await?;
+    let rows = events::job_events_of(&state.pool, id)
+        .await
+        .or_internal("reading a job's events")?;
+    let owner = job.owner == user.username;
+    Ok(JobDetail {
+        can_cancel: (owner || user.role.at_least(Role::Admin)) && !job.status.is_terminal(),
+        can_resubmit: owner,
+        job,
+        events: rows
+            .into_iter()
+            .map(|e| JobEventView {
+                at: e.at,
+                actor: e.actor,
+                detail: describe(e.kind, &e.detail),
+                kind: e.kind,
+            })
+            .collect(),
+    })
+}
+
+fn describe(kind: JobEventKind, detail: &serde_json::Value) -> String {
+    let gpus = || {
+        detail["gpus"]
+            .as_array()
+            .map(|g| {
+                g.iter()
+                    .map(|c| match c {
+                        serde_json::Value::String(s) => s.clone(),
+                        other => format!(
+                            "GPU {} ({})",
+                            other["index"],
+                            other["uuid"].as_str().unwrap_or("?")
+                        ),
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })
+            .unwrap_or_default()
+    };
+    match kind {
+        JobEventKind::Admitted => format!(
+            "on node {}: {}",
+            detail["node"].as_str().unwrap_or("?"),
+            gpus()
+        ),
+        JobEventKind::FenceVerified => format!("container sees exactly {}", gpus()),
+        JobEventKind::Succeeded
+        | JobEventKind::Failed
+        | JobEventKind::TimedOut
+        | JobEventKind::Cancelled => match (&detail["exit_code"], detail["reason"].as_str()) {
+            (serde_json::Value::Number(c), Some(r)) => format!("exit code {c}: {r}"),
+            (serde_json::Value::Number(c), None) => format!("exit code {c}"),
+            (_, Some(r)) => r.to_owned(),
+            _ => String::new(),
+        },
+        JobEventKind::Rejected | JobEventKind::LaunchDeferred => {
+            detail["reason"].as_str().unwrap_or_default().to_owned()
+        }
+        _ => String::new(),
+    }
+}

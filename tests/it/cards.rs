@@ -1,0 +1,135 @@
+//! Card states: an admin's online / draining / offline holds until an admin changes it; a card the
+//! inventory stops seeing is `missing`, a different state, and gets its admin's state back when
+//! it is seen again.
+
+use crate::support::TestApp;
+use gpuq::model::Role;
+use serde_json::{json, Value};
+use sqlx::PgPool;
+
+const RTX: &str = "NVIDIA GeForce RTX 3090";
+
+fn one_card_job(name: &str) -> Value {
+    json!({ "image": "gpuq-test/busybox:latest", "command": ["sleep", "1"], "name": name,
+            "min_vram_mb": 20000 })
+}
+
+/// Each card's state, by index.
+async fn states(app: &TestApp, bearer: &str) -> Vec<String> {
+    let gpus = app
+        .api("GET", "/api/v1/gpus", Some(bearer), None)
+        .await
+        .json();
+    gpus["gpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["state"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+async fn set_state(app: &TestApp, admin: &str, card: uuid::Uuid, state: &str) -> u16 {
+    let id = gpuq::model::gpu_id(&card);
+    app.api(
+        "PATCH",
+        &format!("/api/v1/gpus/{id}"),
+        Some(admin),
+        Some(json!({ "state": state })),
+    )
+    .await
+    .status
+    .as_u16()
+}
+
+/// The cards a job holds, by index.
+async fn cards_of(app: &TestApp, bearer: &str, job: uuid::Uuid) -> Vec<u64> {
+    app.job(bearer, job).await["assigned_gpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["index"].as_u64().unwrap())
+        .collect()
+}
+
+#[sqlx::test(migrations = false)]
+async fn an_admins_offline_and_drain_hold_across_inventory_refreshes(pool: PgPool) {
+    let app = TestApp::new(pool).await;
+    let spec = format!("3x24576:{RTX}");
+    let cards = app.sim_cards(&spec, "node-a").await;
+    let admin = app.bearer("root", Role::Admin).await;
+    let member = app.bearer("alice", Role::Member).await;
+    assert_eq!(set_state(&app, &admin, cards[0], "offline").await, 204);
+    assert_eq!(set_state(&app, &admin, cards[1], "draining").await, 204);
+    // Several refreshes, as the inventory does every few seconds: the admin's decision stands.
+    for _ in 0..3 {
+        app.sim_cards(&spec, "node-a").await;
+        assert_eq!(
+            states(&app, &member).await,
+            ["offline", "draining", "online"]
+        );
+    }
+    let first = app.submit_ok(&member, one_card_job("first")).await;
+    let second = app.submit_ok(&member, one_card_job("second")).await;
+    app.pass().await;
+    assert_eq!(cards_of(&app, &member, first).await, [2]);
+    assert_eq!(app.job(&member, second).await["status"], "queued");
+    // Only an admin lifts it.
+    assert_eq!(set_state(&app, &member, cards[0], "online").await, 403);
+    assert_eq!(set_state(&app, &admin, cards[0], "online").await, 204);
+    app.sim_cards(&spec, "node-a").await;
+    app.pass().await;
+    assert_eq!(cards_of(&app, &member, second).await, [0]);
+    // `missing` is the inventory's word, not an admin's.
+    let r = app
+        .api(
+            "PATCH",
+            &format!("/api/v1/gpus/{}", gpuq::model::gpu_id(&cards[2])),
+            Some(&admin),
+            Some(json!({ "state": "missing" })),
+        )
+        .await;
+    assert_eq!(r.status, 400, "{}", r.text);
+    assert_eq!(r.json()["field"], "state");
+}
+
+#[sqlx::test(migrations = false)]
+async fn a_card_the_inventory_stops_seeing_is_missing_and_returns_to_its_admins_state(
+    pool: PgPool,
+) {
+    let app = TestApp::new(pool).await;
+    let three = format!("3x24576:{RTX}");
+    let cards = app.sim_cards(&three, "node-a").await;
+    let admin = app.bearer("root", Role::Admin).await;
+    let member = app.bearer("alice", Role::Member).await;
+    assert_eq!(set_state(&app, &admin, cards[1], "draining").await, 204);
+    // The node now sees only its first card.
+    app.sim_cards(&format!("1x24576:{RTX}"), "node-a").await;
+    assert_eq!(
+        states(&app, &member).await,
+        ["online", "missing", "missing"]
+    );
+    let gpus = app
+        .api("GET", "/api/v1/gpus", Some(&member), None)
+        .await
+        .json();
+    assert_eq!(
+        gpus["gpus"][2]["free_mib"], 0,
+        "a missing card offers nothing"
+    );
+    let first = app.submit_ok(&member, one_card_job("first")).await;
+    let second = app.submit_ok(&member, one_card_job("second")).await;
+    app.pass().await;
+    assert_eq!(cards_of(&app, &member, first).await, [0]);
+    assert_eq!(app.job(&member, second).await["status"], "queued");
+    // Seen again: the drained card is still drained, the other one takes work again.
+    app.sim_cards(&three, "node-a").await;
+    assert_eq!(
+        states(&app, &member).await,
+        ["online", "draining", "online"]
+    );
+    app.pass().await;
+    assert_eq!(cards_of(&app, &member, second).await, [2]);
+    assert!(crate::support::ledger_violations(&app.pool)
+        .await
+        .is_empty());
+}

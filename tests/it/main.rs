@@ -1,0 +1,19 @@
+//! gpuq's integration tests: one binary (the crate is linked once), a module per area, all against
+//! real Postgres (`#[sqlx::test]` gives each test its own database), real dockerd and the real
+//! `gpuq` binary where a test needs a process.
+
+mod support;
+
+mod admin;
+mod admission;
+mod auth;
+mod cards;
+mod cli;
+mod concurrency;
+mod docker;
+mod notifier;
+mod planner_props;
+mod roles;
+mod runner;
+mod spec_props;
+mod usage;

@@ -1,0 +1,12 @@
+//! Helpers shared by the integration tests, by topic.
+
+pub mod app;
+pub mod docker;
+pub mod ledger;
+pub mod node;
+pub mod server;
+
+pub use app::{pass_config, read_stream_until, Reply, TestApp, ORIGIN, PASSWORD};
+pub use ledger::ledger_violations;
+pub use node::{wait_status, Node};
+pub use server::{api_as_admin, database_url, free_port, post_job, start_server};

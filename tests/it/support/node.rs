@@ -1,0 +1,62 @@
+//! A runner and scheduler in this process, and waiting for jobs to reach a status.
+
+use super::{pass_config, TestApp};
+use serde_json::Value;
+
+/// A node in this test process (so tests can choose the launch mode): the app's notifier, the
+/// runner and a scheduler, as `gpuq serve` runs them.
+pub struct Node {
+    inner: gpuq::server::runner::LocalNode,
+}
+
+impl Node {
+    /// Starts a node: re-adoption first, then the runner and a scheduler.
+    pub async fn start(app: &TestApp, node: &str, mode: gpuq::server::runtime::LaunchMode) -> Node {
+        use gpuq::server::runner::{LocalNode, RunnerConfig};
+        let docker = gpuq::server::runtime::Docker::connect()
+            .await
+            .expect("dockerd must be running");
+        let cfg = RunnerConfig {
+            node: node.to_owned(),
+            logs_dir: app.logs_dir.clone(),
+            log_max_bytes: 1 << 20,
+            stop_grace: std::time::Duration::from_secs(1),
+            mode,
+        };
+        let pass = gpuq::server::admission::PassConfig {
+            cpu_node: node.to_owned(),
+            ..pass_config()
+        };
+        let inner = LocalNode::start(app.pool.clone(), docker, cfg, pass, app.notifier.clone())
+            .await
+            .expect("the node starts");
+        Node { inner }
+    }
+
+    /// Stops the runner, scheduler and notifier (containers already running are left alone).
+    pub async fn stop(self) {
+        self.inner.stop().await;
+    }
+}
+
+/// Polls a job until its status is one of `statuses` (or panics after `secs`).
+pub async fn wait_status(
+    app: &TestApp,
+    bearer: &str,
+    id: uuid::Uuid,
+    statuses: &[&str],
+    secs: u64,
+) -> Value {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    loop {
+        let v = app.job(bearer, id).await;
+        if statuses.iter().any(|s| v["status"] == *s) {
+            return v;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "job {id} never reached {statuses:?}: {v}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
