@@ -264,6 +264,7 @@ fn PolicyForm(p: LaunchPolicy, save: ServerAction<SaveLaunchPolicy>) -> impl Int
                 max_timeout_s: number("maximum timeout", max_timeout)?,
                 memory_limit_mib: number("memory limit", memory)?,
                 pids_limit: number("process limit", pids)? as i64,
+                ..p.clone()
             })
         })();
         match policy {

@@ -26,6 +26,23 @@ pub enum AppError {
         /// Seconds until another attempt is accepted.
         retry_after_s: u64,
     },
+    /// A per-user cap of the launch policy is reached (e.g. `max_queued_per_user`); the message
+    /// names the cap.
+    #[error("{message}; try again in {retry_after_s} s")]
+    OverCap {
+        /// Which cap, and its value, in plain words.
+        message: String,
+        /// Seconds after which a retry is worth it.
+        retry_after_s: u64,
+    },
+    /// The server is at a bound of its own (e.g. concurrent password checks); retry shortly.
+    #[error("server busy: {message}; try again in {retry_after_s} s")]
+    Busy {
+        /// What is busy.
+        message: String,
+        /// Seconds after which a retry is worth it.
+        retry_after_s: u64,
+    },
     /// A field of the request is invalid.
     #[error("{field}: {message}")]
     Invalid {
@@ -80,12 +97,23 @@ impl AppError {
         }
     }
 
+    /// Seconds the caller should wait before retrying (`Retry-After`), for errors that have one.
+    pub fn retry_after_s(&self) -> Option<u64> {
+        match self {
+            AppError::Throttled { retry_after_s }
+            | AppError::OverCap { retry_after_s, .. }
+            | AppError::Busy { retry_after_s, .. } => Some(*retry_after_s),
+            _ => None,
+        }
+    }
+
     /// The HTTP status this error is answered with.
     pub fn status(&self) -> u16 {
         match self {
             AppError::Unauthorized | AppError::BadCredentials => 401,
             AppError::Forbidden(_) | AppError::CrossSite => 403,
-            AppError::Throttled { .. } => 429,
+            AppError::Throttled { .. } | AppError::OverCap { .. } => 429,
+            AppError::Busy { .. } => 503,
             AppError::Invalid { .. } => 400,
             AppError::NotFound(_) => 404,
             AppError::Conflict(_) => 409,

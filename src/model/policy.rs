@@ -14,8 +14,30 @@ pub struct VolumeRule {
     pub read_only: bool,
 }
 
+/// The network a job's container joins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum JobNetwork {
+    /// gpuq's own bridge with traffic between containers disabled: a job reaches out, not its
+    /// neighbours.
+    #[default]
+    Isolated,
+    /// No network at all (loopback only).
+    None,
+}
+
+impl JobNetwork {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobNetwork::Isolated => "isolated",
+            JobNetwork::None => "none",
+        }
+    }
+}
+
 /// Launch policy, stored in the `settings` table and edited by admins.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 #[serde(default, deny_unknown_fields)]
 pub struct LaunchPolicy {
@@ -31,6 +53,27 @@ pub struct LaunchPolicy {
     pub memory_limit_mib: u64,
     /// Process limit of every container.
     pub pids_limit: i64,
+    /// Image patterns whose jobs may run as root (uid 0). Every other job runs as its owner's
+    /// job uid.
+    pub root_images: Vec<String>,
+    /// Jobs one member may have waiting at once; 0 = unlimited. Managers and admins are not capped.
+    pub max_queued_per_user: u32,
+    /// Jobs one member may have running at once; 0 = unlimited.
+    pub max_running_per_user: u32,
+    /// CPU cores one job may use (fractional); 0 = no CPU limit.
+    pub cpus_per_job: f64,
+    /// Size of each job's `/dev/shm`, MiB (PyTorch data loaders need far more than Docker's 64).
+    pub shm_mib: u64,
+    /// The least VRAM a GPU job may ask for, MiB, so that no one packs a card with tiny jobs.
+    pub min_vram_mib: u64,
+    /// Jobs without a GPU that may run at once on one node; 0 = unlimited.
+    pub max_cpu_jobs_per_node: u32,
+    /// Days a finished job's log is kept; 0 = forever.
+    pub log_retention_days: u32,
+    /// Total size of the log folder, MiB; over it the oldest finished jobs' logs go first. 0 = no cap.
+    pub log_total_mib: u64,
+    /// The network jobs join.
+    pub network: JobNetwork,
 }
 
 impl Default for LaunchPolicy {
@@ -42,6 +85,16 @@ impl Default for LaunchPolicy {
             max_timeout_s: 7 * 24 * 3600,
             memory_limit_mib: 16 * 1024,
             pids_limit: 4096,
+            root_images: Vec::new(),
+            max_queued_per_user: 100,
+            max_running_per_user: 0,
+            cpus_per_job: 0.0,
+            shm_mib: 2048,
+            min_vram_mib: 256,
+            max_cpu_jobs_per_node: 8,
+            log_retention_days: 30,
+            log_total_mib: 0,
+            network: JobNetwork::Isolated,
         }
     }
 }
@@ -72,13 +125,33 @@ impl LaunchPolicy {
                 ));
             }
         }
-        for (i, p) in self.image_allowlist.iter().enumerate() {
-            if p.is_empty() || p.chars().any(char::is_whitespace) {
-                return Err((
-                    format!("image_allowlist[{i}]"),
-                    "patterns must be non-empty, without spaces".into(),
-                ));
+        for (list, patterns) in [
+            ("image_allowlist", &self.image_allowlist),
+            ("root_images", &self.root_images),
+        ] {
+            for (i, p) in patterns.iter().enumerate() {
+                if p.is_empty() || p.chars().any(char::is_whitespace) {
+                    return Err((
+                        format!("{list}[{i}]"),
+                        "patterns must be non-empty, without spaces".into(),
+                    ));
+                }
             }
+        }
+        if !self.cpus_per_job.is_finite() || !(0.0..=1024.0).contains(&self.cpus_per_job) {
+            return Err((
+                "cpus_per_job".into(),
+                "must be between 0 (no limit) and 1024 cores".into(),
+            ));
+        }
+        if self.cpus_per_job > 0.0 && self.cpus_per_job < 0.01 {
+            return Err(("cpus_per_job".into(), "must be at least 0.01 cores, or 0".into()));
+        }
+        if self.shm_mib < 1 || self.shm_mib > self.memory_limit_mib {
+            return Err((
+                "shm_mib".into(),
+                "must be at least 1 MiB and at most the memory limit".into(),
+            ));
         }
         Ok(())
     }
@@ -86,6 +159,16 @@ impl LaunchPolicy {
     /// Whether an image reference matches one of the allowed patterns.
     pub fn image_allowed(&self, image: &str) -> bool {
         self.image_allowlist.iter().any(|p| glob_match(p, image))
+    }
+
+    /// Whether jobs of this image may run as root.
+    pub fn root_allowed(&self, image: &str) -> bool {
+        self.root_images.iter().any(|p| glob_match(p, image))
+    }
+
+    /// Docker's CPU limit for one job, in billionths of a core; `None` when unlimited.
+    pub fn nano_cpus(&self) -> Option<i64> {
+        (self.cpus_per_job > 0.0).then(|| (self.cpus_per_job * 1e9).round() as i64)
     }
 }
 
@@ -134,5 +217,37 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(bad.check().unwrap_err().0, "default_timeout_s");
+        let bad = LaunchPolicy {
+            cpus_per_job: -1.0,
+            ..Default::default()
+        };
+        assert_eq!(bad.check().unwrap_err().0, "cpus_per_job");
+        let bad = LaunchPolicy {
+            shm_mib: 1 << 40,
+            ..Default::default()
+        };
+        assert_eq!(bad.check().unwrap_err().0, "shm_mib");
+        let bad = LaunchPolicy {
+            root_images: vec!["a b".into()],
+            ..Default::default()
+        };
+        assert_eq!(bad.check().unwrap_err().0, "root_images[0]");
+    }
+
+    #[test]
+    fn old_policies_read_with_new_defaults() {
+        let p: LaunchPolicy = serde_json::from_str(r#"{"pids_limit": 100}"#).unwrap();
+        assert_eq!(p.pids_limit, 100);
+        assert_eq!(p.shm_mib, 2048);
+        assert_eq!(p.network, JobNetwork::Isolated);
+        assert_eq!(p.nano_cpus(), None);
+        let p = LaunchPolicy {
+            cpus_per_job: 1.5,
+            root_images: vec!["nvidia/*".into()],
+            ..p
+        };
+        assert_eq!(p.nano_cpus(), Some(1_500_000_000));
+        assert!(p.root_allowed("nvidia/cuda:12"));
+        assert!(!p.root_allowed("busybox"));
     }
 }

@@ -154,7 +154,7 @@ pub async fn by_id(db: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<Option<Use
 
 /// Records one failed sign-in for a name.
 pub async fn record_failure(db: impl PgExecutor<'_>, username: &str) -> sqlx::Result<()> {
-    sqlx::query("INSERT INTO login_failures (username) VALUES ($1)")
+    sqlx::query("INSERT INTO login_attempts (username) VALUES ($1)")
         .bind(username)
         .execute(db)
         .await?;
@@ -167,7 +167,7 @@ pub async fn failures_since(
     username: &str,
     since: DateTime<Utc>,
 ) -> sqlx::Result<(i64, Option<DateTime<Utc>>)> {
-    sqlx::query_as("SELECT count(*), min(at) FROM login_failures WHERE username = $1 AND at > $2")
+    sqlx::query_as("SELECT count(*), min(at) FROM login_attempts WHERE username = $1 AND at > $2")
         .bind(username)
         .bind(since)
         .fetch_one(db)
@@ -180,7 +180,7 @@ pub async fn clear_failures(
     username: &str,
     older_than: DateTime<Utc>,
 ) -> sqlx::Result<()> {
-    sqlx::query("DELETE FROM login_failures WHERE username = $1 OR at < $2")
+    sqlx::query("DELETE FROM login_attempts WHERE username = $1 OR at < $2")
         .bind(username)
         .bind(older_than)
         .execute(db)

@@ -32,7 +32,7 @@ impl IntoResponse for ApiError {
             body["field"] = json!(field);
         }
         let mut res = (status, Json(body)).into_response();
-        if let AppError::Throttled { retry_after_s } = err {
+        if let Some(retry_after_s) = err.retry_after_s() {
             if let Ok(v) = HeaderValue::from_str(&retry_after_s.to_string()) {
                 res.headers_mut().insert(header::RETRY_AFTER, v);
             }

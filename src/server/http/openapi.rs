@@ -40,7 +40,7 @@ use utoipa::{Modify, OpenApi};
         cluster::WorkloadRename, ManifestState, AuditEntry,
         RawJobSpec, RawCommand, JobStatus, AssignedGpu, JobView, JobPage, JobAck, AuditKind, GpuState,
         GpuHolder, GpuView, cluster::GpuList, cluster::SimPut, cluster::GpuPatch,
-        WorkloadView, ManifestView, WorkloadPut, LaunchPolicy, VolumeRule,
+        WorkloadView, ManifestView, WorkloadPut, LaunchPolicy, VolumeRule, JobNetwork,
         crate::model::UsageReport, crate::model::CardSeries, crate::model::CardPoint,
         crate::model::WaitStats, crate::model::WaitBucket, crate::model::UsageTotal,
     )),
