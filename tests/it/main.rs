@@ -6,6 +6,7 @@ mod support;
 
 mod admin;
 mod admission;
+mod attacks;
 mod auth;
 mod cards;
 mod cli;

@@ -1,0 +1,9 @@
+//! The threat model as code: each test here is an attack a member of a shared GPU host might try,
+//! run from a member account against the real server, Postgres and dockerd, and shows it refused.
+//! The README's "Security model" section says what these cover and what the host's admin must do.
+//!
+//! - `isolation`: getting out of a job onto the host (symlink swap of a queued job's volume, a
+//!   setuid plant on a mounted folder) or into a neighbour's job (its open ports).
+//! - `signin`: guessing passwords in parallel, tokens minting tokens.
+//! - `bounds`: starving the box (over-cap submits, raising one's own priority) and reading what
+//!   is not one's own (another member's command line, volumes and event trail).
