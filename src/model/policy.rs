@@ -145,7 +145,10 @@ impl LaunchPolicy {
             ));
         }
         if self.cpus_per_job > 0.0 && self.cpus_per_job < 0.01 {
-            return Err(("cpus_per_job".into(), "must be at least 0.01 cores, or 0".into()));
+            return Err((
+                "cpus_per_job".into(),
+                "must be at least 0.01 cores, or 0".into(),
+            ));
         }
         if self.shm_mib < 1 || self.shm_mib > self.memory_limit_mib {
             return Err((
