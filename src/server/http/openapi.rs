@@ -6,8 +6,8 @@ use super::{cluster, health, jobs, live, usage, v1};
 use crate::model::spec::{RawCommand, RawJobSpec};
 use crate::model::{
     AssignedGpu, AuditEntry, AuditKind, CreatedToken, GpuHolder, GpuState, GpuView, JobAck,
-    JobPage, JobStatus, JobView, LaunchPolicy, ManifestState, ManifestView, Role, TokenView,
-    UserView, VolumeRule, WorkloadView,
+    JobNetwork, JobPage, JobStatus, JobView, LaunchPolicy, ManifestState, ManifestView, Role,
+    TokenView, UserView, VolumeRule, WorkloadView,
 };
 use crate::server::manifest::WorkloadPut;
 use axum::Json;

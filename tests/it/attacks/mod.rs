@@ -5,5 +5,11 @@
 //! - `isolation`: getting out of a job onto the host (symlink swap of a queued job's volume, a
 //!   setuid plant on a mounted folder) or into a neighbour's job (its open ports).
 //! - `signin`: guessing passwords in parallel, tokens minting tokens.
-//! - `bounds`: starving the box (over-cap submits, raising one's own priority) and reading what
-//!   is not one's own (another member's command line, volumes and event trail).
+//! - `bounds`: starving the box (over-cap submits, too many CPU jobs, raising one's own priority).
+//! - `visibility`: reading what is not one's own (another member's command line, volumes, env,
+//!   logs and event trail, other people's details on the live stream).
+
+mod bounds;
+mod isolation;
+mod signin;
+mod visibility;

@@ -1,0 +1,1 @@
+//! Getting out of a job onto the host, or into a neighbour's job.

@@ -1,0 +1,1 @@
+//! Guessing passwords and stretching tokens.

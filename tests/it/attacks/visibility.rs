@@ -1,0 +1,1 @@
+//! Reading what is not one's own.
