@@ -15,6 +15,12 @@ pub struct DbArgs {
     /// Postgres URL. Without it gpuq runs its own cluster under `<data-dir>/pg`.
     #[arg(long, env = "GPUQ_DATABASE_URL")]
     pub database_url: Option<String>,
+    /// With an external `--database-url`: the Postgres URL of the role the running server connects
+    /// as. gpuq migrates with `--database-url` (the schema's owner), grants this role what the
+    /// application needs, and nothing that can change or silence the append-only audit tables.
+    /// The embedded cluster makes and uses such a role (`gpuq_app`) itself.
+    #[arg(long, env = "GPUQ_APP_DATABASE_URL", requires = "database_url")]
+    pub app_database_url: Option<String>,
     /// Unprivileged system user that runs the embedded Postgres when gpuq runs as root.
     #[arg(long, env = "GPUQ_PG_USER", default_value = "postgres")]
     pub pg_user: String,

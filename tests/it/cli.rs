@@ -122,6 +122,7 @@ async fn embedded_postgres_is_created_reused_and_stopped() {
     assert!(!socket.exists(), "the cluster was stopped");
 
     // Started again, the data is still there.
+    let data_dir = data.clone();
     let again = tokio::task::spawn_blocking(move || EmbeddedPg::start(&data, "postgres"))
         .await
         .unwrap()
@@ -136,6 +137,41 @@ async fn embedded_postgres_is_created_reused_and_stopped() {
         .unwrap();
     assert_eq!(n, 1);
     pool.close().await;
+
+    // `gpuq serve`'s way in: it migrates as the cluster's owner, then runs as `gpuq_app`, which
+    // can neither silence nor rewrite the audit trail.
+    let db = gpuq::server::db::open(&gpuq::server::db::DbOptions {
+        database_url: None,
+        app_database_url: None,
+        data_dir,
+        pg_user: "postgres".into(),
+        max_connections: 2,
+    })
+    .await
+    .expect("open as gpuq serve does");
+    let who: String = sqlx::query_scalar("SELECT current_user")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(who, gpuq::server::db::APP_ROLE);
+    for attack in [
+        "ALTER TABLE audit_events DISABLE TRIGGER ALL",
+        "DELETE FROM audit_events",
+    ] {
+        let err = sqlx::query(attack).execute(&db.pool).await.unwrap_err();
+        assert!(
+            err.to_string().contains("must be owner")
+                || err.to_string().contains("permission denied"),
+            "{attack}: {err}"
+        );
+    }
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM users WHERE username = 'olga'")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(n, 1, "the application's role reads gpuq's tables");
+    drop(db);
+    drop(again);
 }
 
 fn text(out: &std::process::Output) -> String {

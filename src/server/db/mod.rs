@@ -30,6 +30,8 @@ pub struct Database {
 pub struct DbOptions {
     /// Postgres URL; without it gpuq runs its own cluster under `<data_dir>/pg`.
     pub database_url: Option<String>,
+    /// With an external database: the URL of the less privileged role the server runs as.
+    pub app_database_url: Option<String>,
     /// gpuq's state directory (the embedded cluster lives in `pg/`).
     pub data_dir: PathBuf,
     /// Unprivileged system user that runs the embedded Postgres when gpuq runs as root.
@@ -51,13 +53,24 @@ impl Database {
     }
 }
 
-/// Connects to the configured database (starting the embedded cluster if needed) and migrates it.
+/// The role the server connects as inside the embedded cluster: not the schema's owner, so it
+/// cannot alter tables, disable triggers or change the append-only audit trails.
+pub const APP_ROLE: &str = "gpuq_app";
+
+/// Connects to the configured database (starting the embedded cluster if needed), migrates it as
+/// the schema's owner, and opens the pool as the application's role where there is one.
 pub async fn open(args: &DbOptions) -> Result<Database> {
-    let (options, embedded) = match &args.database_url {
-        Some(url) => (
-            PgConnectOptions::from_str(url).context("parsing --database-url")?,
-            None,
-        ),
+    let (owner, app, embedded) = match &args.database_url {
+        Some(url) => {
+            let owner = PgConnectOptions::from_str(url).context("parsing --database-url")?;
+            let app = match &args.app_database_url {
+                Some(app) => {
+                    Some(PgConnectOptions::from_str(app).context("parsing --app-database-url")?)
+                }
+                None => None,
+            };
+            (owner, app, None)
+        }
         None => {
             let data_dir = args.data_dir.clone();
             let pg_user = args.pg_user.clone();
@@ -65,17 +78,121 @@ pub async fn open(args: &DbOptions) -> Result<Database> {
                 .await
                 .context("embedded Postgres start-up task")?
                 .context("starting the embedded Postgres")?;
-            (pg.connect_options("gpuq"), Some(pg))
+            let owner = pg.connect_options("gpuq");
+            let app = owner.clone().username(APP_ROLE);
+            (owner, Some(app), Some(pg))
         }
     };
+    let owner_pool = PgPoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect_with(owner.clone())
+        .await
+        .context("connecting to Postgres")?;
+    let prepared = prepare(&owner_pool, app.as_ref(), embedded.is_some()).await;
+    owner_pool.close().await;
+    prepared?;
     let pool = PgPoolOptions::new()
         .max_connections(args.max_connections)
         .acquire_timeout(Duration::from_secs(10))
-        .connect_with(options)
+        .connect_with(app.unwrap_or(owner))
         .await
-        .context("connecting to Postgres")?;
-    migrate(&pool).await?;
+        .context("connecting to Postgres as the application's role")?;
     Ok(Database { pool, embedded })
+}
+
+/// As the schema's owner: migrates, then makes (embedded) and grants the application's role.
+async fn prepare(owner: &PgPool, app: Option<&PgConnectOptions>, embedded: bool) -> Result<()> {
+    migrate(owner).await?;
+    match app {
+        Some(app) => {
+            if embedded {
+                create_role(owner, APP_ROLE).await?;
+            }
+            grant_app_role(owner, app.get_username()).await
+        }
+        None => {
+            warn_if_owner(owner).await;
+            Ok(())
+        }
+    }
+}
+
+/// Creates a login role without privileges of its own, if it does not exist yet.
+async fn create_role(owner: &PgPool, role: &str) -> Result<()> {
+    let ident = role_ident(role)?;
+    sqlx::query(&format!(
+        "DO $$ BEGIN
+           IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{role}') THEN
+             CREATE ROLE {ident} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOBYPASSRLS;
+           END IF;
+         END $$"
+    ))
+    .execute(owner)
+    .await
+    .with_context(|| format!("creating the database role `{role}`"))?;
+    Ok(())
+}
+
+/// Grants `role` what the running server needs: reading and writing its tables, appending to the
+/// audit trails (`job_events`, `audit_events`) and nothing more. Not owning the tables, it can
+/// neither alter them nor disable their append-only triggers. Run at every start, so tables that
+/// later migrations add are covered.
+pub async fn grant_app_role(owner: &PgPool, role: &str) -> Result<()> {
+    let r = role_ident(role)?;
+    let mut tx = owner.begin().await?;
+    for stmt in [
+        format!("GRANT USAGE ON SCHEMA public, tower_sessions TO {r}"),
+        format!("GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {r}"),
+        format!(
+            "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA tower_sessions TO {r}"
+        ),
+        format!("GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA public TO {r}"),
+        format!("REVOKE UPDATE, DELETE, TRUNCATE ON job_events, audit_events FROM {r}"),
+        format!("REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON _sqlx_migrations FROM {r}"),
+    ] {
+        sqlx::query(&stmt)
+            .execute(&mut *tx)
+            .await
+            .with_context(|| format!("granting the database role `{role}`: {stmt}"))?;
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+/// A role name as a quoted SQL identifier; only plain names are accepted.
+fn role_ident(role: &str) -> Result<String> {
+    let plain = !role.is_empty()
+        && role.len() <= 63
+        && role
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        && !role.starts_with(|c: char| c.is_ascii_digit());
+    if !plain {
+        anyhow::bail!("database role `{role}`: use lower-case letters, digits and `_` only");
+    }
+    Ok(format!("\"{role}\""))
+}
+
+/// With one URL for everything, the server runs as the schema's owner, which could disable the
+/// audit trails' triggers: say so once, with the fix.
+async fn warn_if_owner(pool: &PgPool) {
+    let owns: Option<bool> = sqlx::query_scalar(
+        "SELECT rolsuper OR pg_has_role(current_user, (SELECT relowner FROM pg_class
+                WHERE oid = 'audit_events'::regclass), 'USAGE')
+           FROM pg_roles WHERE rolname = current_user",
+    )
+    .fetch_optional(pool)
+    .await
+    .ok()
+    .flatten();
+    if owns == Some(true) {
+        tracing::warn!(
+            "the server connects as the owner of the audit tables, which can disable their \
+             append-only triggers; give it its own role with --app-database-url (see README, \
+             \"The database role\")"
+        );
+    }
 }
 
 /// Brings the schema up to date. Any failure is fatal: gpuq never runs on a schema it does not know.
