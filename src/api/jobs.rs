@@ -36,8 +36,8 @@ pub async fn preview_job(spec: String) -> Result<Preview, AppError> {
     use crate::api::context::server_fn_require;
     use crate::model::Role;
 
-    let (state, _) = server_fn_require(Role::Member).await?;
-    crate::server::jobs::preview(&state, &spec).await
+    let (state, user) = server_fn_require(Role::Member).await?;
+    crate::server::jobs::preview(&state, &user, &spec).await
 }
 
 /// Submits a spec (JSON, as for `POST /api/v1/jobs`).

@@ -7,7 +7,7 @@ use super::live::use_live;
 use crate::api::{
     dashboard, get_launch_policy, list_users, CreateUser, SaveLaunchPolicy, SetGpuState, UpdateUser,
 };
-use crate::model::{GpuState, LaunchPolicy, Role, UserView, VolumeRule};
+use crate::model::{GpuState, JobNetwork, LaunchPolicy, Role, UserView, VolumeRule};
 use leptos::prelude::*;
 use leptos_meta::Title;
 
@@ -244,6 +244,14 @@ fn whole_number(field: &str, text: &str) -> Result<u64, String> {
         .map_err(|_| format!("{field}: `{text}` is not a whole number"))
 }
 
+/// CPU cores: a number of cores, fractions allowed, not negative; the error names the field.
+fn cores(field: &str, text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(c) if c.is_finite() && c >= 0.0 => Ok(c),
+        _ => Err(format!("{field}: `{text}` is not a number of cores (e.g. 4 or 0.5)")),
+    }
+}
+
 #[component]
 fn PolicyForm(p: LaunchPolicy, save: ServerAction<SaveLaunchPolicy>) -> impl IntoView {
     let images = RwSignal::new(p.image_allowlist.join("\n"));
@@ -252,8 +260,22 @@ fn PolicyForm(p: LaunchPolicy, save: ServerAction<SaveLaunchPolicy>) -> impl Int
     let max_timeout = RwSignal::new(p.max_timeout_s.to_string());
     let memory = RwSignal::new(p.memory_limit_mib.to_string());
     let pids = RwSignal::new(p.pids_limit.to_string());
+    let root_images = RwSignal::new(p.root_images.join("\n"));
+    let max_queued = RwSignal::new(p.max_queued_per_user.to_string());
+    let max_running = RwSignal::new(p.max_running_per_user.to_string());
+    let max_cpu_jobs = RwSignal::new(p.max_cpu_jobs_per_node.to_string());
+    let min_vram = RwSignal::new(p.min_vram_mib.to_string());
+    let cpus = RwSignal::new(p.cpus_per_job.to_string());
+    let shm = RwSignal::new(p.shm_mib.to_string());
+    let log_days = RwSignal::new(p.log_retention_days.to_string());
+    let log_total = RwSignal::new(p.log_total_mib.to_string());
+    let network = RwSignal::new(p.network);
     let local_error = RwSignal::new(None::<String>);
     let number = |field: &str, s: RwSignal<String>| whole_number(field, &s.get_untracked());
+    let small = |field: &str, s: RwSignal<String>| {
+        let n = whole_number(field, &s.get_untracked())?;
+        u32::try_from(n).map_err(|_| format!("{field}: {n} is too large"))
+    };
     let submit = move |ev: leptos::ev::SubmitEvent| {
         ev.prevent_default();
         let policy = (|| -> Result<LaunchPolicy, String> {
@@ -264,7 +286,16 @@ fn PolicyForm(p: LaunchPolicy, save: ServerAction<SaveLaunchPolicy>) -> impl Int
                 max_timeout_s: number("maximum timeout", max_timeout)?,
                 memory_limit_mib: number("memory limit", memory)?,
                 pids_limit: number("process limit", pids)? as i64,
-                ..p.clone()
+                root_images: patterns(&root_images.get_untracked()),
+                max_queued_per_user: small("queued jobs per user", max_queued)?,
+                max_running_per_user: small("running jobs per user", max_running)?,
+                max_cpu_jobs_per_node: small("jobs without GPUs per node", max_cpu_jobs)?,
+                min_vram_mib: number("least VRAM per card", min_vram)?,
+                cpus_per_job: cores("CPU cores per job", &cpus.get_untracked())?,
+                shm_mib: number("/dev/shm size", shm)?,
+                log_retention_days: small("log retention", log_days)?,
+                log_total_mib: number("log folder cap", log_total)?,
+                network: network.get_untracked(),
             })
         })();
         match policy {
@@ -289,6 +320,14 @@ fn PolicyForm(p: LaunchPolicy, save: ServerAction<SaveLaunchPolicy>) -> impl Int
             </div>
         }
     };
+    let field0 = |id: &'static str, label: &'static str, s: RwSignal<String>| {
+        view! {
+            <div class="field">
+                <label for=id>{label}</label>
+                <input id=id type="number" min="0" prop:value=move || s.get() on:input=move |ev| s.set(event_target_value(&ev)) />
+            </div>
+        }
+    };
     view! {
         <form id="policy" on:submit=submit>
             <div class="row">
@@ -307,6 +346,35 @@ fn PolicyForm(p: LaunchPolicy, save: ServerAction<SaveLaunchPolicy>) -> impl Int
                 {field("policy-memory", "Container memory limit (MiB)", memory)}
                 {field("policy-pids", "Container process limit", pids)}
             </div>
+            <p class="muted">"Bounds per user and per job (0: no limit)"</p>
+            <div class="row">
+                {field0("policy-max-queued", "Queued jobs per user", max_queued)}
+                {field0("policy-max-running", "Running jobs per user", max_running)}
+                {field0("policy-max-cpu-jobs", "Jobs without GPUs per node", max_cpu_jobs)}
+                {field0("policy-min-vram", "Least VRAM per card (MiB)", min_vram)}
+            </div>
+            <div class="row">
+                <div class="field">
+                    <label for="policy-cpus">"CPU cores per job"</label>
+                    <input id="policy-cpus" type="number" min="0" step="0.1" prop:value=move || cpus.get() on:input=move |ev| cpus.set(event_target_value(&ev)) />
+                </div>
+                {field0("policy-shm", "/dev/shm per job (MiB)", shm)}
+                {field0("policy-log-days", "Keep logs (days)", log_days)}
+                {field0("policy-log-total", "Log folder cap (MiB)", log_total)}
+            </div>
+            <div class="row">
+                <div class="field">
+                    <label for="policy-root-images">"Images that may run as root (one pattern per line)"</label>
+                    <textarea id="policy-root-images" rows="2" prop:value=move || root_images.get() on:input=move |ev| root_images.set(event_target_value(&ev))></textarea>
+                </div>
+                <div class="field">
+                    <label for="policy-network">"Job network"</label>
+                    <select id="policy-network" on:change=move |ev| network.set(if event_target_value(&ev) == "none" { JobNetwork::None } else { JobNetwork::Isolated })>
+                        <option value="isolated" selected=move || network.get() == JobNetwork::Isolated>"isolated (reach out, not each other)"</option>
+                        <option value="none" selected=move || network.get() == JobNetwork::None>"none"</option>
+                    </select>
+                </div>
+            </div>
             <button type="submit">"Save policy"</button>
             {move || local_error.get().map(|e| view! { <p class="error" role="alert">{e}</p> })}
             {move || action_error(save.value().get())}
@@ -323,6 +391,17 @@ mod tests {
         VolumeRule {
             path: path.into(),
             read_only,
+        }
+    }
+
+    #[test]
+    fn cpu_cores_may_be_fractions_but_not_negative_or_words() {
+        assert_eq!(cores("cpus", " 4 "), Ok(4.0));
+        assert_eq!(cores("cpus", "0.5"), Ok(0.5));
+        assert_eq!(cores("cpus", "0"), Ok(0.0));
+        for bad in ["-1", "four", "", "NaN", "inf"] {
+            let e = cores("CPU cores per job", bad).unwrap_err();
+            assert!(e.starts_with("CPU cores per job: `"), "{e}");
         }
     }
 

@@ -56,9 +56,10 @@ pub struct LaunchPolicy {
     /// Image patterns whose jobs may run as root (uid 0). Every other job runs as its owner's
     /// job uid.
     pub root_images: Vec<String>,
-    /// Jobs one member may have waiting at once; 0 = unlimited. Managers and admins are not capped.
+    /// Jobs one user may have waiting at once; 0 = unlimited. Admins are not capped.
     pub max_queued_per_user: u32,
-    /// Jobs one member may have running at once; 0 = unlimited.
+    /// Jobs one user may have running at once (more wait in the queue); 0 = unlimited. Admins are
+    /// not capped.
     pub max_running_per_user: u32,
     /// CPU cores one job may use (fractional); 0 = no CPU limit.
     pub cpus_per_job: f64,

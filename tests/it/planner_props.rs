@@ -325,6 +325,9 @@ fn check_plan(inp: &PlanInput, p: &Plan) -> Result<(), TestCaseError> {
                     prop_assert_eq!(*gpu_count as usize, g)
                 }
                 WaitReason::HoldingCards { .. } => prop_assert!(false, "nested hold"),
+                WaitReason::OverCap { .. } => {
+                    prop_assert!(false, "caps are applied before planning, never by the planner")
+                }
             }
             prop_assert!(!reason.message().is_empty());
         }

@@ -5,10 +5,10 @@
 //! The steps are public so tests can interleave them deliberately (and show what the lock
 //! prevents); [`run_pass`] is the only correct composition.
 
-use super::planner::{self, Card, Need, Plan, PlanInput, QueuedJob};
+use super::planner::{self, Card, Need, Plan, PlanInput, QueuedJob, WaitReason, Waiting};
 use crate::model::{LiveEvent, QUEUE_ORDER_SQL};
 use crate::server::db::gpus::GpuRow;
-use crate::server::db::{events, gpus, manifest};
+use crate::server::db::{events, gpus, manifest, settings};
 use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
 use serde_json::json;
@@ -53,6 +53,26 @@ pub struct PassState {
     pub input: PlanInput,
     /// Card details by id, for events.
     pub cards: HashMap<Uuid, (String, u32)>,
+    /// Queued jobs a launch-policy cap holds back (in queue order): the planner never sees them.
+    pub capped: Vec<(QueuedJob, WaitReason)>,
+}
+
+impl PassState {
+    /// The pass's plan: the planner's over the jobs it may consider, and the capped jobs waiting.
+    pub fn plan(&self) -> Plan {
+        let mut plan = planner::plan(&self.input);
+        plan.waiting
+            .extend(self.capped.iter().map(|(job, reason)| Waiting {
+                job_id: job.id,
+                reason: reason.clone(),
+            }));
+        plan
+    }
+
+    /// Every queued job, considered or capped.
+    pub fn queued(&self) -> impl Iterator<Item = &QueuedJob> {
+        self.input.queue.iter().chain(self.capped.iter().map(|(j, _)| j))
+    }
 }
 
 /// Runs one pass. Safe to call from any number of processes at once: they take turns.
@@ -63,7 +83,7 @@ pub async fn run_pass(pool: &PgPool, cfg: &PassConfig, now: DateTime<Utc>) -> Re
     let reclaimed = reclaim(&mut tx).await?;
     let state = read_state(&mut tx, cfg, now).await?;
     let planned = Instant::now();
-    let plan = planner::plan(&state.input);
+    let plan = state.plan();
     let plan_time = planned.elapsed();
     let admitted = apply(&mut tx, cfg, &state, &plan).await?;
     record_pass(&mut tx).await?;
@@ -158,6 +178,77 @@ struct QueueRow {
     min_vram_mib: Option<i64>,
     exclusive: bool,
     created_at: DateTime<Utc>,
+    owner_id: Uuid,
+    /// Admins' jobs are not capped.
+    uncapped: Option<bool>,
+}
+
+/// The launch policy's caps as they apply to this pass: jobs beyond a cap are held back, in queue
+/// order, before planning. A held-back job waits; a considered job may still not fit, and holds its
+/// owner's place under the cap until it starts or leaves the queue.
+struct Caps {
+    max_running_per_user: u32,
+    max_cpu_jobs: u32,
+    running: HashMap<Uuid, u32>,
+    cpu_running: u32,
+}
+
+impl Caps {
+    async fn read(tx: &mut Transaction<'_, Postgres>, cpu_node: &str) -> Result<Caps> {
+        let policy = settings::launch_policy(&mut **tx)
+            .await
+            .context("reading the launch policy")?;
+        let running: Vec<(Uuid, i64)> = sqlx::query_as(
+            "SELECT owner_id, count(*) FROM jobs \
+             WHERE status IN ('admitted', 'starting', 'running') GROUP BY owner_id",
+        )
+        .fetch_all(&mut **tx)
+        .await
+        .context("counting running jobs")?;
+        let cpu_running: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM jobs WHERE gpu_count = 0 AND node = $1 \
+             AND status IN ('admitted', 'starting', 'running')",
+        )
+        .bind(cpu_node)
+        .fetch_one(&mut **tx)
+        .await
+        .context("counting running jobs without GPUs")?;
+        Ok(Caps {
+            max_running_per_user: policy.max_running_per_user,
+            max_cpu_jobs: policy.max_cpu_jobs_per_node,
+            running: running
+                .into_iter()
+                .map(|(o, n)| (o, n as u32))
+                .collect(),
+            cpu_running: cpu_running as u32,
+        })
+    }
+
+    /// Takes a place for `q` under every cap, or names the cap that holds it back.
+    fn admit(&mut self, q: &QueueRow) -> Option<WaitReason> {
+        if q.gpu_count == 0 && self.max_cpu_jobs > 0 {
+            if self.cpu_running >= self.max_cpu_jobs {
+                return Some(WaitReason::OverCap {
+                    cap: "max_cpu_jobs_per_node".into(),
+                    limit: self.max_cpu_jobs,
+                });
+            }
+        }
+        if q.uncapped != Some(true) && self.max_running_per_user > 0 {
+            let mine = self.running.entry(q.owner_id).or_default();
+            if *mine >= self.max_running_per_user {
+                return Some(WaitReason::OverCap {
+                    cap: "max_running_per_user".into(),
+                    limit: self.max_running_per_user,
+                });
+            }
+            *mine += 1;
+        }
+        if q.gpu_count == 0 {
+            self.cpu_running += 1;
+        }
+        None
+    }
 }
 
 /// Reads cards, manifest and queue.
@@ -168,17 +259,17 @@ pub async fn read_state(
 ) -> Result<PassState> {
     let rows = gpus::list(&mut **tx).await.context("reading cards")?;
     let manifest = manifest::load(tx).await.context("reading the manifest")?;
-    let queue: Vec<QueueRow> = sqlx::query_as(&format!(
-        "SELECT id, seq, priority, gpu_count, workload, min_vram_mib, exclusive, created_at \
+    let rows_q: Vec<QueueRow> = sqlx::query_as(&format!(
+        "SELECT id, seq, priority, gpu_count, workload, min_vram_mib, exclusive, created_at, \
+                owner_id, (SELECT role = 'admin' FROM users u WHERE u.id = owner_id) AS uncapped \
          FROM jobs WHERE status = 'queued' ORDER BY {QUEUE_ORDER_SQL}"
     ))
     .fetch_all(&mut **tx)
     .await
     .context("reading the queue")?;
+    let mut caps = Caps::read(tx, &cfg.cpu_node).await?;
     let cards = rows.iter().map(to_planner_card).collect();
-    let queue = queue
-        .into_iter()
-        .map(|q| QueuedJob {
+    let to_job = |q: &QueueRow| QueuedJob {
             id: q.id,
             seq: q.seq,
             priority: q.priority,
@@ -188,10 +279,16 @@ pub async fn read_state(
                 (None, Some(mib)) => Need::Fixed(mib),
                 (None, None) => Need::Fixed(0),
             },
-            exclusive: q.exclusive,
-            queued_at_ms: q.created_at.timestamp_millis(),
-        })
-        .collect();
+        exclusive: q.exclusive,
+        queued_at_ms: q.created_at.timestamp_millis(),
+    };
+    let (mut queue, mut capped) = (Vec::with_capacity(rows_q.len()), Vec::new());
+    for q in &rows_q {
+        match caps.admit(q) {
+            None => queue.push(to_job(q)),
+            Some(reason) => capped.push((to_job(q), reason)),
+        }
+    }
     Ok(PassState {
         input: PlanInput {
             cards,
@@ -204,6 +301,7 @@ pub async fn read_state(
             .iter()
             .map(|g| (g.uuid, (g.node.clone(), g.idx as u32)))
             .collect(),
+        capped,
     })
 }
 
@@ -309,7 +407,7 @@ pub async fn dry_run(
         .execute(&mut *tx)
         .await?;
     let state = read_state(&mut tx, cfg, now).await?;
-    let plan = planner::plan(&state.input);
+    let plan = state.plan();
     tx.rollback().await?;
     Ok((state, plan))
 }

@@ -119,6 +119,22 @@ pub async fn insert(db: impl PgExecutor<'_>, j: &NewJob<'_>) -> sqlx::Result<Uui
     .await
 }
 
+/// Locks the owner's row for the rest of the transaction (so one user's submits are counted one
+/// after another), then counts their queued jobs.
+pub async fn lock_owner_and_count_queued(
+    tx: &mut sqlx::PgConnection,
+    owner: Uuid,
+) -> sqlx::Result<i64> {
+    sqlx::query("SELECT 1 FROM users WHERE id = $1 FOR UPDATE")
+        .bind(owner)
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query_scalar("SELECT count(*) FROM jobs WHERE owner_id = $1 AND status = 'queued'")
+        .bind(owner)
+        .fetch_one(&mut *tx)
+        .await
+}
+
 /// How many jobs are queued, and since when the oldest waits.
 pub async fn queue_summary(
     db: impl PgExecutor<'_>,

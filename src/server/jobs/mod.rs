@@ -1,12 +1,17 @@
 //! The job rules shared by the REST API and the UI: submit, list, show, cancel.
 
+pub mod access;
 mod detail;
+pub mod live;
 pub mod logs;
+pub mod retention;
 pub mod views;
 pub mod volumes;
 
 use crate::model::spec::{JobSpec, SpecError, SpecLimits, VramNeed};
-use crate::model::{AppError, GpuState, JobAck, JobEventKind, JobStatus, LiveEvent, Preview, Role};
+use crate::model::{
+    AppError, GpuState, JobAck, JobEventKind, JobStatus, LaunchPolicy, LiveEvent, Preview, Role,
+};
 use crate::server::admission::pass;
 use crate::server::admission::planner::{self, never_fits, Card, Need, QueuedJob};
 use crate::server::auth::CurrentUser;
@@ -51,11 +56,13 @@ struct Checked {
     /// The field a "can never run" refusal names.
     field: &'static str,
     never: Option<String>,
+    /// The launch policy the spec was checked against.
+    policy: LaunchPolicy,
 }
 
 /// Everything a submission is checked against, without storing anything: the parser, the launch
 /// policy, the manifest and the cards present.
-async fn check(state: &AppState, body: &str) -> Result<Checked, AppError> {
+async fn check(state: &AppState, user: &CurrentUser, body: &str) -> Result<Checked, AppError> {
     let pool = &state.pool;
     let policy = settings::launch_policy(pool)
         .await
@@ -68,6 +75,19 @@ async fn check(state: &AppState, body: &str) -> Result<Checked, AppError> {
         ..SpecLimits::default()
     };
     let spec = JobSpec::from_json(body, &limits).map_err(spec_error)?;
+    check_priority(&spec, user)?;
+    if let VramNeed::PerCard(mib) = spec.vram() {
+        if u64::from(*mib) < policy.min_vram_mib {
+            return Err(AppError::invalid(
+                "min_vram_mb",
+                format!(
+                    "{mib} MiB is below the launch policy's floor of {} MiB per card \
+                     (min_vram_mib), which keeps cards from being packed with tiny jobs",
+                    policy.min_vram_mib
+                ),
+            ));
+        }
+    }
     if !policy.image_allowed(spec.image()) {
         return Err(AppError::invalid(
             "image",
@@ -125,15 +145,61 @@ async fn check(state: &AppState, body: &str) -> Result<Checked, AppError> {
         need,
         field,
         never,
+        policy,
     })
+}
+
+/// Members may only lower their priority (below 0); managers and admins may raise it.
+fn check_priority(spec: &JobSpec, user: &CurrentUser) -> Result<(), AppError> {
+    if spec.priority() > 0 && !user.role.at_least(Role::Manager) {
+        return Err(AppError::invalid(
+            "priority",
+            format!(
+                "members may only lower a job's priority (0 or below); {} needs a manager or \
+                 an admin",
+                spec.priority()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses a submission past the owner's `max_queued_per_user` (admins are not capped). Locks the
+/// owner's row first, so parallel submits of one user count one after another.
+async fn check_queued_cap(
+    tx: &mut sqlx::PgConnection,
+    user: &CurrentUser,
+    policy: &LaunchPolicy,
+) -> Result<(), AppError> {
+    let cap = policy.max_queued_per_user;
+    if cap == 0 || user.role.at_least(Role::Admin) {
+        return Ok(());
+    }
+    let queued = jobs::lock_owner_and_count_queued(tx, user.id)
+        .await
+        .or_internal("counting queued jobs")?;
+    if queued >= i64::from(cap) {
+        return Err(AppError::OverCap {
+            message: format!(
+                "you already have {queued} jobs waiting, the most the launch policy allows \
+                 (max_queued_per_user = {cap})"
+            ),
+            retry_after_s: 60,
+        });
+    }
+    Ok(())
 }
 
 /// What would happen to a spec submitted now: fits at the next pass (and where), waits (and why,
 /// behind the jobs already queued), or can never run here.
-pub async fn preview(state: &AppState, body: &str) -> Result<Preview, AppError> {
+pub async fn preview(
+    state: &AppState,
+    user: &CurrentUser,
+    body: &str,
+) -> Result<Preview, AppError> {
     let Checked {
         spec, need, never, ..
-    } = check(state, body).await?;
+    } = check(state, user, body).await?;
     if let Some(reason) = never {
         return Ok(Preview::Never(reason));
     }
@@ -180,13 +246,20 @@ pub async fn preview(state: &AppState, body: &str) -> Result<Preview, AppError> 
 /// is recorded as `rejected` and refused with the reason.
 pub async fn submit(state: &AppState, user: &CurrentUser, body: &str) -> Result<JobAck, AppError> {
     let Checked {
-        spec, field, never, ..
-    } = check(state, body).await?;
+        spec,
+        field,
+        never,
+        policy,
+        ..
+    } = check(state, user, body).await?;
     let mut tx = state
         .pool
         .begin()
         .await
         .or_internal("beginning a submission")?;
+    if never.is_none() {
+        check_queued_cap(&mut tx, user, &policy).await?;
+    }
     let status = if never.is_some() {
         JobStatus::Rejected
     } else {
@@ -254,7 +327,7 @@ pub async fn resubmit(state: &AppState, user: &CurrentUser, id: Uuid) -> Result<
         .await
         .or_internal("reading a job")?
         .ok_or_else(|| AppError::NotFound(format!("no job {id}")))?;
-    if job.owner_id != user.id {
+    if !access::may_resubmit(user, job.owner_id) {
         return Err(AppError::Forbidden(
             "only the job's owner may resubmit it (its environment is private)".into(),
         ));
@@ -280,7 +353,7 @@ pub async fn cancel(state: &AppState, user: &CurrentUser, id: Uuid) -> Result<Jo
         .await
         .or_internal("reading a job")?
         .ok_or_else(|| AppError::NotFound(format!("no job {id}")))?;
-    if job.owner_id != user.id && !user.role.at_least(Role::Admin) {
+    if !access::may_cancel(user, job.owner_id) {
         return Err(AppError::Forbidden(
             "only the job's owner or an admin may cancel it".into(),
         ));

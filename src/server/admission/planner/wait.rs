@@ -79,6 +79,14 @@ pub enum WaitReason {
         /// Cards held for it, all on one node.
         held: Vec<CardRef>,
     },
+    /// A launch-policy cap holds the job back before planning: its owner's running jobs, or the
+    /// jobs without GPUs on the node that runs them.
+    OverCap {
+        /// The policy field (`max_running_per_user`, `max_cpu_jobs_per_node`).
+        cap: String,
+        /// Its value.
+        limit: u32,
+    },
 }
 
 impl WaitReason {
@@ -149,6 +157,14 @@ impl WaitReason {
                     gpus.join(",")
                 )
             }
+            WaitReason::OverCap { cap, limit } if cap == "max_cpu_jobs_per_node" => format!(
+                "{limit} jobs without GPUs already run on this node, the most the launch policy \
+                 allows ({cap})"
+            ),
+            WaitReason::OverCap { cap, limit } => format!(
+                "its owner already has {limit} jobs running, the most the launch policy allows \
+                 ({cap})"
+            ),
         }
     }
 

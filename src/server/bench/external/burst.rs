@@ -179,7 +179,7 @@ async fn gpuq(ctx: &Ctx, watched: &Watched) -> Result<(Leg, Duration, BTreeMap<S
     let bodies = (0..n)
         .map(|i| {
             json!({
-                "image": ctx.opts.image, "command": ["true"], "min_vram_mb": 1,
+                "image": ctx.opts.image, "command": ["true"], "min_vram_mb": 256,
                 "name": format!("bench-burst-{i}"),
             })
         })

@@ -94,7 +94,7 @@ async fn one(ctx: &Ctx, n: usize) -> Result<Row> {
     let bodies = (0..n)
         .map(|i| {
             json!({
-                "image": o.image, "command": ["sleep", "600"], "min_vram_mb": 1,
+                "image": o.image, "command": ["sleep", "600"], "min_vram_mb": 256,
                 "name": format!("bench-idle-{n}-{i}"), "timeout_s": 3600,
             })
         })
