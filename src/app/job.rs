@@ -118,7 +118,11 @@ fn Detail(d: JobDetail, cancel: ServerAction<CancelJob>) -> impl IntoView {
             <dl class="spec">
                 <dt>"Owner"</dt><dd>{j.owner.clone()}</dd>
                 <dt>"Image"</dt><dd>{j.image.clone()}</dd>
-                <dt>"Command"</dt><dd><code>{crate::model::spec::quote_argv(&j.command)}</code></dd>
+                <dt>"Command"</dt><dd>{if j.details_hidden {
+                    view! { <span id="details-hidden" class="muted">"hidden: the command, volumes, timeline and log are the owner's (and their managers')"</span> }.into_any()
+                } else {
+                    view! { <code>{crate::model::spec::quote_argv(&j.command)}</code> }.into_any()
+                }}</dd>
                 <dt>"Needs"</dt><dd>{need(j.gpu_count, j.workload.as_deref(), j.min_vram_mb, j.exclusive)}</dd>
                 <dt>"Cards"</dt><dd>{held}</dd>
                 <dt>"Timeout"</dt><dd>{format!("{} s", j.timeout_s)}</dd>

@@ -73,7 +73,7 @@ fn connect(tick: RwSignal<u64>) {
         let bump = Closure::<dyn FnMut(web_sys::Event)>::new(move |_: web_sys::Event| {
             tick.update(|n| *n += 1);
         });
-        for kind in ["job", "pass", "cards", "changed", "resync"] {
+        for kind in ["job", "queue", "pass", "cards", "changed", "resync"] {
             let _ = source.add_event_listener_with_callback(kind, bump.as_ref().unchecked_ref());
         }
         // Something may have happened while the stream was down: refetch on every (re)open.

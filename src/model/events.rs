@@ -130,6 +130,9 @@ pub enum LiveEvent {
         /// Which thing.
         subject: String,
     },
+    /// Someone else's job changed (what a member's stream carries instead of the job's details):
+    /// the shared queue may look different.
+    Queue,
     /// Events may have been missed (the stream reconnected or fell behind): refetch everything.
     Resync,
 }

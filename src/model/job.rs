@@ -103,7 +103,7 @@ pub struct JobView {
     pub priority: i32,
     /// Run-time limit.
     pub timeout_s: i64,
-    /// Environment: only for the owner, managers and admins.
+    /// Environment: only for the owner and admins.
     pub env: Option<BTreeMap<String, String>>,
     /// `host:container[:ro]` mounts.
     pub volumes: Vec<String>,
@@ -127,6 +127,10 @@ pub struct JobView {
     pub queue_position: Option<i64>,
     /// Plain words on why a queued job waits.
     pub wait_reason: Option<String>,
+    /// Command, volumes and status details are someone else's and were left out (they are the
+    /// owner's, their managers' and admins' to read).
+    #[serde(default)]
+    pub details_hidden: bool,
 }
 
 /// One page of jobs.

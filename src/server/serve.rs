@@ -36,6 +36,7 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
 fn db_options(args: &DbArgs) -> DbOptions {
     DbOptions {
         database_url: args.database_url.clone(),
+        app_database_url: args.app_database_url.clone(),
         data_dir: args.data_dir.clone(),
         pg_user: args.pg_user.clone(),
         max_connections: args.db_max_connections,
@@ -149,6 +150,12 @@ async fn run(args: &ServeArgs, database: &Database) -> Result<()> {
         args.node.clone(),
         Duration::from_secs(args.gpu_refresh_s.max(1)),
         own_pids,
+        stop_rx.clone(),
+    ));
+    tasks.spawn(crate::server::jobs::retention::run(
+        pool.clone(),
+        state.logs_dir.clone(),
+        Duration::from_secs(3600),
         stop_rx.clone(),
     ));
     tasks.spawn(notifier.run(pool.clone(), stop_rx));

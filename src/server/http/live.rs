@@ -1,7 +1,9 @@
 //! `GET /api/v1/events`: Server-Sent Events of job and card changes, for live pages.
 
 use crate::model::LiveEvent;
+use super::error::ApiError;
 use crate::server::auth::CurrentUser;
+use crate::server::jobs::live::LiveFilter;
 use crate::server::notifier::Note;
 use crate::server::AppState;
 use axum::extract::State;
@@ -9,19 +11,25 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use futures_util::stream::{self, Stream};
 use std::convert::Infallible;
 
-/// Each event is named by its payload's `kind` (`job`, `pass`, `cards`, `changed`, `resync`) and
-/// carries the payload as JSON data. After a gap (the server's LISTEN connection was re-made, or
-/// this client fell behind) the client gets `resync` and should refetch.
-#[utoipa::path(get, path = "/api/v1/events", tag = "live", security(("bearer" = [])), responses((status = 200, description = "text/event-stream of JSON payloads", content_type = "text/event-stream", body = String), (status = 401, body = super::error::ErrorBody)))]
+/// Each event is named by its payload's `kind` (`job`, `queue`, `pass`, `cards`, `changed`,
+/// `resync`) and carries the payload as JSON data. Members get `job` events for their own jobs
+/// only, and `queue` (no details) when someone else's job changed. After a gap (the server's
+/// LISTEN connection was re-made, or this client fell behind) the client gets `resync` and should
+/// refetch. One user may hold a bounded number of live streams (429 past it).
+#[utoipa::path(get, path = "/api/v1/events", tag = "live", security(("bearer" = [])), responses((status = 200, description = "text/event-stream of JSON payloads", content_type = "text/event-stream", body = String), (status = 401, body = super::error::ErrorBody), (status = 429, body = super::error::ErrorBody)))]
 pub(super) async fn events(
     State(state): State<AppState>,
-    _user: CurrentUser,
-) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    user: CurrentUser,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
+    let slot = state.streams.take(&user)?;
     let notes = state.notifier.subscribe();
-    let stream = stream::unfold(notes, |mut notes| async move {
+    let filter = LiveFilter::new(user);
+    let pool = state.pool.clone();
+    let st = (notes, filter, pool, slot);
+    let stream = stream::unfold(st, |(mut notes, mut filter, pool, slot)| async move {
         let event = loop {
             match notes.recv().await {
-                Note::Event(e) => break e,
+                Note::Event(e) => break filter.fit(&pool, e).await,
                 Note::Missed => break LiveEvent::Resync,
                 Note::Wake | Note::Backstop => continue,
             }
@@ -30,8 +38,8 @@ pub(super) async fn events(
         let kind = payload["kind"].as_str().unwrap_or("message").to_owned();
         Some((
             Ok(Event::default().event(kind).data(payload.to_string())),
-            notes,
+            (notes, filter, pool, slot),
         ))
     });
-    Sse::new(stream).keep_alive(KeepAlive::default())
+    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
 }

@@ -11,9 +11,14 @@ use uuid::Uuid;
 /// A job with its timeline, and whether the viewer may cancel or resubmit it.
 pub async fn detail(state: &AppState, user: &CurrentUser, id: Uuid) -> Result<JobDetail, AppError> {
     let job = super::get(state, user, id).await?;
-    let rows = events::job_events_of(&state.pool, id)
-        .await
-        .or_internal("reading a job's events")?;
+    // The trail holds reasons and details: only for those who see the job's details.
+    let rows = if job.details_hidden {
+        Vec::new()
+    } else {
+        events::job_events_of(&state.pool, id)
+            .await
+            .or_internal("reading a job's events")?
+    };
     let owner = job.owner == user.username;
     Ok(JobDetail {
         can_cancel: (owner || user.role.at_least(Role::Admin)) && !job.status.is_terminal(),

@@ -2,7 +2,7 @@
 //! wakes when this process's runner appends to the log or the job's end is announced; it never
 //! polls the file or the database on a timer of its own.
 
-use crate::model::{AppError, JobChange, LiveEvent, Role};
+use crate::model::{AppError, JobChange, LiveEvent};
 use crate::server::auth::CurrentUser;
 use crate::server::db::jobs;
 use crate::server::error::OrInternal;
@@ -35,6 +35,7 @@ pub async fn follow(
     tail: Option<usize>,
 ) -> Result<impl Stream<Item = std::io::Result<String>> + Send + 'static, AppError> {
     let path = readable_log(state, viewer, id).await?;
+    let slot = state.streams.take(viewer)?;
     // Listen before reading: an end announced in between is then heard, not lost.
     let notes = state.notifier.subscribe();
     let grew = state.notifier.subscribe_logs();
@@ -48,6 +49,7 @@ pub async fn follow(
         checked: false,
         notes,
         grew,
+        _slot: slot,
     };
     let first = stream::once(async move { Ok::<_, std::io::Error>(text) });
     Ok(futures_util::StreamExt::chain(first, follow_stream(st)))
@@ -63,7 +65,7 @@ async fn readable_log(
         .await
         .or_internal("reading a job")?
         .ok_or_else(|| AppError::NotFound(format!("no job {id}")))?;
-    if job.owner_id != viewer.id && !viewer.role.at_least(Role::Manager) {
+    if !super::access::sees_details(viewer, job.owner_id) {
         return Err(AppError::Forbidden(
             "members read only their own jobs' logs".into(),
         ));
@@ -78,15 +80,32 @@ async fn snapshot_of(path: PathBuf, tail: Option<usize>) -> Result<(String, u64)
         .or_internal("reading a log")
 }
 
-/// The text of the last `tail` whole lines, and the byte offset where following continues.
+/// The text of the last `tail` whole lines, and the byte offset where following continues. A tail
+/// reads the file backwards from its end, a block at a time, so its cost follows the lines asked
+/// for, not the size of the log.
 fn snapshot(path: &PathBuf, tail: Option<usize>) -> std::io::Result<(String, u64)> {
-    let bytes = match std::fs::read(path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+    let mut f = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((String::new(), 0)),
         Err(e) => return Err(e),
     };
+    let len = f.metadata()?.len();
+    let (start, bytes) = match tail {
+        None => {
+            let mut bytes = Vec::new();
+            f.read_to_end(&mut bytes)?;
+            (0, bytes)
+        }
+        Some(n) => read_last_lines(&mut f, len, n)?,
+    };
     let whole = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
-    let text = String::from_utf8_lossy(&bytes[..whole]);
+    // Read from the middle of the file, the first line is cut: it is not one of the last `n`.
+    let first = if start > 0 {
+        bytes.iter().position(|b| *b == b'\n').map_or(whole, |i| i + 1).min(whole)
+    } else {
+        0
+    };
+    let text = String::from_utf8_lossy(&bytes[first..whole]);
     let lines: Vec<&str> = text.lines().collect();
     let skip = tail.map_or(0, |n| lines.len().saturating_sub(n));
     let mut out = String::new();
@@ -94,7 +113,28 @@ fn snapshot(path: &PathBuf, tail: Option<usize>) -> std::io::Result<(String, u64
         out.push_str(text_of(l));
         out.push('\n');
     }
-    Ok((out, whole as u64))
+    Ok((out, start + whole as u64))
+}
+
+/// Reads whole blocks backwards from the end until the bytes hold more than `n` line ends (so at
+/// least `n` whole lines after the first, possibly cut, one) or the file's start. Returns where
+/// the bytes start in the file.
+fn read_last_lines(f: &mut std::fs::File, len: u64, n: usize) -> std::io::Result<(u64, Vec<u8>)> {
+    const BLOCK: u64 = 64 * 1024;
+    let mut pos = len;
+    let mut bytes: Vec<u8> = Vec::new();
+    let mut ends = 0usize;
+    while pos > 0 && ends <= n {
+        let step = BLOCK.min(pos);
+        pos -= step;
+        f.seek(SeekFrom::Start(pos))?;
+        let mut block = vec![0u8; step as usize];
+        f.read_exact(&mut block)?;
+        ends += block.iter().filter(|b| **b == b'\n').count();
+        block.extend_from_slice(&bytes);
+        bytes = block;
+    }
+    Ok((pos, bytes))
 }
 
 struct Follow {
@@ -108,6 +148,8 @@ struct Follow {
     checked: bool,
     notes: Subscription,
     grew: broadcast::Receiver<Uuid>,
+    /// This follow's place under the viewer's bound on live streams, freed when it ends.
+    _slot: super::live::StreamSlot,
 }
 
 /// Why a follow woke up.
@@ -176,6 +218,9 @@ async fn job_ended(pool: &PgPool, id: Uuid) -> bool {
         .is_none_or(|j| j.released_at.is_some() || j.finished_at.is_some())
 }
 
+/// The most a follow reads from the log at once.
+const FOLLOW_CHUNK: u64 = 1 << 20;
+
 /// New whole lines since the offset, as text, or `None` when there are none.
 async fn read_from(st: &mut Follow) -> Option<String> {
     let path = st.path.clone();
@@ -184,9 +229,14 @@ async fn read_from(st: &mut Follow) -> Option<String> {
         tokio::task::spawn_blocking(move || -> std::io::Result<(String, u64)> {
             let mut f = std::fs::File::open(&path)?;
             f.seek(SeekFrom::Start(offset))?;
+            // At most a chunk per read, so a log that grew by gigabytes streams in pieces.
             let mut bytes = Vec::new();
-            f.read_to_end(&mut bytes)?;
-            let whole = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+            f.take(FOLLOW_CHUNK).read_to_end(&mut bytes)?;
+            let mut whole = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+            if whole == 0 && bytes.len() as u64 == FOLLOW_CHUNK {
+                // One line longer than a chunk: pass it on in pieces rather than stall.
+                whole = bytes.len();
+            }
             let mut out = String::new();
             for l in String::from_utf8_lossy(&bytes[..whole]).lines() {
                 out.push_str(text_of(l));
@@ -199,4 +249,52 @@ async fn read_from(st: &mut Follow) -> Option<String> {
         .ok()?;
     st.offset += consumed;
     (!text.is_empty()).then_some(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn log_of(lines: usize, partial: bool) -> (tempfile::TempDir, PathBuf, u64) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("job.log");
+        let mut f = std::fs::File::create(&path).unwrap();
+        for i in 0..lines {
+            writeln!(f, "2026-12-01T00:00:00Z out line {i:07}").unwrap();
+        }
+        let whole = f.metadata().unwrap().len();
+        if partial {
+            write!(f, "2026-12-01T00:00:00Z out half-writ").unwrap();
+        }
+        (dir, path, whole)
+    }
+
+    #[test]
+    fn a_tail_is_the_last_whole_lines_from_anywhere_in_the_file() {
+        // 200,000 lines (about 7 MiB): the tail crosses many 64 KiB blocks only when asked to.
+        let (_d, path, whole) = log_of(200_000, true);
+        for n in [0usize, 1, 3, 1_000, 1_900, 5_000] {
+            let (text, offset) = snapshot(&path, Some(n)).unwrap();
+            let want: String = (200_000 - n..200_000)
+                .map(|i| format!("line {i:07}\n"))
+                .collect();
+            assert_eq!(text, want, "tail {n}");
+            assert_eq!(offset, whole, "following resumes after the last whole line");
+        }
+        let (all, offset) = snapshot(&path, None).unwrap();
+        assert_eq!(all.lines().count(), 200_000);
+        assert_eq!(offset, whole);
+    }
+
+    #[test]
+    fn a_tail_longer_than_the_log_is_the_whole_log() {
+        let (_d, path, whole) = log_of(10, false);
+        let (text, offset) = snapshot(&path, Some(50)).unwrap();
+        assert_eq!(text.lines().count(), 10);
+        assert!(text.starts_with("line 0000000\n"));
+        assert_eq!(offset, whole);
+        let missing = path.with_file_name("none.log");
+        assert_eq!(snapshot(&missing, Some(5)).unwrap(), (String::new(), 0));
+    }
 }

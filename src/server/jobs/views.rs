@@ -2,7 +2,7 @@
 //! dry run of the planner over the current state.
 
 use crate::model::spec::RawJobSpec;
-use crate::model::{gpu_id, queue_key, AppError, AssignedGpu, JobPage, JobStatus, JobView, Role};
+use crate::model::{gpu_id, queue_key, AppError, AssignedGpu, JobPage, JobStatus, JobView};
 use crate::server::admission::pass;
 use crate::server::auth::CurrentUser;
 use crate::server::db::jobs::{self, GrantRow, JobFilter, JobRow, JobSort};
@@ -150,7 +150,7 @@ async fn wait_info(state: &AppState) -> Result<HashMap<Uuid, (i64, String)>, App
         .collect();
     let admitted: std::collections::HashSet<Uuid> =
         plan.admitted.iter().map(|p| p.job_id).collect();
-    let mut queue = st.input.queue.clone();
+    let mut queue: Vec<_> = st.queued().cloned().collect();
     queue.sort_by_key(|q| queue_key(q.priority, q.seq));
     Ok(queue
         .iter()
@@ -176,13 +176,13 @@ fn to_view(
 ) -> Result<JobView, AppError> {
     let raw: RawJobSpec =
         serde_json::from_value(r.spec.clone()).or_internal("reading a stored spec")?;
-    let sees_env = r.owner_id == viewer.id || viewer.role.at_least(Role::Manager);
+    let owner_id = r.owner_id;
     let status: JobStatus = r
         .status
         .parse()
         .map_err(|e: String| e)
         .or_internal("reading a status")?;
-    Ok(JobView {
+    let mut view = JobView {
         id: r.id,
         seq: r.seq,
         name: r.name,
@@ -197,11 +197,7 @@ fn to_view(
         exclusive: r.exclusive,
         priority: r.priority,
         timeout_s: r.timeout_s,
-        env: if sees_env {
-            Some(raw.env.unwrap_or_default())
-        } else {
-            None
-        },
+        env: Some(raw.env.unwrap_or_default()),
         volumes: raw.volumes.unwrap_or_default(),
         node: r.node,
         assigned_gpus: grants
@@ -221,5 +217,8 @@ fn to_view(
         released_at: r.released_at,
         queue_position: wait.map(|w| w.0),
         wait_reason: wait.map(|w| w.1.clone()),
-    })
+        details_hidden: false,
+    };
+    super::access::redact(&mut view, viewer, owner_id);
+    Ok(view)
 }

@@ -1,1 +1,125 @@
-//! Reading what is not one's own.
+//! Reading what is not one's own. Everyone sees the shared queue (name, owner, status, cards, VRAM,
+//! position): that explains a wait. Another member's command line (tokens travel in them), volumes,
+//! env, status details, event trail and log are not theirs to read; managers read all but the env.
+
+use crate::support::{read_stream_until, TestApp};
+use gpuq::model::Role;
+use serde_json::{json, Value};
+use sqlx::PgPool;
+
+const SECRET: &str = "hf_SeCrEt_t0ken";
+
+#[sqlx::test(migrations = false)]
+async fn a_member_cannot_read_another_members_command_env_trail_or_log(pool: PgPool) {
+    let app = TestApp::new(pool).await;
+    app.sim_cards("1x24576:NVIDIA GeForce RTX 3090", "vis")
+        .await;
+    let alice = app.bearer("alice", Role::Member).await;
+    let bob = app.bearer("bob", Role::Member).await;
+    let manager = app.bearer("mia", Role::Manager).await;
+    let admin = app.bearer("root", Role::Admin).await;
+    // 30000 MiB never fits a 24 GiB card: it is rejected, and its reason is a status detail.
+    let r = app
+        .submit(
+            &alice,
+            json!({ "image": "gpuq-test/busybox:latest", "name": "alice-big",
+                    "command": ["sh", "-c", format!("echo --token={SECRET}")],
+                    "env": { "HF_TOKEN": SECRET }, "min_vram_mb": 30000 }),
+        )
+        .await;
+    assert_eq!(r.status, 400, "{}", r.text);
+    let waiting = app
+        .submit_ok(
+            &alice,
+            json!({ "image": "gpuq-test/busybox:latest", "name": "alice-wait",
+                    "command": ["sh", "-c", format!("echo --token={SECRET}")],
+                    "env": { "HF_TOKEN": SECRET }, "min_vram_mb": 1000 }),
+        )
+        .await;
+
+    // The job as each role sees it.
+    let as_bob = app.job(&bob, waiting).await;
+    assert_eq!(as_bob["name"], "alice-wait", "the queue is shared");
+    assert_eq!(as_bob["owner"], "alice");
+    assert_eq!(as_bob["status"], "queued");
+    assert!(as_bob["queue_position"].is_number());
+    assert_eq!(as_bob["details_hidden"], true);
+    assert!(!as_bob.to_string().contains(SECRET), "{as_bob}");
+    assert_eq!(as_bob["command"], json!([]));
+    assert!(as_bob["env"].is_null());
+
+    let as_manager = app.job(&manager, waiting).await;
+    assert!(as_manager.to_string().contains(SECRET), "managers read command lines");
+    assert!(as_manager["env"].is_null(), "the env is the owner's and admins' only");
+    let as_alice = app.job(&alice, waiting).await;
+    assert_eq!(as_alice["details_hidden"], false);
+    assert!(as_alice.to_string().contains(SECRET));
+
+    // The list, the job page's server function and the log say no more.
+    let list = app.api("GET", "/api/v1/jobs", Some(&bob), None).await;
+    assert_eq!(list.status, 200);
+    assert!(!list.text.contains(SECRET), "{}", list.text);
+    assert!(list.text.contains("alice-wait"));
+    let rejected = app.api("GET", "/api/v1/jobs?status=rejected", Some(&bob), None).await;
+    assert!(rejected.text.contains("alice-big"), "{}", rejected.text);
+    assert!(!rejected.text.contains("the largest card"), "status details: {}", rejected.text);
+    let own = app.api("GET", "/api/v1/jobs?status=rejected", Some(&alice), None).await;
+    assert!(own.text.contains("the largest card"), "{}", own.text);
+    let log = app
+        .api("GET", &format!("/api/v1/jobs/{waiting}/logs"), Some(&bob), None)
+        .await;
+    assert_eq!(log.status, 403, "{}", log.text);
+    let cookie = app.login("bob", crate::support::PASSWORD).await;
+    let detail = app
+        .server_fn("job_detail", &format!("id={waiting}"), Some(&cookie), &[])
+        .await;
+    assert_eq!(detail.status, 200, "{}", detail.text);
+    let detail: Value = detail.json();
+    assert_eq!(detail["events"], json!([]), "the trail is the owner's: {detail}");
+    assert!(!detail.to_string().contains(SECRET));
+    let env = app.api("GET", &format!("/api/v1/jobs/{waiting}"), Some(&admin), None).await;
+    assert!(env.json()["env"].is_object(), "admins read the env");
+}
+
+#[sqlx::test(migrations = false)]
+async fn a_members_live_stream_carries_only_their_own_jobs(pool: PgPool) {
+    let app = TestApp::new(pool).await;
+    app.sim_cards("1x24576:NVIDIA GeForce RTX 3090", "vis")
+        .await;
+    let alice = app.bearer("alice", Role::Member).await;
+    let bob = app.bearer("bob", Role::Member).await;
+    let (stop, notifier) = app.start_notifier();
+    let mut body = app.live_stream(&bob).await;
+    let hers = app
+        .submit_ok(&alice, json!({ "image": "gpuq-test/busybox:latest", "command": ["true"], "min_vram_mb": 1000 }))
+        .await;
+    let seen = read_stream_until(&mut body, "event: queue", 10).await;
+    let his = app
+        .submit_ok(&bob, json!({ "image": "gpuq-test/busybox:latest", "command": ["true"], "min_vram_mb": 1000 }))
+        .await;
+    let seen = seen + &read_stream_until(&mut body, &his.to_string(), 10).await;
+    assert!(!seen.contains(&hers.to_string()), "another member's job id: {seen}");
+    stop.send(true).unwrap();
+    notifier.await.unwrap();
+}
+
+#[sqlx::test(migrations = false)]
+async fn one_member_cannot_hold_open_unbounded_live_streams(pool: PgPool) {
+    let app = TestApp::new(pool).await;
+    let bob = app.bearer("bob", Role::Member).await;
+    let alice = app.bearer("alice", Role::Member).await;
+    let mut open = Vec::new();
+    for _ in 0..gpuq::server::jobs::live::STREAMS_PER_USER {
+        let (status, body) = app.stream("/api/v1/events", &bob).await;
+        assert_eq!(status, 200);
+        open.push(body);
+    }
+    let (status, _) = app.stream("/api/v1/events", &bob).await;
+    assert_eq!(status, 429, "one stream past the bound");
+    let (status, _) = app.stream("/api/v1/events", &alice).await;
+    assert_eq!(status, 200, "the bound is per user");
+    // Closing a stream frees its place.
+    drop(open.pop());
+    let (status, _) = app.stream("/api/v1/events", &bob).await;
+    assert_eq!(status, 200);
+}

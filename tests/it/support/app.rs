@@ -84,6 +84,14 @@ impl TestApp {
         Self::build(pool, logs_dir, backstop)
     }
 
+    /// An app over a database someone else migrated: for a pool that connects as a role that
+    /// may not run migrations (the application's own role).
+    pub fn migrated(pool: PgPool) -> Self {
+        let logs_dir =
+            std::env::temp_dir().join(format!("gpuq-test-logs-{}", uuid::Uuid::new_v4()));
+        Self::build(pool, logs_dir, std::time::Duration::from_millis(100))
+    }
+
     fn build(pool: PgPool, logs_dir: std::path::PathBuf, backstop: std::time::Duration) -> Self {
         let notifier = Notifier::new(backstop);
         let state = AppState::new(
@@ -180,6 +188,31 @@ impl TestApp {
             .expect("request");
         let res = self.router.clone().oneshot(req).await.expect("router");
         (res.status(), res.into_body())
+    }
+
+    /// Opens the live event stream as `bearer` once this app's notifier (see `start_notifier`)
+    /// listens: pokes the channel until a probe comes through the stream.
+    pub async fn live_stream(&self, bearer: &str) -> Body {
+        use http_body_util::BodyExt;
+        let (status, mut body) = self.stream("/api/v1/events", bearer).await;
+        assert_eq!(status, 200);
+        for _ in 0..50 {
+            sqlx::query("SELECT pg_notify('gpuq_events', '{\"kind\":\"cards\"}')")
+                .execute(&self.pool)
+                .await
+                .unwrap();
+            if let Ok(Some(Ok(frame))) =
+                tokio::time::timeout(std::time::Duration::from_millis(200), body.frame()).await
+            {
+                if frame
+                    .into_data()
+                    .is_ok_and(|d| String::from_utf8_lossy(&d).contains("event: cards"))
+                {
+                    return body;
+                }
+            }
+        }
+        panic!("the notifier never started listening");
     }
 
     /// A page load as a browser makes it (`Accept: text/html`).
@@ -303,6 +336,19 @@ impl TestApp {
             .await;
         assert_eq!(r.status, 200, "{}", r.text);
         r.json()
+    }
+
+    /// Saves a launch policy as `admin` (fields left out keep their defaults).
+    pub async fn set_policy(&self, admin: &str, policy: Value) {
+        let r = self
+            .api(
+                "PUT",
+                "/api/v1/settings/launch-policy",
+                Some(admin),
+                Some(policy),
+            )
+            .await;
+        assert_eq!(r.status, 200, "{}", r.text);
     }
 
     /// Defines a workload type directly (as an admin would through the API).
