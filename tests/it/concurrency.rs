@@ -100,7 +100,8 @@ async fn four_concurrent_passes_under_a_burst_keep_the_ledger_exact(pool: PgPool
 /// exists to prevent. tx1 plans job A; then a higher-priority job B arrives; tx2 plans B on the same
 /// card; both write.
 async fn interleave_without_lock(app: &TestApp) -> anyhow::Result<()> {
-    let alice = app.bearer("alice", Role::Member).await;
+    // A manager, who may raise a job's priority.
+    let alice = app.bearer("alice", Role::Manager).await;
     app.submit_ok(&alice, spec(20_000, 1)).await;
     let cfg = pass_config();
     let now = chrono::Utc::now();
