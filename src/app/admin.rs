@@ -248,7 +248,9 @@ fn whole_number(field: &str, text: &str) -> Result<u64, String> {
 fn cores(field: &str, text: &str) -> Result<f64, String> {
     match text.trim().parse::<f64>() {
         Ok(c) if c.is_finite() && c >= 0.0 => Ok(c),
-        _ => Err(format!("{field}: `{text}` is not a number of cores (e.g. 4 or 0.5)")),
+        _ => Err(format!(
+            "{field}: `{text}` is not a number of cores (e.g. 4 or 0.5)"
+        )),
     }
 }
 

@@ -326,7 +326,10 @@ fn check_plan(inp: &PlanInput, p: &Plan) -> Result<(), TestCaseError> {
                 }
                 WaitReason::HoldingCards { .. } => prop_assert!(false, "nested hold"),
                 WaitReason::OverCap { .. } => {
-                    prop_assert!(false, "caps are applied before planning, never by the planner")
+                    prop_assert!(
+                        false,
+                        "caps are applied before planning, never by the planner"
+                    )
                 }
             }
             prop_assert!(!reason.message().is_empty());

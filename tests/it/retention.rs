@@ -13,7 +13,8 @@ async fn old_logs_go_then_the_oldest_past_the_size_cap(pool: PgPool) {
     app.sim_cards("1x24576:NVIDIA GeForce RTX 3090", "logs")
         .await;
     let admin = app.bearer("root", Role::Admin).await;
-    let spec = json!({ "image": "gpuq-test/busybox:latest", "command": ["true"], "min_vram_mb": 1000 });
+    let spec =
+        json!({ "image": "gpuq-test/busybox:latest", "command": ["true"], "min_vram_mb": 1000 });
     let mut ids = Vec::new();
     for _ in 0..5 {
         ids.push(app.submit_ok(&admin, spec.clone()).await);
@@ -46,18 +47,40 @@ async fn old_logs_go_then_the_oldest_past_the_size_cap(pool: PgPool) {
 
     // Defaults: 30 days, no size cap. Only the 40-day-old log goes.
     let s = sweep(&pool, dir.path(), chrono::Utc::now()).await.unwrap();
-    assert_eq!(s, Swept { expired: 1, over_cap: 0, bytes: 1024 * 1024 });
+    assert_eq!(
+        s,
+        Swept {
+            expired: 1,
+            over_cap: 0,
+            bytes: 1024 * 1024
+        }
+    );
     assert!(gone(0) && !gone(1));
 
     // A 2 MiB cap on 4 MiB of logs: the two oldest finished go, the running job's stays.
-    app.set_policy(&admin, json!({ "log_retention_days": 0, "log_total_mib": 2 })).await;
+    app.set_policy(
+        &admin,
+        json!({ "log_retention_days": 0, "log_total_mib": 2 }),
+    )
+    .await;
     let s = sweep(&pool, dir.path(), chrono::Utc::now()).await.unwrap();
     assert_eq!(s.over_cap, 2, "{s:?}");
     assert!(gone(1) && gone(2) && !gone(3) && !gone(4));
     // Even a cap the running log alone exceeds leaves it be.
-    std::fs::write(dir.path().join(format!("{}.log", ids[4])), vec![b'x'; 3 * 1024 * 1024]).unwrap();
-    app.set_policy(&admin, json!({ "log_total_mib": 1, "log_retention_days": 0 })).await;
+    std::fs::write(
+        dir.path().join(format!("{}.log", ids[4])),
+        vec![b'x'; 3 * 1024 * 1024],
+    )
+    .unwrap();
+    app.set_policy(
+        &admin,
+        json!({ "log_total_mib": 1, "log_retention_days": 0 }),
+    )
+    .await;
     sweep(&pool, dir.path(), chrono::Utc::now()).await.unwrap();
     assert!(gone(3) && !gone(4), "a running job's log is never removed");
-    assert!(stranger.exists(), "files that are not job logs are left alone");
+    assert!(
+        stranger.exists(),
+        "files that are not job logs are left alone"
+    );
 }

@@ -238,3 +238,57 @@ fn urlencode(s: &str) -> String {
         })
         .collect()
 }
+
+/// What each role reads of one member's job, through the job page's server function and the REST
+/// API alike: [command and volumes, env, event trail] for [owner, other member, manager, admin].
+/// The rules live in `gpuq::server::jobs::access`; this table is their test.
+#[sqlx::test(migrations = false)]
+async fn what_each_role_reads_of_a_members_job(pool: PgPool) {
+    let app = TestApp::new(pool).await;
+    app.sim_cards("1x24576:NVIDIA GeForce RTX 3090", "roles")
+        .await;
+    let bearers = [
+        app.bearer("alice", Role::Member).await,
+        app.bearer("bob", Role::Member).await,
+        app.bearer("mia", Role::Manager).await,
+        app.bearer("root", Role::Admin).await,
+    ];
+    let job = app
+        .submit_ok(
+            &bearers[0],
+            json!({ "image": "gpuq-test/busybox:latest", "command": ["echo", "cmd-marker"],
+                    "env": { "KEY": "env-marker" }, "min_vram_mb": 1000 }),
+        )
+        .await;
+    let expected = [
+        ("owner", [true, true, true]),
+        ("other member", [false, false, false]),
+        ("manager", [true, false, true]),
+        ("admin", [true, true, true]),
+    ];
+    let names = ["alice", "bob", "mia", "root"];
+    for (i, (who, [command, env, trail])) in expected.into_iter().enumerate() {
+        let rest = app.job(&bearers[i], job).await;
+        assert_eq!(
+            rest.to_string().contains("cmd-marker"),
+            command,
+            "{who}: {rest}"
+        );
+        assert_eq!(rest["env"]["KEY"] == "env-marker", env, "{who}: {rest}");
+        assert_eq!(rest["details_hidden"], !command, "{who}");
+        let cookie = app.login(names[i], crate::support::PASSWORD).await;
+        let detail = call(
+            &app,
+            "job_detail",
+            &Args::Form(format!("id={job}")),
+            Some(&cookie),
+        )
+        .await;
+        assert_eq!(detail.status, 200, "{who}: {}", detail.text);
+        let detail = detail.json();
+        assert_eq!(detail.to_string().contains("cmd-marker"), command, "{who}");
+        assert_eq!(detail.to_string().contains("env-marker"), env, "{who}");
+        let events = detail["events"].as_array().unwrap();
+        assert_eq!(!events.is_empty(), trail, "{who}: {detail}");
+    }
+}

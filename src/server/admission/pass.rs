@@ -71,7 +71,10 @@ impl PassState {
 
     /// Every queued job, considered or capped.
     pub fn queued(&self) -> impl Iterator<Item = &QueuedJob> {
-        self.input.queue.iter().chain(self.capped.iter().map(|(j, _)| j))
+        self.input
+            .queue
+            .iter()
+            .chain(self.capped.iter().map(|(j, _)| j))
     }
 }
 
@@ -216,10 +219,7 @@ impl Caps {
         Ok(Caps {
             max_running_per_user: policy.max_running_per_user,
             max_cpu_jobs: policy.max_cpu_jobs_per_node,
-            running: running
-                .into_iter()
-                .map(|(o, n)| (o, n as u32))
-                .collect(),
+            running: running.into_iter().map(|(o, n)| (o, n as u32)).collect(),
             cpu_running: cpu_running as u32,
         })
     }
@@ -270,15 +270,15 @@ pub async fn read_state(
     let mut caps = Caps::read(tx, &cfg.cpu_node).await?;
     let cards = rows.iter().map(to_planner_card).collect();
     let to_job = |q: &QueueRow| QueuedJob {
-            id: q.id,
-            seq: q.seq,
-            priority: q.priority,
-            gpu_count: q.gpu_count as u32,
-            need: match (&q.workload, q.min_vram_mib) {
-                (Some(w), _) => Need::PerModel(manifest.needs.get(w).cloned().unwrap_or_default()),
-                (None, Some(mib)) => Need::Fixed(mib),
-                (None, None) => Need::Fixed(0),
-            },
+        id: q.id,
+        seq: q.seq,
+        priority: q.priority,
+        gpu_count: q.gpu_count as u32,
+        need: match (&q.workload, q.min_vram_mib) {
+            (Some(w), _) => Need::PerModel(manifest.needs.get(w).cloned().unwrap_or_default()),
+            (None, Some(mib)) => Need::Fixed(mib),
+            (None, None) => Need::Fixed(0),
+        },
         exclusive: q.exclusive,
         queued_at_ms: q.created_at.timestamp_millis(),
     };

@@ -1,7 +1,7 @@
 //! `GET /api/v1/events`: Server-Sent Events of job and card changes, for live pages.
 
-use crate::model::LiveEvent;
 use super::error::ApiError;
+use crate::model::LiveEvent;
 use crate::server::auth::CurrentUser;
 use crate::server::jobs::live::LiveFilter;
 use crate::server::notifier::Note;

@@ -101,7 +101,11 @@ fn snapshot(path: &PathBuf, tail: Option<usize>) -> std::io::Result<(String, u64
     let whole = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
     // Read from the middle of the file, the first line is cut: it is not one of the last `n`.
     let first = if start > 0 {
-        bytes.iter().position(|b| *b == b'\n').map_or(whole, |i| i + 1).min(whole)
+        bytes
+            .iter()
+            .position(|b| *b == b'\n')
+            .map_or(whole, |i| i + 1)
+            .min(whole)
     } else {
         0
     };

@@ -24,7 +24,12 @@ pub struct Swept {
 }
 
 /// Sweeps now and every `every` until `stop`.
-pub async fn run(pool: PgPool, logs_dir: PathBuf, every: Duration, mut stop: watch::Receiver<bool>) {
+pub async fn run(
+    pool: PgPool,
+    logs_dir: PathBuf,
+    every: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
     let mut timer = tokio::time::interval(every);
     timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {

@@ -20,18 +20,23 @@ async fn forty_parallel_submits_past_the_queued_cap_queue_exactly_the_cap(pool: 
         .await;
     let admin = app.bearer("root", Role::Admin).await;
     let member = app.bearer("mallory", Role::Member).await;
-    app.set_policy(&admin, json!({ "max_queued_per_user": 5 })).await;
+    app.set_policy(&admin, json!({ "max_queued_per_user": 5 }))
+        .await;
 
     // No admission pass runs here: every accepted job stays queued and counts against the cap.
     let spec = json!({ "image": IMAGE, "command": ["true"], "min_vram_mb": 1000 });
-    let replies = futures_util::future::join_all((0..40).map(|_| app.submit(&member, spec.clone()))).await;
+    let replies =
+        futures_util::future::join_all((0..40).map(|_| app.submit(&member, spec.clone()))).await;
     let accepted = replies.iter().filter(|r| r.status == 201).count();
     let refused: Vec<_> = replies.iter().filter(|r| r.status != 201).collect();
     assert_eq!(accepted, 5, "parallel submits must not slip past the cap");
     for r in &refused {
         assert_eq!(r.status, 429, "{}", r.text);
         assert!(
-            r.json()["error"].as_str().unwrap().contains("max_queued_per_user = 5"),
+            r.json()["error"]
+                .as_str()
+                .unwrap()
+                .contains("max_queued_per_user = 5"),
             "the refusal names the cap: {}",
             r.text
         );
@@ -57,7 +62,12 @@ async fn forty_parallel_submits_past_the_queued_cap_queue_exactly_the_cap(pool: 
         .map(|r| r.json()["job_id"].as_str().unwrap().parse().unwrap())
         .unwrap();
     let r = app
-        .api("POST", &format!("/api/v1/jobs/{first}/cancel"), Some(&member), None)
+        .api(
+            "POST",
+            &format!("/api/v1/jobs/{first}/cancel"),
+            Some(&member),
+            None,
+        )
         .await;
     assert!(r.status.is_success(), "{}", r.text);
     app.submit_ok(&member, spec.clone()).await;
@@ -72,13 +82,12 @@ async fn a_member_past_the_running_cap_waits_and_is_told_which_cap(pool: PgPool)
     let admin = app.bearer("root", Role::Admin).await;
     let member = app.bearer("mallory", Role::Member).await;
     let other = app.bearer("olive", Role::Member).await;
-    app.set_policy(&admin, json!({ "max_running_per_user": 2 })).await;
+    app.set_policy(&admin, json!({ "max_running_per_user": 2 }))
+        .await;
 
     let spec = json!({ "image": IMAGE, "command": ["true"], "min_vram_mb": 1000 });
-    let mine: Vec<uuid::Uuid> = futures_util::future::join_all(
-        (0..4).map(|_| app.submit_ok(&member, spec.clone())),
-    )
-    .await;
+    let mine: Vec<uuid::Uuid> =
+        futures_util::future::join_all((0..4).map(|_| app.submit_ok(&member, spec.clone()))).await;
     let theirs = app.submit_ok(&other, spec.clone()).await;
     let admins: Vec<uuid::Uuid> =
         futures_util::future::join_all((0..3).map(|_| app.submit_ok(&admin, spec.clone()))).await;
@@ -96,10 +105,17 @@ async fn a_member_past_the_running_cap_waits_and_is_told_which_cap(pool: PgPool)
             assert!(why.contains("max_running_per_user"), "{j}");
         }
     }
-    assert_eq!(admitted, 2, "two of the member's four jobs run, the rest wait");
+    assert_eq!(
+        admitted, 2,
+        "two of the member's four jobs run, the rest wait"
+    );
     assert_eq!(status(&app.job(&other, theirs).await), "admitted");
     for id in admins {
-        assert_eq!(status(&app.job(&admin, id).await), "admitted", "admins are not capped");
+        assert_eq!(
+            status(&app.job(&admin, id).await),
+            "admitted",
+            "admins are not capped"
+        );
     }
     // A second pass admits nothing more of theirs while two still hold their places.
     app.pass().await;
@@ -121,7 +137,8 @@ async fn a_flood_of_jobs_without_gpus_runs_at_most_the_node_cap(pool: PgPool) {
         .await;
     let admin = app.bearer("root", Role::Admin).await;
     let member = app.bearer("mallory", Role::Member).await;
-    app.set_policy(&admin, json!({ "max_cpu_jobs_per_node": 3 })).await;
+    app.set_policy(&admin, json!({ "max_cpu_jobs_per_node": 3 }))
+        .await;
     let spec = json!({ "image": IMAGE, "command": ["true"], "gpu_count": 0 });
     let ids: Vec<uuid::Uuid> =
         futures_util::future::join_all((0..6).map(|_| app.submit_ok(&member, spec.clone()))).await;
@@ -133,7 +150,10 @@ async fn a_flood_of_jobs_without_gpus_runs_at_most_the_node_cap(pool: PgPool) {
         if j["status"] == "queued" {
             waiting += 1;
             assert!(
-                j["wait_reason"].as_str().unwrap().contains("max_cpu_jobs_per_node"),
+                j["wait_reason"]
+                    .as_str()
+                    .unwrap()
+                    .contains("max_cpu_jobs_per_node"),
                 "{j}"
             );
         }
@@ -150,23 +170,42 @@ async fn a_member_cannot_raise_their_priority_or_pack_a_card_with_tiny_jobs(pool
     let manager = app.bearer("mia", Role::Manager).await;
 
     let r = app
-        .submit(&member, json!({ "image": IMAGE, "command": ["true"], "min_vram_mb": 1000, "priority": 1 }))
+        .submit(
+            &member,
+            json!({ "image": IMAGE, "command": ["true"], "min_vram_mb": 1000, "priority": 1 }),
+        )
         .await;
     assert_eq!(r.status, 400, "{}", r.text);
     assert_eq!(r.json()["field"], "priority");
     // Lowering is everyone's right; raising is a manager's.
-    app.submit_ok(&member, json!({ "image": IMAGE, "command": ["true"], "min_vram_mb": 1000, "priority": -5 }))
-        .await;
-    app.submit_ok(&manager, json!({ "image": IMAGE, "command": ["true"], "min_vram_mb": 1000, "priority": 50 }))
-        .await;
+    app.submit_ok(
+        &member,
+        json!({ "image": IMAGE, "command": ["true"], "min_vram_mb": 1000, "priority": -5 }),
+    )
+    .await;
+    app.submit_ok(
+        &manager,
+        json!({ "image": IMAGE, "command": ["true"], "min_vram_mb": 1000, "priority": 50 }),
+    )
+    .await;
 
     // The default floor is 256 MiB per card: a thousand 1 MiB jobs cannot share one card.
     let r = app
-        .submit(&member, json!({ "image": IMAGE, "command": ["true"], "min_vram_mb": 1 }))
+        .submit(
+            &member,
+            json!({ "image": IMAGE, "command": ["true"], "min_vram_mb": 1 }),
+        )
         .await;
     assert_eq!(r.status, 400, "{}", r.text);
     assert_eq!(r.json()["field"], "min_vram_mb");
-    assert!(r.json()["error"].as_str().unwrap().contains("256 MiB"), "{}", r.text);
-    app.submit_ok(&member, json!({ "image": IMAGE, "command": ["true"], "min_vram_mb": 256 }))
-        .await;
+    assert!(
+        r.json()["error"].as_str().unwrap().contains("256 MiB"),
+        "{}",
+        r.text
+    );
+    app.submit_ok(
+        &member,
+        json!({ "image": IMAGE, "command": ["true"], "min_vram_mb": 256 }),
+    )
+    .await;
 }

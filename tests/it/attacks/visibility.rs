@@ -49,8 +49,14 @@ async fn a_member_cannot_read_another_members_command_env_trail_or_log(pool: PgP
     assert!(as_bob["env"].is_null());
 
     let as_manager = app.job(&manager, waiting).await;
-    assert!(as_manager.to_string().contains(SECRET), "managers read command lines");
-    assert!(as_manager["env"].is_null(), "the env is the owner's and admins' only");
+    assert!(
+        as_manager.to_string().contains(SECRET),
+        "managers read command lines"
+    );
+    assert!(
+        as_manager["env"].is_null(),
+        "the env is the owner's and admins' only"
+    );
     let as_alice = app.job(&alice, waiting).await;
     assert_eq!(as_alice["details_hidden"], false);
     assert!(as_alice.to_string().contains(SECRET));
@@ -60,13 +66,26 @@ async fn a_member_cannot_read_another_members_command_env_trail_or_log(pool: PgP
     assert_eq!(list.status, 200);
     assert!(!list.text.contains(SECRET), "{}", list.text);
     assert!(list.text.contains("alice-wait"));
-    let rejected = app.api("GET", "/api/v1/jobs?status=rejected", Some(&bob), None).await;
+    let rejected = app
+        .api("GET", "/api/v1/jobs?status=rejected", Some(&bob), None)
+        .await;
     assert!(rejected.text.contains("alice-big"), "{}", rejected.text);
-    assert!(!rejected.text.contains("the largest card"), "status details: {}", rejected.text);
-    let own = app.api("GET", "/api/v1/jobs?status=rejected", Some(&alice), None).await;
+    assert!(
+        !rejected.text.contains("the largest card"),
+        "status details: {}",
+        rejected.text
+    );
+    let own = app
+        .api("GET", "/api/v1/jobs?status=rejected", Some(&alice), None)
+        .await;
     assert!(own.text.contains("the largest card"), "{}", own.text);
     let log = app
-        .api("GET", &format!("/api/v1/jobs/{waiting}/logs"), Some(&bob), None)
+        .api(
+            "GET",
+            &format!("/api/v1/jobs/{waiting}/logs"),
+            Some(&bob),
+            None,
+        )
         .await;
     assert_eq!(log.status, 403, "{}", log.text);
     let cookie = app.login("bob", crate::support::PASSWORD).await;
@@ -75,9 +94,20 @@ async fn a_member_cannot_read_another_members_command_env_trail_or_log(pool: PgP
         .await;
     assert_eq!(detail.status, 200, "{}", detail.text);
     let detail: Value = detail.json();
-    assert_eq!(detail["events"], json!([]), "the trail is the owner's: {detail}");
+    assert_eq!(
+        detail["events"],
+        json!([]),
+        "the trail is the owner's: {detail}"
+    );
     assert!(!detail.to_string().contains(SECRET));
-    let env = app.api("GET", &format!("/api/v1/jobs/{waiting}"), Some(&admin), None).await;
+    let env = app
+        .api(
+            "GET",
+            &format!("/api/v1/jobs/{waiting}"),
+            Some(&admin),
+            None,
+        )
+        .await;
     assert!(env.json()["env"].is_object(), "admins read the env");
 }
 
@@ -98,7 +128,10 @@ async fn a_members_live_stream_carries_only_their_own_jobs(pool: PgPool) {
         .submit_ok(&bob, json!({ "image": "gpuq-test/busybox:latest", "command": ["true"], "min_vram_mb": 1000 }))
         .await;
     let seen = seen + &read_stream_until(&mut body, &his.to_string(), 10).await;
-    assert!(!seen.contains(&hers.to_string()), "another member's job id: {seen}");
+    assert!(
+        !seen.contains(&hers.to_string()),
+        "another member's job id: {seen}"
+    );
     stop.send(true).unwrap();
     notifier.await.unwrap();
 }
