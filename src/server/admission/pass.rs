@@ -226,13 +226,11 @@ impl Caps {
 
     /// Takes a place for `q` under every cap, or names the cap that holds it back.
     fn admit(&mut self, q: &QueueRow) -> Option<WaitReason> {
-        if q.gpu_count == 0 && self.max_cpu_jobs > 0 {
-            if self.cpu_running >= self.max_cpu_jobs {
-                return Some(WaitReason::OverCap {
-                    cap: "max_cpu_jobs_per_node".into(),
-                    limit: self.max_cpu_jobs,
-                });
-            }
+        if q.gpu_count == 0 && self.max_cpu_jobs > 0 && self.cpu_running >= self.max_cpu_jobs {
+            return Some(WaitReason::OverCap {
+                cap: "max_cpu_jobs_per_node".into(),
+                limit: self.max_cpu_jobs,
+            });
         }
         if q.uncapped != Some(true) && self.max_running_per_user > 0 {
             let mine = self.running.entry(q.owner_id).or_default();

@@ -21,7 +21,8 @@
 //!    through the REST API by `--workers` submitters and timed from the first submit to the last
 //!    job's terminal status; CPU seconds per container of each process over each leg.
 //!
-//! The server under test needs simulated cards with room for the idle jobs (1 MiB each), e.g.
+//! The server under test needs simulated cards with room for the idle jobs (256 MiB each, the
+//! launch policy's default floor), e.g.
 //! `--sim-gpus "8x81920:NVIDIA A100 80GB"`, and must use the database given here.
 
 mod burst;
