@@ -148,7 +148,7 @@ fn fenced_defaults_are_locked_down() {
     assert_eq!(log.typ.as_deref(), Some("json-file"));
     assert_eq!(log.config.as_ref().unwrap()["max-size"], "1048576");
     assert_eq!(h.auto_remove, Some(false));
-    assert_eq!(h.network_mode.as_deref(), Some("default"));
+    assert_eq!(h.network_mode.as_deref(), Some("gpuq-jobs"));
     assert!(h.pid_mode.is_none() && h.ipc_mode.is_none() && h.runtime.is_none());
     assert!(h.devices.is_none() && h.device_requests.is_none() && h.binds.is_none());
     assert_eq!(cfg.cmd, Some(r.argv.clone()));
