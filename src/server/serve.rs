@@ -28,6 +28,7 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         crate::server::auth::password::check_policy(pw)
             .map_err(|e| anyhow!("GPUQ_BOOTSTRAP_ADMIN_PASSWORD: {e}"))?;
     }
+    job_uid_range(&args)?;
     let database = db::open(&db_options(&args.db)).await?;
     let result = run(&args, &database).await;
     database.close().await?;
@@ -81,10 +82,7 @@ async fn run(args: &ServeArgs, database: &Database) -> Result<()> {
         );
     }
     let mode: GpuMode = source.parse().map_err(|e| anyhow!("--gpu-source: {e}"))?;
-    let job_uids: JobUidRange = args
-        .job_uid_range
-        .parse()
-        .map_err(|e| anyhow!("--job-uid-range (GPUQ_JOB_UID_RANGE): {e}"))?;
+    let job_uids = job_uid_range(args)?;
     let inventory: Arc<dyn GpuInventory> = Arc::from(gpu::from_config(
         mode,
         args.sim_gpus.as_deref(),
@@ -184,6 +182,13 @@ async fn run(args: &ServeArgs, database: &Database) -> Result<()> {
     let _ = stop_tx.send(true);
     while tasks.join_next().await.is_some() {}
     served.context("serving HTTP")
+}
+
+/// The uid range jobs' users are allocated from, or an error naming the flag.
+fn job_uid_range(args: &ServeArgs) -> Result<JobUidRange> {
+    args.job_uid_range
+        .parse()
+        .map_err(|e| anyhow!("--job-uid-range (GPUQ_JOB_UID_RANGE): {e}"))
 }
 
 /// This node's own paths no job may mount: the Docker socket it uses (and the one `DOCKER_HOST`

@@ -6,10 +6,10 @@
 use crate::support::isolation::{
     container_of, facts_of, job, job_ids_of, log, open_dir, set_policy, IsoNode,
 };
-use crate::support::{wait_status, TestApp};
+use crate::support::{database_url, free_port, start_server, wait_status, TestApp};
 use gpuq::model::Role;
 use gpuq::server::db::job_uids::{self, JobUidRange};
-use gpuq::server::runtime::{Docker, ICC_OPTION, JOB_NETWORK};
+use gpuq::server::runtime::{ensure_sim_devices, Docker, ICC_OPTION, JOB_NETWORK};
 use serde_json::json;
 use sqlx::PgPool;
 
@@ -51,7 +51,10 @@ async fn each_user_gets_one_job_uid_from_the_range_on_first_launch(pool: PgPool)
         assert!((250_000..=250_001).contains(&uid), "{uid}");
     }
     assert!(a1.contains(&format!("ids={au}:{au}")), "{a1}");
-    assert!(a2.contains(&format!("ids={au}:{au}")), "the same uid again: {a2}");
+    assert!(
+        a2.contains(&format!("ids={au}:{au}")),
+        "the same uid again: {a2}"
+    );
     assert!(b1.contains(&format!("ids={bu}:{bu}")), "{b1}");
     // The range is used up: a third user's job fails, saying what to do.
     let carol = app.bearer("carol", Role::Member).await;
@@ -82,7 +85,10 @@ async fn allocation_skips_uids_an_admin_assigned(pool: PgPool) {
         .unwrap();
     drop(conn);
     let id = app.submit_ok(&alice, job("true", &[])).await;
-    let ids = job_uids::for_job(&app.pool, id, range).await.unwrap().unwrap();
+    let ids = job_uids::for_job(&app.pool, id, range)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!((ids.uid, ids.gid), (260_001, 260_001));
     // Asked again: the same ids, nothing new allocated.
     let again = job_uids::for_job(&app.pool, id, range).await.unwrap();
@@ -99,16 +105,30 @@ async fn admins_set_job_uids_and_conflicts_name_the_field(pool: PgPool) {
     let patch = |id: uuid::Uuid, body: serde_json::Value, who: String| {
         let app = &app;
         async move {
-            app.api("PATCH", &format!("/api/v1/users/{id}"), Some(&who), Some(body))
-                .await
+            app.api(
+                "PATCH",
+                &format!("/api/v1/users/{id}"),
+                Some(&who),
+                Some(body),
+            )
+            .await
         }
     };
-    let r = patch(a, json!({ "job_uid": 4242, "job_gid": 4343 }), admin.clone()).await;
+    let r = patch(
+        a,
+        json!({ "job_uid": 4242, "job_gid": 4343 }),
+        admin.clone(),
+    )
+    .await;
     assert_eq!(r.status, 204, "{}", r.text);
     assert_eq!(job_ids_of(&app, "alice").await, (Some(4242), Some(4343)));
     let r = patch(b, json!({ "job_uid": 4242 }), admin.clone()).await;
     assert_eq!(r.status, 409, "{}", r.text);
-    assert!(r.text.contains("job_uid") && r.text.contains("alice"), "{}", r.text);
+    assert!(
+        r.text.contains("job_uid") && r.text.contains("alice"),
+        "{}",
+        r.text
+    );
     assert_eq!(job_ids_of(&app, "bob").await, (None, None));
     let r = patch(b, json!({ "job_uid": 0 }), admin.clone()).await;
     assert_eq!(r.status, 400, "{}", r.text);
@@ -144,7 +164,10 @@ async fn only_root_images_run_as_root(pool: PgPool) {
     assert!(!text.contains("uid=0"), "{text}");
     set_policy(&app, &admin, json!({ "root_images": ["gpuq-test/*"] })).await;
     let text = run_ok(&app, &alice, "echo uid=$(id -u)").await;
-    assert!(text.contains("uid=0"), "a listed image keeps its root user: {text}");
+    assert!(
+        text.contains("uid=0"),
+        "a listed image keeps its root user: {text}"
+    );
     set_policy(&app, &admin, json!({ "root_images": ["nvidia/*"] })).await;
     let text = run_ok(&app, &alice, "echo uid=$(id -u)").await;
     assert!(!text.contains("uid=0"), "{text}");
@@ -181,7 +204,12 @@ async fn cpu_and_shm_limits_user_and_network_are_what_docker_runs(pool: PgPool) 
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     let c = app
-        .api("POST", &format!("/api/v1/jobs/{id}/cancel"), Some(&alice), None)
+        .api(
+            "POST",
+            &format!("/api/v1/jobs/{id}/cancel"),
+            Some(&alice),
+            None,
+        )
         .await;
     assert_eq!(c.status, 200, "{}", c.text);
     wait_status(&app, &alice, id, &["cancelled"], 30).await;
@@ -245,9 +273,13 @@ async fn the_never_mount_list_holds_at_submit_and_at_launch(pool: PgPool) {
     node.stop().await;
 }
 
+/// A restart: `gpuq serve` is killed while two jobs run; while it is down one job's folder
+/// becomes a symlink out of the allowlist. The restarted server stops and fails that job instead
+/// of re-adopting it, and re-adopts the other.
 #[sqlx::test(migrations = false)]
 async fn a_readopted_container_whose_volume_moved_is_stopped(pool: PgPool) {
     let app = TestApp::new(pool).await;
+    ensure_sim_devices(4).unwrap();
     let admin = app.bearer("root", Role::Admin).await;
     let alice = app.bearer("alice", Role::Member).await;
     let root = tempfile::tempdir().unwrap();
@@ -261,7 +293,22 @@ async fn a_readopted_container_whose_volume_moved_is_stopped(pool: PgPool) {
     .await;
     let proj = open_dir(&shared.join("proj"));
     let kept = open_dir(&shared.join("kept"));
-    let node = IsoNode::start(&app, "iso-readopt", vec![], Default::default()).await;
+    let data = root.path().join("data");
+    let url = database_url(&app.pool);
+    let port = free_port();
+    let args = [
+        "--runner",
+        "true",
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--node",
+        "iso-readopt",
+        "--stop-grace-s",
+        "1",
+        "--job-uid-range",
+        "270000-270009",
+    ];
+    let server = start_server(&url, port, &root.path().join("a.log"), &args).await;
     let moved = app
         .submit_ok(&alice, job("sleep 60", &[format!("{}:/x", proj.display())]))
         .await;
@@ -271,12 +318,16 @@ async fn a_readopted_container_whose_volume_moved_is_stopped(pool: PgPool) {
     for id in [moved, stays] {
         wait_status(&app, &alice, id, &["running"], 30).await;
     }
-    node.stop().await;
-    // While gpuq is down, the folder becomes a symlink out of the allowlist.
+    let (uid, _) = job_ids_of(&app, "alice").await;
+    assert!((270_000..=270_009).contains(&uid.unwrap()), "{uid:?}");
+    // kill -9: the containers run on without gpuq.
+    let pid = nix::unistd::Pid::from_raw(server.0.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).unwrap();
+    drop(server);
     std::fs::rename(&proj, shared.join("proj.old")).unwrap();
     std::os::unix::fs::symlink(&outside, &proj).unwrap();
     let container = container_of(&app, moved).await.unwrap();
-    let node = IsoNode::start(&app, "iso-readopt", vec![], Default::default()).await;
+    let _again = start_server(&url, port, &root.path().join("b.log"), &args).await;
     let v = wait_status(&app, &alice, moved, &["failed", "succeeded"], 30).await;
     assert_eq!(v["status"], "failed", "{v}");
     let reason = v["status_reason"].as_str().unwrap();
@@ -285,15 +336,45 @@ async fn a_readopted_container_whose_volume_moved_is_stopped(pool: PgPool) {
         "{reason}"
     );
     let docker = Docker::connect().await.unwrap();
-    assert!(docker.inspect(&container).await.is_err(), "container removed");
+    assert!(
+        docker.inspect(&container).await.is_err(),
+        "container removed"
+    );
     // The other job is re-adopted and runs on.
+    let readopted: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM job_events WHERE job_id = $1 AND kind = 'readopted'",
+    )
+    .bind(stays)
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(readopted, 1);
     assert_eq!(app.job(&alice, stays).await["status"], "running");
     let c = app
-        .api("POST", &format!("/api/v1/jobs/{stays}/cancel"), Some(&alice), None)
+        .api(
+            "POST",
+            &format!("/api/v1/jobs/{stays}/cancel"),
+            Some(&alice),
+            None,
+        )
         .await;
     assert_eq!(c.status, 200, "{}", c.text);
     wait_status(&app, &alice, stays, &["cancelled"], 30).await;
-    node.stop().await;
+}
+
+#[sqlx::test(migrations = false)]
+async fn a_bad_job_uid_range_stops_the_server_naming_the_flag(pool: PgPool) {
+    let app = TestApp::new(pool).await;
+    let url = database_url(&app.pool);
+    for bad in ["0-10", "300-200", "many"] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpuq"))
+            .args(["serve", "--database-url", &url, "--job-uid-range", bad])
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{bad}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("--job-uid-range"), "{bad}: {err}");
+    }
 }
 
 #[tokio::test]

@@ -4,7 +4,6 @@
 mod convert;
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use bollard::query_parameters::{
@@ -33,10 +32,12 @@ const REQUEST_TIMEOUT_S: u64 = 120;
 #[derive(Clone, Debug)]
 pub struct Docker {
     inner: bollard::Docker,
-    /// Held while gpuq's job network is looked up or created, so launches of this process never
-    /// create it twice.
-    net_lock: Arc<tokio::sync::Mutex<()>>,
 }
+
+/// Held while gpuq's job network is looked up or created, so this process never creates it twice
+/// (dockerd before API 1.44 accepts two networks of one name, and then neither can be used by
+/// name).
+static NET_LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 impl Docker {
     /// Connects to the local default socket (`DOCKER_HOST` if it is a
@@ -65,10 +66,7 @@ impl Docker {
             .negotiate_version()
             .await
             .map_err(|e| RuntimeError::Unreachable(convert::chain(&e)))?;
-        Ok(Self {
-            inner,
-            net_lock: Arc::default(),
-        })
+        Ok(Self { inner })
     }
 
     /// Health check; any failure means the daemon cannot be used right now.
@@ -150,9 +148,9 @@ impl Docker {
     /// The id of gpuq's job network ([`JOB_NETWORK`]), created if missing as a bridge with traffic
     /// between its containers disabled. A network of that name that lets containers talk to each
     /// other (made by someone else) is refused, never used. Should several exist (two processes
-    /// created it at once), the lowest id is used, by every process alike.
+    /// created it at once), every process keeps the lowest id and removes the others.
     pub async fn ensure_job_network(&self) -> Result<String, RuntimeError> {
-        let _held = self.net_lock.lock().await;
+        let _held = NET_LOCK.lock().await;
         let mut found = self.job_networks().await?;
         if found.is_empty() {
             let request = bollard::models::NetworkCreateRequest {
@@ -176,11 +174,18 @@ impl Docker {
             found = self.job_networks().await?;
         }
         found.sort_by(|a, b| a.id.cmp(&b.id));
-        let Some(net) = found.into_iter().next() else {
+        let mut found = found.into_iter();
+        let Some(net) = found.next() else {
             return Err(RuntimeError::Docker(format!(
                 "network {JOB_NETWORK} was created but is not listed"
             )));
         };
+        for extra in found.filter_map(|n| n.id) {
+            tracing::warn!(network = %extra, "removing a duplicate of the job network");
+            if let Err(e) = self.inner.remove_network(&extra).await {
+                tracing::warn!(network = %extra, error = %e, "could not remove a duplicate job network");
+            }
+        }
         let icc = net
             .options
             .as_ref()

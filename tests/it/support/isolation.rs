@@ -81,7 +81,12 @@ pub fn open_dir(path: &Path) -> PathBuf {
 /// A job's log as its owner reads it.
 pub async fn log(app: &TestApp, bearer: &str, id: uuid::Uuid) -> String {
     let r = app
-        .api("GET", &format!("/api/v1/jobs/{id}/logs"), Some(bearer), None)
+        .api(
+            "GET",
+            &format!("/api/v1/jobs/{id}/logs"),
+            Some(bearer),
+            None,
+        )
         .await;
     assert_eq!(r.status, 200, "{}", r.text);
     r.text
