@@ -8,7 +8,7 @@ use crate::server::db::runs::{self, Ending, RunRow};
 use crate::server::db::{events, job_uids, settings};
 use crate::server::jobs::volumes;
 use crate::server::runtime::simdev::sim_device_path;
-use crate::server::runtime::{GrantedGpu, LaunchRequest, Mount, RunAs, RuntimeError};
+use crate::server::runtime::{verify, GrantedGpu, LaunchRequest, Mount, RunAs, RuntimeError};
 use chrono::{DateTime, Utc};
 use serde_json::json;
 use std::sync::Arc;
@@ -55,6 +55,21 @@ impl Runner {
             RuntimeError::FenceViolation(m) => NotLaunched::Fail(format!("fence check failed: {m}")),
             other => NotLaunched::Fail(format!("container could not be created: {other}")),
         })?;
+        // Whatever the launch mode, nothing starts that Docker recorded differently from the grant
+        // (in `Fenced` mode `create` has checked already; this is the runner's own look).
+        let recorded = match self.docker.inspect(&container).await {
+            Ok(facts) => verify(&facts, &req),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = recorded {
+            self.discard(&container).await;
+            return Err(match e {
+                RuntimeError::Unreachable(m) => {
+                    NotLaunched::Retry(format!("Docker unreachable: {m}"))
+                }
+                other => NotLaunched::Fail(format!("fence check failed: {other}")),
+            });
+        }
         let devices: Vec<&str> = req.gpus.iter().map(|g| g.uuid.as_str()).collect();
         let detail = json!({ "container": container, "gpus": devices, "mode": format!("{:?}", self.cfg.mode) });
         let deadline = Utc::now() + chrono::Duration::seconds(job.timeout_s);
