@@ -7,7 +7,7 @@ use crate::model::{
     UserView, WorkloadView,
 };
 use crate::server::auth::{password, service, CurrentUser};
-use crate::server::db::{events, settings, users};
+use crate::server::db::{events, job_uids, settings, users};
 use crate::server::error::OrInternal;
 use crate::server::manifest::{self, check_name};
 use crate::server::AppState;
@@ -90,6 +90,68 @@ pub async fn update_user(
     view.role = role.unwrap_or(view.role);
     view.disabled = disabled.unwrap_or(view.disabled);
     Ok(view)
+}
+
+/// Sets the uid and/or gid a user's jobs run as (admins), e.g. to match the site's Unix
+/// accounts so that files jobs write on shared folders belong to the right person. Uid 0 is
+/// refused (images that need root are allowed by the policy's `root_images`), and so is a uid
+/// another user already has.
+pub async fn set_job_ids(
+    state: &AppState,
+    admin: &CurrentUser,
+    id: Uuid,
+    uid: Option<i64>,
+    gid: Option<i64>,
+) -> Result<(), AppError> {
+    let check = |field: &str, v: Option<i64>| -> Result<Option<u32>, AppError> {
+        match v {
+            None => Ok(None),
+            Some(v) if (1..=i64::from(i32::MAX)).contains(&v) => Ok(Some(v as u32)),
+            Some(_) => Err(AppError::invalid(
+                field,
+                format!(
+                    "must be between 1 and {}: 0 is root, and jobs never run as root \
+                     (an admin may allow root for images through the policy's root_images)",
+                    i32::MAX
+                ),
+            )),
+        }
+    };
+    let (uid, gid) = (check("job_uid", uid)?, check("job_gid", gid)?);
+    if uid.is_none() && gid.is_none() {
+        return Ok(());
+    }
+    let mut tx = state
+        .pool
+        .begin()
+        .await
+        .or_internal("beginning a job uid edit")?;
+    let Some(user) = users::by_id(&mut *tx, id)
+        .await
+        .or_internal("reading a user")?
+    else {
+        return Err(AppError::NotFound(format!("no user {id}")));
+    };
+    job_uids::set(&mut tx, id, uid, gid)
+        .await
+        .map_err(|e| match e {
+            job_uids::SetError::Taken { .. } => AppError::Conflict(format!("job_uid: {e}")),
+            job_uids::SetError::Db(e) => {
+                tracing::error!(error = %e, "setting a job uid failed");
+                AppError::Internal
+            }
+        })?;
+    events::audit(
+        &mut *tx,
+        &admin.username,
+        AuditKind::UserUpdate,
+        &user.username,
+        json!({ "job_uid": uid, "job_gid": gid }),
+    )
+    .await
+    .or_internal("auditing a job uid edit")?;
+    tx.commit().await.or_internal("committing a job uid edit")?;
+    Ok(())
 }
 
 /// Changes the caller's own password after checking the current one (counted against the same

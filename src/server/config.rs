@@ -81,6 +81,10 @@ pub struct ServeArgs {
     /// Docker socket (default: the local daemon's usual socket).
     #[arg(long, env = "GPUQ_DOCKER_SOCKET")]
     pub docker_socket: Option<String>,
+    /// Uids (and gids) allocated to users who have no job uid yet, `FIRST-LAST`: each user's jobs
+    /// run as their own uid, never as root. Keep it clear of the host's real accounts.
+    #[arg(long, env = "GPUQ_JOB_UID_RANGE", default_value = "200000-299999")]
+    pub job_uid_range: String,
     /// Size cap of one job's log file, in bytes.
     #[arg(long, env = "GPUQ_LOG_MAX_BYTES", default_value_t = 64 * 1024 * 1024)]
     pub log_max_bytes: u64,

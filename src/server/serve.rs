@@ -4,6 +4,7 @@ use crate::model::Role;
 use crate::server::admission::{scheduler, PassConfig};
 use crate::server::auth::service;
 use crate::server::config::{DbArgs, ServeArgs, UserAddArgs};
+use crate::server::db::job_uids::JobUidRange;
 use crate::server::db::{self, session_store, Database, DbOptions};
 use crate::server::gpu::{self, GpuInventory, GpuMode};
 use crate::server::http::{app, HttpOptions};
@@ -14,6 +15,7 @@ use crate::server::AppState;
 use anyhow::{anyhow, Context, Result};
 use std::io::BufRead;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -26,6 +28,7 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         crate::server::auth::password::check_policy(pw)
             .map_err(|e| anyhow!("GPUQ_BOOTSTRAP_ADMIN_PASSWORD: {e}"))?;
     }
+    job_uid_range(&args)?;
     let database = db::open(&db_options(&args.db)).await?;
     let result = run(&args, &database).await;
     database.close().await?;
@@ -80,6 +83,7 @@ async fn run(args: &ServeArgs, database: &Database) -> Result<()> {
         );
     }
     let mode: GpuMode = source.parse().map_err(|e| anyhow!("--gpu-source: {e}"))?;
+    let job_uids = job_uid_range(args)?;
     let inventory: Arc<dyn GpuInventory> = Arc::from(gpu::from_config(
         mode,
         args.sim_gpus.as_deref(),
@@ -114,6 +118,8 @@ async fn run(args: &ServeArgs, database: &Database) -> Result<()> {
             log_max_bytes: args.log_max_bytes,
             stop_grace: Duration::from_secs(args.stop_grace_s),
             mode: LaunchMode::Fenced,
+            job_uids,
+            never_mount: never_mount(args),
         };
         tasks.spawn(run_node(
             NodeParts {
@@ -183,6 +189,31 @@ async fn run(args: &ServeArgs, database: &Database) -> Result<()> {
     let _ = stop_tx.send(true);
     while tasks.join_next().await.is_some() {}
     served.context("serving HTTP")
+}
+
+/// The uid range jobs' users are allocated from, or an error naming the flag.
+fn job_uid_range(args: &ServeArgs) -> Result<JobUidRange> {
+    args.job_uid_range
+        .parse()
+        .map_err(|e| anyhow!("--job-uid-range (GPUQ_JOB_UID_RANGE): {e}"))
+}
+
+/// This node's own paths no job may mount: the Docker socket it uses (and the one `DOCKER_HOST`
+/// names), containerd's socket, and gpuq's data folder.
+fn never_mount(args: &ServeArgs) -> Vec<PathBuf> {
+    let mut never = vec![
+        PathBuf::from("/var/run/docker.sock"),
+        PathBuf::from("/run/containerd/containerd.sock"),
+        args.db.data_dir.clone(),
+    ];
+    never.extend(args.docker_socket.as_ref().map(PathBuf::from));
+    let host = std::env::var("DOCKER_HOST").unwrap_or_default();
+    never.extend(host.strip_prefix("unix://").map(PathBuf::from));
+    // A relative data folder is relative to where gpuq runs.
+    never
+        .into_iter()
+        .map(|p| std::path::absolute(&p).unwrap_or(p))
+        .collect()
 }
 
 fn prepare_sim_devices(inventory: &Arc<dyn GpuInventory>) -> Result<()> {

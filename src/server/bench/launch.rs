@@ -81,10 +81,12 @@ pub async fn runner(pool: &PgPool, opts: &RunnerBenchOptions, out: &mut impl Wri
         .context("the runner bench needs dockerd")?;
     let cfg = RunnerConfig {
         node: NODE.into(),
+        never_mount: vec![logs.clone()],
         logs_dir: logs,
         log_max_bytes: 1 << 20,
         stop_grace: Duration::from_secs(1),
         mode: LaunchMode::Fenced,
+        job_uids: Default::default(),
     };
     let node = LocalNode::start(pool.clone(), docker, cfg, pass, notifier).await?;
     let result = sections(&state, &caller, opts, out).await;

@@ -107,9 +107,14 @@ pub(super) struct UserPatch {
     disabled: Option<bool>,
     /// A new role.
     role: Option<Role>,
+    /// The numeric uid the user's jobs run as (never 0; unique). Unset users get one from
+    /// `--job-uid-range` when their first job launches.
+    job_uid: Option<i64>,
+    /// The numeric gid the user's jobs run as (defaults to the uid).
+    job_gid: Option<i64>,
 }
 
-#[utoipa::path(patch, path = "/api/v1/users/{id}", tag = "users", security(("bearer" = [])), params(("id" = Uuid, Path)), request_body = UserPatch, responses((status = 204), (status = 400, description = "invalid input; `field` names it", body = ErrorBody), (status = 401, description = "not signed in", body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+#[utoipa::path(patch, path = "/api/v1/users/{id}", tag = "users", security(("bearer" = [])), params(("id" = Uuid, Path)), request_body = UserPatch, responses((status = 204), (status = 400, description = "invalid input; `field` names it", body = ErrorBody), (status = 401, description = "not signed in", body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, description = "`job_uid` belongs to another user", body = ErrorBody)))]
 pub(super) async fn update_user(
     State(state): State<AppState>,
     user: CurrentUser,
@@ -117,6 +122,7 @@ pub(super) async fn update_user(
     ApiJson(req): ApiJson<UserPatch>,
 ) -> Result<StatusCode, ApiError> {
     user.require(Role::Admin)?;
+    admin::set_job_ids(&state, &user, id, req.job_uid, req.job_gid).await?;
     admin::update_user(&state, &user, id, req.role, req.disabled).await?;
     Ok(StatusCode::NO_CONTENT)
 }

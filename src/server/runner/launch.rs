@@ -2,17 +2,19 @@
 
 use super::Runner;
 use crate::model::spec::JobSpec;
+use crate::model::LaunchPolicy;
 use crate::model::{gpu_id, JobEventKind, JobStatus};
 use crate::server::db::runs::{self, Ending, RunRow};
-use crate::server::db::{events, settings};
+use crate::server::db::{events, job_uids, settings};
+use crate::server::jobs::volumes;
 use crate::server::runtime::simdev::sim_device_path;
-use crate::server::runtime::{GrantedGpu, LaunchRequest, Mount, RuntimeError};
+use crate::server::runtime::{verify, GrantedGpu, LaunchRequest, Mount, RunAs, RuntimeError};
 use chrono::{DateTime, Utc};
 use serde_json::json;
 use std::sync::Arc;
 
 /// Why a launch did not happen.
-enum NotLaunched {
+pub(super) enum NotLaunched {
     /// Try again later (Docker unreachable): the job goes back to `admitted`, its cards stay held.
     Retry(String),
     /// The job cannot run: it fails with this reason and its cards are freed.
@@ -53,6 +55,21 @@ impl Runner {
             RuntimeError::FenceViolation(m) => NotLaunched::Fail(format!("fence check failed: {m}")),
             other => NotLaunched::Fail(format!("container could not be created: {other}")),
         })?;
+        // Whatever the launch mode, nothing starts that Docker recorded differently from the grant
+        // (in `Fenced` mode `create` has checked already; this is the runner's own look).
+        let recorded = match self.docker.inspect(&container).await {
+            Ok(facts) => verify(&facts, &req),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = recorded {
+            self.discard(&container).await;
+            return Err(match e {
+                RuntimeError::Unreachable(m) => {
+                    NotLaunched::Retry(format!("Docker unreachable: {m}"))
+                }
+                other => NotLaunched::Fail(format!("fence check failed: {other}")),
+            });
+        }
         let devices: Vec<&str> = req.gpus.iter().map(|g| g.uuid.as_str()).collect();
         let detail = json!({ "container": container, "gpus": devices, "mode": format!("{:?}", self.cfg.mode) });
         let deadline = Utc::now() + chrono::Duration::seconds(job.timeout_s);
@@ -109,7 +126,10 @@ impl Runner {
         }
     }
 
-    async fn request(&self, job: &RunRow) -> Result<LaunchRequest, NotLaunched> {
+    /// What this job may get, decided now on this node: its cards from the ledger, and from the
+    /// launch policy as it is now its image, its volumes (resolved again and bound as resolved),
+    /// its user, limits and network. Used for launches and to re-check re-adopted containers.
+    pub(super) async fn request(&self, job: &RunRow) -> Result<LaunchRequest, NotLaunched> {
         let spec: JobSpec = serde_json::from_value(job.spec.clone())
             .map_err(|e| NotLaunched::Fail(format!("stored spec is no longer valid: {e}")))?;
         let grants = runs::live_grants(&self.pool, job.id)
@@ -125,6 +145,14 @@ impl Runner {
         let policy = settings::launch_policy(&self.pool)
             .await
             .map_err(|e| NotLaunched::Retry(format!("reading the launch policy: {e}")))?;
+        if !policy.image_allowed(spec.image()) {
+            return Err(NotLaunched::Fail(format!(
+                "image {} is no longer allowed by the launch policy",
+                spec.image()
+            )));
+        }
+        let mounts = self.mounts(&spec, &policy).await?;
+        let run_as = self.run_as(job, spec.image(), &policy).await?;
         Ok(LaunchRequest {
             job_id: job.id,
             attempt: job.attempt.max(1) as u32,
@@ -132,15 +160,7 @@ impl Runner {
             image: spec.image().to_owned(),
             argv: spec.command().to_vec(),
             env: spec.env().clone(),
-            mounts: spec
-                .volumes()
-                .iter()
-                .map(|v| Mount {
-                    host: v.host().to_owned(),
-                    container: v.container().to_owned(),
-                    read_only: v.read_only(),
-                })
-                .collect(),
+            mounts,
             gpus: grants
                 .iter()
                 .map(|g| GrantedGpu {
@@ -151,7 +171,69 @@ impl Runner {
             memory_limit_mib: policy.memory_limit_mib,
             pids_limit: policy.pids_limit,
             log_max_bytes: self.cfg.log_max_bytes.clamp(1024, 64 * 1024 * 1024),
+            run_as,
+            nano_cpus: policy.nano_cpus(),
+            shm_mib: policy.shm_mib,
+            network: policy.network,
         })
+    }
+
+    /// The job's volumes resolved on this node now; a volume that left the allowlist (a folder
+    /// swapped for a symlink while the job waited, a policy change) fails the job, naming it.
+    async fn mounts(
+        &self,
+        spec: &JobSpec,
+        policy: &LaunchPolicy,
+    ) -> Result<Vec<Mount>, NotLaunched> {
+        let volumes = spec.volumes().to_vec();
+        let allow = policy.volume_allowlist.clone();
+        let never = self.cfg.never_mount.clone();
+        let resolved = tokio::task::spawn_blocking(move || {
+            volumes::resolve_for_mount(&volumes, &allow, &never)
+        })
+        .await
+        .map_err(|e| NotLaunched::Retry(format!("resolving volumes: {e}")))?
+        .map_err(NotLaunched::Fail)?;
+        resolved
+            .into_iter()
+            .map(|v| match v.host.to_str() {
+                Some(host) => Ok(Mount {
+                    host: host.to_owned(),
+                    container: v.container,
+                    read_only: v.read_only,
+                }),
+                None => Err(NotLaunched::Fail(format!(
+                    "volume {} resolves to a path that is not UTF-8: {}",
+                    v.container,
+                    v.host.display()
+                ))),
+            })
+            .collect()
+    }
+
+    /// The owner's job uid/gid (allocated on their first launch), or the image's own user for
+    /// images the policy lets run as root.
+    async fn run_as(
+        &self,
+        job: &RunRow,
+        image: &str,
+        policy: &LaunchPolicy,
+    ) -> Result<RunAs, NotLaunched> {
+        if policy.root_allowed(image) {
+            return Ok(RunAs::ImageUser);
+        }
+        let range = self.cfg.job_uids;
+        match job_uids::for_job(&self.pool, job.id, range).await {
+            Ok(Some(ids)) => Ok(RunAs::User {
+                uid: ids.uid,
+                gid: ids.gid,
+            }),
+            Ok(None) => Err(NotLaunched::Fail(format!(
+                "no free job uid is left in {range}: an admin must set this user's job_uid \
+                 or widen --job-uid-range"
+            ))),
+            Err(e) => Err(NotLaunched::Retry(format!("reading the job uid: {e}"))),
+        }
     }
 
     async fn discard(&self, container: &str) {

@@ -11,6 +11,7 @@ mod reconcile;
 mod supervise;
 
 use crate::model::{JobChange, JobStatus, LiveEvent};
+use crate::server::db::job_uids::JobUidRange;
 use crate::server::db::runs;
 use crate::server::notifier::{Note, Notifier, Subscription};
 use crate::server::runtime::{Docker, LaunchMode};
@@ -36,6 +37,11 @@ pub struct RunnerConfig {
     /// How containers are launched. Only tests ever set `PrivilegedForTest`; no flag, setting or
     /// API of the server can.
     pub mode: LaunchMode,
+    /// Where job uids are allocated from, for users who have none yet.
+    pub job_uids: JobUidRange,
+    /// This node's own paths no job may mount, beside the fixed never-mount list: its Docker
+    /// socket, gpuq's data folder.
+    pub never_mount: Vec<PathBuf>,
 }
 
 /// Whether this node can launch: read by `/readyz`.

@@ -1,11 +1,13 @@
 //! Start-up: the containers are the truth. Re-adopt running ones, record exits that happened while
 //! gpuq was down, fail jobs whose container vanished, and remove containers no job owns.
 
+use super::launch::NotLaunched;
 use super::supervise::follow_logs;
 use super::Runner;
 use crate::model::{JobEventKind, JobStatus};
 use crate::server::db::events;
-use crate::server::db::runs::{self, Ending};
+use crate::server::db::runs::{self, Ending, RunRow};
+use crate::server::runtime::verify_isolation;
 use anyhow::{Context, Result};
 use serde_json::json;
 use std::collections::HashMap;
@@ -30,6 +32,19 @@ pub(super) async fn reconcile(runner: &Arc<Runner>) -> Result<()> {
         let key = (job.id, job.attempt.max(0) as u32);
         match by_run.remove(&key) {
             Some(c) if c.running => {
+                if let Some(reason) = recheck(runner, &job, &c.id).await? {
+                    tracing::error!(job = %job.id, container = %c.id, %reason, "refusing to re-adopt a container");
+                    let _ = runner.docker.stop(&c.id, runner.cfg.stop_grace).await;
+                    follow_logs(Arc::clone(runner), job.id, c.id.clone()).await;
+                    let end = Ending {
+                        status: JobStatus::Failed,
+                        exit_code: None,
+                        reason: Some(format!("not re-adopted after a restart: {reason}")),
+                    };
+                    runner.record_end(job.id, &end).await;
+                    remove(runner, &c.id).await;
+                    continue;
+                }
                 tracing::info!(job = %job.id, container = %c.id, "re-adopting a running container");
                 events::job_event(
                     &runner.pool,
@@ -105,6 +120,25 @@ pub(super) async fn reconcile(runner: &Arc<Runner>) -> Result<()> {
         remove(runner, &orphan.id).await;
     }
     Ok(())
+}
+
+/// Checks a running container found at start-up against what its job may have now: its volumes
+/// resolved again under the launch policy as it is, its user and the fence. `Some(reason)` when
+/// it must not run on; an error when that cannot be decided yet (Docker or the database).
+async fn recheck(runner: &Arc<Runner>, job: &RunRow, container: &str) -> Result<Option<String>> {
+    let granted = match runner.request(job).await {
+        Ok(req) => req,
+        Err(NotLaunched::Fail(reason)) => return Ok(Some(reason)),
+        Err(NotLaunched::Retry(why)) => anyhow::bail!("re-checking job {}: {why}", job.id),
+    };
+    let facts = runner
+        .docker
+        .inspect(container)
+        .await
+        .with_context(|| format!("inspecting container {container}"))?;
+    Ok(verify_isolation(&facts, &granted)
+        .err()
+        .map(|e| e.to_string()))
 }
 
 async fn remove(runner: &Runner, container: &str) {

@@ -8,16 +8,18 @@ use std::time::Duration;
 
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, EventsOptionsBuilder, InspectContainerOptions,
-    ListContainersOptionsBuilder, LogsOptionsBuilder, RemoveContainerOptionsBuilder,
-    StartContainerOptions, StopContainerOptionsBuilder, WaitContainerOptionsBuilder,
+    ListContainersOptionsBuilder, ListNetworksOptionsBuilder, LogsOptionsBuilder,
+    RemoveContainerOptionsBuilder, StartContainerOptions, StopContainerOptionsBuilder,
+    WaitContainerOptionsBuilder,
 };
 use futures_util::stream::{self, Stream, StreamExt};
 
 use super::fence::{container_config, verify};
 use super::{
-    ContainerFacts, LaunchMode, LaunchRequest, LogLine, ManagedContainer, RuntimeError,
-    LABEL_JOB_ID, LABEL_MANAGED, LABEL_NODE,
+    ContainerFacts, LaunchMode, LaunchRequest, LogLine, ManagedContainer, RuntimeError, ICC_OPTION,
+    JOB_NETWORK, LABEL_JOB_ID, LABEL_MANAGED, LABEL_NODE,
 };
+use crate::model::JobNetwork;
 use convert::{facts, log_lines, managed, map_err};
 
 /// Seconds allowed for dockerd's response headers on ordinary calls. Long
@@ -31,6 +33,11 @@ const REQUEST_TIMEOUT_S: u64 = 120;
 pub struct Docker {
     inner: bollard::Docker,
 }
+
+/// Held while gpuq's job network is looked up or created, so this process never creates it twice
+/// (dockerd before API 1.44 accepts two networks of one name, and then neither can be used by
+/// name).
+static NET_LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 impl Docker {
     /// Connects to the local default socket (`DOCKER_HOST` if it is a
@@ -89,9 +96,17 @@ impl Docker {
         req: &LaunchRequest,
         mode: LaunchMode,
     ) -> Result<String, RuntimeError> {
-        let body = container_config(req, mode)?;
+        let mut body = container_config(req, mode)?;
         if !self.image_exists(&req.image).await? {
             return Err(RuntimeError::ImageMissing(req.image.clone()));
+        }
+        // By id: should two processes have created the network at once, both pick the same one.
+        let network = match req.network {
+            JobNetwork::Isolated => Some(self.ensure_job_network().await?),
+            JobNetwork::None => None,
+        };
+        if let (Some(id), Some(hc)) = (&network, body.host_config.as_mut()) {
+            hc.network_mode = Some(id.clone());
         }
         let name = container_name(req);
         let options = CreateContainerOptionsBuilder::new().name(&name).build();
@@ -108,7 +123,15 @@ impl Docker {
         tracing::info!(container = %id, %name, ?mode, "created gpuq container");
         if mode == LaunchMode::Fenced {
             let checked = match self.inspect(&id).await {
-                Ok(f) => verify(&f, req),
+                Ok(f) => verify(&f, req).and_then(|()| match &network {
+                    Some(net) if &f.network_mode != net => {
+                        Err(RuntimeError::FenceViolation(format!(
+                            "container {id}: network differs: granted {net}, container has {}",
+                            f.network_mode
+                        )))
+                    }
+                    _ => Ok(()),
+                }),
                 Err(e) => Err(e),
             };
             if let Err(e) = checked {
@@ -120,6 +143,79 @@ impl Docker {
             }
         }
         Ok(id)
+    }
+
+    /// The id of gpuq's job network ([`JOB_NETWORK`]), created if missing as a bridge with traffic
+    /// between its containers disabled. A network of that name that lets containers talk to each
+    /// other (made by someone else) is refused, never used. Should several exist (two processes
+    /// created it at once), every process keeps the lowest id and removes the others.
+    pub async fn ensure_job_network(&self) -> Result<String, RuntimeError> {
+        let _held = NET_LOCK.lock().await;
+        let mut found = self.job_networks().await?;
+        if found.is_empty() {
+            let request = bollard::models::NetworkCreateRequest {
+                name: JOB_NETWORK.to_string(),
+                driver: Some("bridge".to_string()),
+                options: Some(HashMap::from([(
+                    ICC_OPTION.to_string(),
+                    "false".to_string(),
+                )])),
+                labels: Some(HashMap::from([(
+                    LABEL_MANAGED.to_string(),
+                    "true".to_string(),
+                )])),
+                ..Default::default()
+            };
+            match self.inner.create_network(request).await.map_err(map_err) {
+                Ok(_) | Err(RuntimeError::Conflict(_)) => {}
+                Err(e) => return Err(e),
+            }
+            tracing::info!(network = JOB_NETWORK, "created the job network");
+            found = self.job_networks().await?;
+        }
+        found.sort_by(|a, b| a.id.cmp(&b.id));
+        let mut found = found.into_iter();
+        let Some(net) = found.next() else {
+            return Err(RuntimeError::Docker(format!(
+                "network {JOB_NETWORK} was created but is not listed"
+            )));
+        };
+        for extra in found.filter_map(|n| n.id) {
+            tracing::warn!(network = %extra, "removing a duplicate of the job network");
+            if let Err(e) = self.inner.remove_network(&extra).await {
+                tracing::warn!(network = %extra, error = %e, "could not remove a duplicate job network");
+            }
+        }
+        let icc = net
+            .options
+            .as_ref()
+            .and_then(|o| o.get(ICC_OPTION))
+            .map(String::as_str);
+        if net.driver.as_deref() != Some("bridge") || icc != Some("false") {
+            return Err(RuntimeError::FenceViolation(format!(
+                "network {JOB_NETWORK} exists but is not a bridge with {ICC_OPTION}=false \
+                 (driver {:?}, {ICC_OPTION} {icc:?}): jobs would reach each other; \
+                 remove it and gpuq creates its own",
+                net.driver
+            )));
+        }
+        net.id
+            .ok_or_else(|| RuntimeError::Docker(format!("network {JOB_NETWORK} has no id")))
+    }
+
+    /// Networks named exactly [`JOB_NETWORK`] (dockerd's name filter matches substrings).
+    async fn job_networks(&self) -> Result<Vec<bollard::models::Network>, RuntimeError> {
+        let filters = HashMap::from([("name", vec![JOB_NETWORK])]);
+        let options = ListNetworksOptionsBuilder::new().filters(&filters).build();
+        let all = self
+            .inner
+            .list_networks(Some(options))
+            .await
+            .map_err(map_err)?;
+        Ok(all
+            .into_iter()
+            .filter(|n| n.name.as_deref() == Some(JOB_NETWORK))
+            .collect())
     }
 
     /// What dockerd recorded for the container, in our terms.

@@ -13,9 +13,10 @@ pub use checks::SIM_DEVICE_PREFIX;
 use checks::{bind_spec, check_env_key, check_scalars, split_gpus};
 
 use super::{
-    ContainerFacts, LaunchMode, LaunchRequest, RuntimeError, LABEL_ATTEMPT, LABEL_JOB_ID,
-    LABEL_MANAGED, LABEL_NODE,
+    ContainerFacts, LaunchMode, LaunchRequest, RuntimeError, JOB_NETWORK, LABEL_ATTEMPT,
+    LABEL_JOB_ID, LABEL_MANAGED, LABEL_NODE,
 };
+use crate::model::JobNetwork;
 
 /// Builds the create body for `req`. Everything that decides isolation is set
 /// here and nowhere else, so reviewing this function reviews the fence.
@@ -53,6 +54,10 @@ pub fn container_config(
         .ok()
         .and_then(|m| m.checked_mul(1024 * 1024))
         .ok_or_else(|| RuntimeError::InvalidRequest("memory_limit_mib too large".into()))?;
+    let shm = i64::try_from(req.shm_mib)
+        .ok()
+        .and_then(|m| m.checked_mul(1024 * 1024))
+        .ok_or_else(|| RuntimeError::InvalidRequest("shm_mib too large".into()))?;
     let privileged = mode == LaunchMode::PrivilegedForTest;
 
     let host_config = HostConfig {
@@ -73,7 +78,9 @@ pub fn container_config(
                 req.log_max_bytes.to_string(),
             )])),
         }),
-        network_mode: Some("default".to_string()),
+        network_mode: Some(network_mode(req.network).to_string()),
+        nano_cpus: req.nano_cpus,
+        shm_size: Some(shm),
         auto_remove: Some(false),
         binds: (!binds.is_empty()).then_some(binds),
         device_requests,
@@ -83,6 +90,7 @@ pub fn container_config(
 
     Ok(ContainerCreateBody {
         image: Some(req.image.clone()),
+        user: req.run_as.docker_user(),
         cmd: Some(req.argv.clone()),
         env: Some(env),
         labels: Some(labels(req)),
@@ -91,9 +99,66 @@ pub fn container_config(
     })
 }
 
+/// The `NetworkMode` a policy network stands for (the docker edge may name gpuq's network by id).
+pub fn network_mode(network: JobNetwork) -> &'static str {
+    match network {
+        JobNetwork::Isolated => JOB_NETWORK,
+        JobNetwork::None => "none",
+    }
+}
+
 /// Compares what dockerd recorded with what the ledger granted, so a
-/// container that escaped its fence (by bug or tampering) is caught.
+/// container that escaped its fence (by bug or tampering) is caught: the
+/// isolation of [`verify_isolation`], and the network and limits asked for.
 pub fn verify(facts: &ContainerFacts, req: &LaunchRequest) -> Result<(), RuntimeError> {
+    let mut problems = isolation_problems(facts, req);
+    let want_net = vec![network_mode(req.network).to_string()];
+    if facts.networks != want_net {
+        problems.push(format!(
+            "networks differ: granted {want_net:?}, container has {:?}",
+            facts.networks
+        ));
+    }
+    let want_cpus = req.nano_cpus.unwrap_or(0);
+    if facts.nano_cpus != want_cpus {
+        problems.push(format!(
+            "cpu limit differs: granted {want_cpus} nano-cpus, container has {}",
+            facts.nano_cpus
+        ));
+    }
+    let want_shm = i64::try_from(req.shm_mib)
+        .unwrap_or(i64::MAX)
+        .saturating_mul(1024 * 1024);
+    if facts.shm_size != want_shm {
+        problems.push(format!(
+            "/dev/shm differs: granted {want_shm} bytes, container has {}",
+            facts.shm_size
+        ));
+    }
+    outcome(facts, problems)
+}
+
+/// What must hold for a container to be re-adopted after a restart whatever the launch policy
+/// says now about limits and network: not privileged, no added capabilities, exactly the granted
+/// cards, gpuq's labels, exactly the granted binds (resolved host path, read-only flag), and the
+/// granted user.
+pub fn verify_isolation(facts: &ContainerFacts, req: &LaunchRequest) -> Result<(), RuntimeError> {
+    outcome(facts, isolation_problems(facts, req))
+}
+
+fn outcome(facts: &ContainerFacts, problems: Vec<String>) -> Result<(), RuntimeError> {
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(RuntimeError::FenceViolation(format!(
+            "container {}: {}",
+            facts.id,
+            problems.join("; ")
+        )))
+    }
+}
+
+fn isolation_problems(facts: &ContainerFacts, req: &LaunchRequest) -> Vec<String> {
     let mut problems = Vec::new();
     if facts.privileged {
         problems.push("container is privileged".to_string());
@@ -132,15 +197,46 @@ pub fn verify(facts: &ContainerFacts, req: &LaunchRequest) -> Result<(), Runtime
             problems.push(format!("label {key}: want {want:?}, have {have:?}"));
         }
     }
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(RuntimeError::FenceViolation(format!(
-            "container {}: {}",
-            facts.id,
-            problems.join("; ")
-        )))
+    problems.extend(mount_problems(facts, req));
+    if let Some(want) = req.run_as.docker_user() {
+        if facts.user != want {
+            problems.push(format!(
+                "user differs: granted {want:?}, container runs as {:?}",
+                facts.user
+            ));
+        }
     }
+    problems
+}
+
+/// Binds must be exactly the granted ones; volumes the image declares are Docker's own
+/// (anonymous) and allowed; any other kind of mount is not.
+fn mount_problems(facts: &ContainerFacts, req: &LaunchRequest) -> Vec<String> {
+    let want: BTreeSet<(String, String, bool)> = req
+        .mounts
+        .iter()
+        .map(|m| (m.host.clone(), m.container.clone(), m.read_only))
+        .collect();
+    let have: BTreeSet<(String, String, bool)> = facts
+        .mounts
+        .iter()
+        .filter(|m| m.kind == "bind")
+        .map(|m| (m.source.clone(), m.destination.clone(), m.read_only))
+        .collect();
+    let mut problems = Vec::new();
+    if want != have {
+        problems.push(format!(
+            "mounts differ: granted {want:?}, container has {have:?}"
+        ));
+    }
+    for m in facts
+        .mounts
+        .iter()
+        .filter(|m| m.kind != "bind" && m.kind != "volume")
+    {
+        problems.push(format!("unexpected {} mount at {}", m.kind, m.destination));
+    }
+    problems
 }
 
 /// The labels every gpuq container carries.

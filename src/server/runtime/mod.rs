@@ -15,8 +15,10 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use crate::model::JobNetwork;
+
 pub use docker::Docker;
-pub use fence::{container_config, verify};
+pub use fence::{container_config, verify, verify_isolation};
 pub use simdev::ensure_sim_devices;
 
 /// Label marking containers that gpuq owns, so reconciliation never touches
@@ -28,6 +30,11 @@ pub const LABEL_JOB_ID: &str = "org.gpuq.job-id";
 pub const LABEL_NODE: &str = "org.gpuq.node";
 /// Label carrying the attempt number, so retries are distinguishable.
 pub const LABEL_ATTEMPT: &str = "org.gpuq.attempt";
+/// The bridge network jobs join under the `isolated` policy: gpuq creates it with traffic between
+/// its containers disabled, so a job reaches out but not its neighbours.
+pub const JOB_NETWORK: &str = "gpuq-jobs";
+/// Docker's bridge option that, set to `false`, drops traffic between containers of a network.
+pub const ICC_OPTION: &str = "com.docker.network.bridge.enable_icc";
 
 /// One GPU the scheduler granted to a job; the unit the fence is built from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -75,6 +82,52 @@ pub struct LaunchRequest {
     pub pids_limit: i64,
     /// Cap on the json-file log, so a chatty job cannot fill the disk.
     pub log_max_bytes: u64,
+    /// Who the job's processes are.
+    pub run_as: RunAs,
+    /// CPU limit in billionths of a core (`NanoCpus`); `None`: no limit.
+    pub nano_cpus: Option<i64>,
+    /// Size of the job's `/dev/shm`, MiB.
+    pub shm_mib: u64,
+    /// The network the container joins.
+    pub network: JobNetwork,
+}
+
+/// Who a job's processes run as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RunAs {
+    /// This numeric uid and gid (the owner's job ids); never 0.
+    User {
+        /// Numeric user id.
+        uid: u32,
+        /// Numeric group id.
+        gid: u32,
+    },
+    /// The image's own user, possibly root: only for images the launch policy's `root_images`
+    /// allow.
+    ImageUser,
+}
+
+impl RunAs {
+    /// The `User` of the container config (`uid:gid`), or `None` to keep the image's.
+    pub fn docker_user(self) -> Option<String> {
+        match self {
+            RunAs::User { uid, gid } => Some(format!("{uid}:{gid}")),
+            RunAs::ImageUser => None,
+        }
+    }
+}
+
+/// One mount as dockerd recorded it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub struct MountFact {
+    /// `bind`, `volume`, `tmpfs`, …
+    pub kind: String,
+    /// Host path of a bind (or the volume's data folder).
+    pub source: String,
+    /// Path inside the container.
+    pub destination: String,
+    /// Whether the job may only read it.
+    pub read_only: bool,
 }
 
 /// How the container is fenced.
@@ -114,6 +167,18 @@ pub struct ContainerFacts {
     pub started_at: Option<String>,
     /// Finish time as dockerd reports it (RFC 3339), if finished.
     pub finished_at: Option<String>,
+    /// The mounts, as dockerd will set them up.
+    pub mounts: Vec<MountFact>,
+    /// `Config.User` (the image's user when the create did not set one).
+    pub user: String,
+    /// `HostConfig.NetworkMode` (a network id or name, or `none`).
+    pub network_mode: String,
+    /// Names of the networks the container is attached to.
+    pub networks: Vec<String>,
+    /// `HostConfig.NanoCpus` (0: no limit).
+    pub nano_cpus: i64,
+    /// `HostConfig.ShmSize`, bytes.
+    pub shm_size: i64,
 }
 
 /// A gpuq-labelled container found on the host, for reconciliation after a

@@ -5,7 +5,9 @@ use std::sync::Mutex;
 
 use futures_util::StreamExt;
 use gpuq::server::runtime::docker::container_name;
-use gpuq::server::runtime::{Docker, GrantedGpu, LaunchMode, LaunchRequest, LogLine, RuntimeError};
+use gpuq::server::runtime::{
+    Docker, GrantedGpu, LaunchMode, LaunchRequest, LogLine, RunAs, RuntimeError,
+};
 use uuid::Uuid;
 
 /// The only image available on the test host.
@@ -33,6 +35,13 @@ pub fn request(argv: &[&str], gpus: Vec<GrantedGpu>) -> LaunchRequest {
         memory_limit_mib: 64,
         pids_limit: 64,
         log_max_bytes: 1 << 20,
+        run_as: RunAs::User {
+            uid: 200_000,
+            gid: 200_000,
+        },
+        nano_cpus: None,
+        shm_mib: 64,
+        network: gpuq::model::JobNetwork::Isolated,
     }
 }
 

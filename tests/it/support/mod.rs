@@ -2,6 +2,7 @@
 
 pub mod app;
 pub mod docker;
+pub mod isolation;
 pub mod ledger;
 pub mod node;
 pub mod server;

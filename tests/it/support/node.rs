@@ -22,6 +22,8 @@ impl Node {
             log_max_bytes: 1 << 20,
             stop_grace: std::time::Duration::from_secs(1),
             mode,
+            job_uids: Default::default(),
+            never_mount: vec![app.logs_dir.clone()],
         };
         let pass = gpuq::server::admission::PassConfig {
             cpu_node: node.to_owned(),

@@ -3,7 +3,9 @@
 
 use super::cpu::{Used, Watched, HEADS};
 use super::{describe, statuses, wait_for, Ctx, TERMINAL};
-use crate::server::runtime::{ensure_sim_devices, Docker, GrantedGpu, LaunchMode, LaunchRequest};
+use crate::server::runtime::{
+    ensure_sim_devices, Docker, GrantedGpu, LaunchMode, LaunchRequest, RunAs,
+};
 use anyhow::{bail, Context, Result};
 use serde_json::json;
 use std::collections::{BTreeMap, HashSet};
@@ -157,6 +159,13 @@ async fn one_container(
         memory_limit_mib: 16 * 1024,
         pids_limit: 4096,
         log_max_bytes: 64 * 1024 * 1024,
+        run_as: RunAs::User {
+            uid: 65534,
+            gid: 65534,
+        },
+        nano_cpus: None,
+        shm_mib: 2048,
+        network: crate::model::JobNetwork::Isolated,
     };
     let id = docker.create(&req, LaunchMode::Fenced).await?;
     let run = async {

@@ -11,7 +11,7 @@ use bollard::models::{
 };
 
 use crate::server::runtime::{
-    ContainerFacts, LogLine, LogStream, ManagedContainer, RuntimeError, LABEL_ATTEMPT,
+    ContainerFacts, LogLine, LogStream, ManagedContainer, MountFact, RuntimeError, LABEL_ATTEMPT,
     LABEL_JOB_ID, LABEL_NODE,
 };
 
@@ -86,9 +86,37 @@ pub(super) fn facts(resp: ContainerInspectResponse) -> ContainerFacts {
         Some(ContainerStateStatusEnum::EXITED | ContainerStateStatusEnum::DEAD)
     );
     let real_time = |t: Option<String>| t.filter(|t| !t.is_empty() && t != ZERO_TIME);
+    let mounts = resp
+        .mounts
+        .unwrap_or_default()
+        .into_iter()
+        .map(|m| MountFact {
+            kind: m.typ.unwrap_or_default(),
+            source: m.source.unwrap_or_default(),
+            destination: m.destination.unwrap_or_default(),
+            read_only: !m.rw.unwrap_or(true),
+        })
+        .collect();
+    let mut networks: Vec<String> = resp
+        .network_settings
+        .and_then(|n| n.networks)
+        .map(|n| n.into_keys().collect())
+        .unwrap_or_default();
+    networks.sort();
+    let user = resp
+        .config
+        .as_ref()
+        .and_then(|c| c.user.clone())
+        .unwrap_or_default();
     ContainerFacts {
         id: resp.id.unwrap_or_default(),
         privileged: hc.privileged.unwrap_or(false),
+        mounts,
+        user,
+        network_mode: hc.network_mode.clone().unwrap_or_default(),
+        networks,
+        nano_cpus: hc.nano_cpus.unwrap_or(0),
+        shm_size: hc.shm_size.unwrap_or(0),
         devices: hc
             .devices
             .unwrap_or_default()

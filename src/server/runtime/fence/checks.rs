@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 use std::path::{Component, Path};
 
-use crate::server::runtime::{LaunchRequest, Mount, RuntimeError};
+use crate::server::runtime::{LaunchRequest, Mount, RunAs, RuntimeError};
 
 /// Prefix every simulated device path must have, so a request can never map
 /// an arbitrary host device into a container.
@@ -20,8 +20,20 @@ const REFUSED_ENV_EXACT: &[&str] = &[
 ];
 /// Env key prefixes (upper-cased) the user may not set.
 const REFUSED_ENV_PREFIX: &[&str] = &["NVIDIA_", "CUDA_MPS_", "GPUQ_", "DOCKER_"];
-/// Host trees that must never be bind-mounted (nor anything below them).
-const REFUSED_HOST_TREES: &[&str] = &["/proc", "/sys", "/dev", "/etc"];
+/// Host trees that must never be bind-mounted (nor anything below them): the
+/// system's own, the runtime sockets under `/run`, boot files and the
+/// container runtimes' state.
+const REFUSED_HOST_TREES: &[&str] = &[
+    "/proc",
+    "/sys",
+    "/dev",
+    "/etc",
+    "/run",
+    "/var/run",
+    "/boot",
+    "/var/lib/docker",
+    "/var/lib/containerd",
+];
 /// Docker control sockets: neither they nor any directory above them may be
 /// mounted, since either hands the job root on the host.
 const DOCKER_SOCKETS: &[&str] = &["/run/docker.sock", "/var/run/docker.sock"];
@@ -43,6 +55,19 @@ pub(super) fn check_scalars(req: &LaunchRequest) -> Result<(), RuntimeError> {
     }
     if req.log_max_bytes == 0 {
         return invalid("log_max_bytes must be > 0");
+    }
+    if req.shm_mib == 0 {
+        return invalid("shm_mib must be > 0");
+    }
+    if req.nano_cpus.is_some_and(|n| n <= 0) {
+        return invalid("nano_cpus must be > 0 when set (0 means unlimited)");
+    }
+    if let RunAs::User { uid, gid } = req.run_as {
+        if uid == 0 || gid == 0 {
+            return Err(RuntimeError::FenceViolation(format!(
+                "job user {uid}:{gid} is root: only images the policy lists in root_images may run as root"
+            )));
+        }
     }
     Ok(())
 }
@@ -91,6 +116,12 @@ pub(super) fn bind_spec(m: &Mount) -> Result<String, RuntimeError> {
     }
     if REFUSED_HOST_TREES.iter().any(|t| host.starts_with(t)) {
         return refuse("host system trees may not be mounted");
+    }
+    if REFUSED_HOST_TREES
+        .iter()
+        .any(|t| Path::new(t).starts_with(host))
+    {
+        return refuse("a folder holding a host system tree may not be mounted");
     }
     if DOCKER_SOCKETS
         .iter()

@@ -4,7 +4,8 @@ use std::path::PathBuf;
 use uuid::Uuid;
 
 use super::*;
-use crate::server::runtime::GrantedGpu;
+use crate::model::JobNetwork;
+use crate::server::runtime::{GrantedGpu, Mount, MountFact, RunAs};
 
 pub(super) const REAL_A: &str = "GPU-11111111-2222-3333-4444-555555555555";
 pub(super) const REAL_B: &str = "GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee";
@@ -36,6 +37,13 @@ pub(super) fn req(gpus: Vec<GrantedGpu>) -> LaunchRequest {
         memory_limit_mib: 512,
         pids_limit: 100,
         log_max_bytes: 1 << 20,
+        run_as: RunAs::User {
+            uid: 200_001,
+            gid: 200_001,
+        },
+        nano_cpus: Some(1_500_000_000),
+        shm_mib: 2048,
+        network: JobNetwork::Isolated,
     }
 }
 
@@ -63,6 +71,21 @@ pub(super) fn facts_for(r: &LaunchRequest) -> ContainerFacts {
             .map(|g| g.uuid.clone())
             .collect(),
         labels: labels(r).into_iter().collect(),
+        mounts: r
+            .mounts
+            .iter()
+            .map(|m| MountFact {
+                kind: "bind".into(),
+                source: m.host.clone(),
+                destination: m.container.clone(),
+                read_only: m.read_only,
+            })
+            .collect(),
+        user: r.run_as.docker_user().unwrap_or_default(),
+        network_mode: network_mode(r.network).into(),
+        networks: vec![network_mode(r.network).into()],
+        nano_cpus: r.nano_cpus.unwrap_or(0),
+        shm_size: r.shm_mib as i64 * 1024 * 1024,
         ..Default::default()
     }
 }
@@ -125,7 +148,7 @@ fn fenced_defaults_are_locked_down() {
     assert_eq!(log.typ.as_deref(), Some("json-file"));
     assert_eq!(log.config.as_ref().unwrap()["max-size"], "1048576");
     assert_eq!(h.auto_remove, Some(false));
-    assert_eq!(h.network_mode.as_deref(), Some("default"));
+    assert_eq!(h.network_mode.as_deref(), Some("gpuq-jobs"));
     assert!(h.pid_mode.is_none() && h.ipc_mode.is_none() && h.runtime.is_none());
     assert!(h.devices.is_none() && h.device_requests.is_none() && h.binds.is_none());
     assert_eq!(cfg.cmd, Some(r.argv.clone()));
@@ -205,4 +228,83 @@ fn verify_catches_each_mismatch() {
         let msg = violation(verify(&f, &r));
         assert!(msg.contains(what), "{msg} should mention {what}");
     }
+}
+
+#[test]
+fn user_limits_and_network_are_set() {
+    let r = req(vec![]);
+    let cfg = container_config(&r, LaunchMode::Fenced).unwrap();
+    assert_eq!(cfg.user.as_deref(), Some("200001:200001"));
+    let h = host(&cfg);
+    assert_eq!(h.nano_cpus, Some(1_500_000_000));
+    assert_eq!(h.shm_size, Some(2048 * 1024 * 1024));
+    assert_eq!(h.network_mode.as_deref(), Some("gpuq-jobs"));
+    let mut none = req(vec![]);
+    none.network = JobNetwork::None;
+    none.nano_cpus = None;
+    none.run_as = RunAs::ImageUser;
+    let cfg = container_config(&none, LaunchMode::Fenced).unwrap();
+    assert_eq!(cfg.user, None, "a root image keeps its own user");
+    assert_eq!(host(&cfg).network_mode.as_deref(), Some("none"));
+    assert_eq!(host(&cfg).nano_cpus, None);
+}
+
+#[test]
+fn root_job_users_are_refused() {
+    for (uid, gid) in [(0, 200_001), (200_001, 0)] {
+        let mut r = req(vec![]);
+        r.run_as = RunAs::User { uid, gid };
+        let msg = violation(container_config(&r, LaunchMode::Fenced));
+        assert!(msg.contains("root_images"), "{msg}");
+    }
+}
+
+#[test]
+fn verify_catches_mount_user_network_and_limit_mismatches() {
+    let mut r = req(vec![]);
+    r.mounts = vec![Mount {
+        host: "/data/alice".into(),
+        container: "/data".into(),
+        read_only: true,
+    }];
+    type Mutation = fn(&mut ContainerFacts);
+    let cases: Vec<(&str, Mutation, bool)> = vec![
+        ("mounts", |f| f.mounts[0].source = "/".into(), true),
+        ("mounts", |f| f.mounts[0].read_only = false, true),
+        ("mounts", |f| f.mounts.clear(), true),
+        (
+            "tmpfs",
+            |f| {
+                f.mounts.push(MountFact {
+                    kind: "tmpfs".into(),
+                    destination: "/x".into(),
+                    ..Default::default()
+                })
+            },
+            true,
+        ),
+        ("user", |f| f.user = "0:0".into(), true),
+        ("user", |f| f.user = String::new(), true),
+        ("networks", |f| f.networks = vec!["bridge".into()], false),
+        ("cpu", |f| f.nano_cpus = 0, false),
+        ("shm", |f| f.shm_size = 64 << 20, false),
+    ];
+    for (what, mutate, isolation) in cases {
+        let mut f = facts_for(&r);
+        verify(&f, &r).unwrap();
+        mutate(&mut f);
+        let msg = violation(verify(&f, &r));
+        assert!(msg.contains(what), "{msg} should mention {what}");
+        // Re-adoption checks isolation only: a changed policy's limits are no reason to kill.
+        assert_eq!(verify_isolation(&f, &r).is_err(), isolation, "{what}");
+    }
+    // The image's volumes are Docker's own: allowed.
+    let mut f = facts_for(&r);
+    f.mounts.push(MountFact {
+        kind: "volume".into(),
+        source: "/var/lib/docker/volumes/x/_data".into(),
+        destination: "/cache".into(),
+        read_only: false,
+    });
+    verify(&f, &r).unwrap();
 }
