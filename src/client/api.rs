@@ -62,7 +62,8 @@ pub fn map_error(status: u16, body: &str) -> ApiError {
     match parsed {
         Some(b) => ApiError {
             status,
-            message: b.error,
+            // The message may quote other people's strings: no terminal control gets through.
+            message: super::sanitize::strip_controls(&b.error),
             kind: b.kind,
             field: b.field.filter(|f| !f.is_empty()),
             hint,
@@ -73,7 +74,10 @@ pub fn map_error(status: u16, body: &str) -> ApiError {
                 .and_then(|s| s.canonical_reason())
                 .unwrap_or("error");
             let mut message = format!("HTTP {status} {reason}");
-            let text: String = body.trim().chars().take(200).collect();
+            let text: String = super::sanitize::strip_controls(body.trim())
+                .chars()
+                .take(200)
+                .collect();
             if !text.is_empty() {
                 message.push_str(": ");
                 message.push_str(&text);

@@ -8,6 +8,7 @@ pub mod credentials;
 pub mod model;
 pub mod render;
 pub mod request;
+pub mod sanitize;
 
 #[cfg(test)]
 mod tests;
@@ -36,6 +37,10 @@ pub struct ConnArgs {
     /// API token (else the one saved by `gpuq login`)
     #[arg(long, env = "GPUQ_TOKEN", global = true, hide_env_values = true)]
     pub token: Option<String>,
+    /// Print other people's strings (names, commands, logs) as they are, terminal control
+    /// characters included (by default they are removed)
+    #[arg(long, global = true)]
+    pub raw: bool,
 }
 
 impl std::fmt::Debug for ConnArgs {
@@ -43,6 +48,7 @@ impl std::fmt::Debug for ConnArgs {
         f.debug_struct("ConnArgs")
             .field("url", &self.url)
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("raw", &self.raw)
             .finish()
     }
 }
@@ -232,8 +238,13 @@ pub async fn run(cmd: ClientCommand, conn: ConnArgs) -> Result<()> {
         }
         ClientCommand::Logs(args) => {
             let id = api.resolve_job_id(&args.id).await?;
-            api.logs(id, args.tail, args.follow, &mut std::io::stdout())
-                .await?;
+            if conn.raw {
+                api.logs(id, args.tail, args.follow, &mut std::io::stdout())
+                    .await?;
+            } else {
+                let mut out = sanitize::StripWriter::new(std::io::stdout());
+                api.logs(id, args.tail, args.follow, &mut out).await?;
+            }
             return Ok(());
         }
         ClientCommand::Gpus(args) => {
@@ -245,7 +256,11 @@ pub async fn run(cmd: ClientCommand, conn: ConnArgs) -> Result<()> {
             }
         }
     };
-    emit(&text)
+    if conn.raw {
+        emit(&text)
+    } else {
+        emit(&sanitize::strip_controls(&text))
+    }
 }
 
 async fn login(args: LoginArgs, conn: &ConnArgs) -> Result<()> {

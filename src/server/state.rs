@@ -2,6 +2,7 @@
 //! the benchmarks and the tests alike.
 
 use crate::server::admission::PassConfig;
+use crate::server::auth::password::HashGate;
 use crate::server::notifier::Notifier;
 use crate::server::runner::DockerHealth;
 use axum::extract::FromRef;
@@ -25,6 +26,8 @@ pub struct AppState {
     pub notifier: Notifier,
     /// Docker's state on this node, when this process runs jobs.
     pub docker: Option<Arc<DockerHealth>>,
+    /// The bound on concurrent password checks of sign-ins.
+    pub hashing: HashGate,
 }
 
 impl AppState {
@@ -49,6 +52,7 @@ impl AppState {
             logs_dir,
             notifier,
             docker: None,
+            hashing: HashGate::per_core(),
         }
     }
 }

@@ -12,6 +12,7 @@ mod cards;
 mod cli;
 mod concurrency;
 mod docker;
+mod edges;
 mod notifier;
 mod planner_props;
 mod roles;

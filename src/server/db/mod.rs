@@ -4,6 +4,7 @@ pub mod embedded;
 pub mod events;
 pub mod gpus;
 pub mod jobs;
+pub mod logins;
 pub mod manifest;
 pub mod runs;
 pub mod settings;
