@@ -21,7 +21,7 @@ pub fn LoginPage() -> impl IntoView {
         <section class="card narrow">
             <h1>"Sign in"</h1>
             <ActionForm action=login>
-                <input type="hidden" name="next" prop:value=next />
+                <input type="hidden" name="next" value=next />
                 <div class="field">
                     <label for="username">"Username"</label>
                     <input id="username" type="text" name="username" autocomplete="username" required />

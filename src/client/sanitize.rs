@@ -69,7 +69,7 @@ fn skip_string(chars: &mut Chars<'_>) {
 
 /// A writer that strips control characters from what passes through it (for streamed logs). A
 /// sequence split across two writes is held back until it is complete.
-pub struct StripWriter<W> {
+pub struct StripWriter<W: std::io::Write> {
     inner: W,
     pending: Vec<u8>,
 }

@@ -65,9 +65,10 @@ impl HashGate {
         }
     }
 
-    /// The default bound: one check per available core.
+    /// The default bound: one check per available core, and at least 4 (so that a few people
+    /// signing in at once on a small machine are not turned away; 4 checks hold about 80 MiB).
     pub fn per_core() -> Self {
-        Self::new(std::thread::available_parallelism().map_or(2, |n| n.get()))
+        Self::new(std::thread::available_parallelism().map_or(4, |n| n.get().max(4)))
     }
 
     /// How many passwords this gate has let be checked since it was made (for tests and metrics).
