@@ -150,7 +150,10 @@ pub async fn create_token(
     let days = match expires_in_days.as_deref().map(str::trim) {
         None | Some("") => None,
         Some(text) => Some(text.parse::<u32>().map_err(|_| {
-            AppError::invalid("expires_in_days", "a whole number of days, or empty for never")
+            AppError::invalid(
+                "expires_in_days",
+                "a whole number of days, or empty for never",
+            )
         })?),
     };
     service::create_token(&state.pool, user.id, &user.username, &name, days).await

@@ -37,7 +37,10 @@ fn skip_escape(chars: &mut Chars<'_>) {
         Some(']' | 'P' | 'X' | '^' | '_') => skip_string(chars),
         // ESC + intermediates (0x20–0x2F) + one final character.
         Some(c) if ('\u{20}'..='\u{2f}').contains(&c) => {
-            while chars.next_if(|c| ('\u{20}'..='\u{2f}').contains(c)).is_some() {}
+            while chars
+                .next_if(|c| ('\u{20}'..='\u{2f}').contains(c))
+                .is_some()
+            {}
             chars.next();
         }
         _ => {}

@@ -102,7 +102,16 @@ pub async fn change_password(
     new: &str,
 ) -> Result<chrono::DateTime<chrono::Utc>, AppError> {
     let now = chrono::Utc::now();
-    match service::login(&state.pool, &state.hashing, &user.username, current, "", now).await {
+    match service::login(
+        &state.pool,
+        &state.hashing,
+        &user.username,
+        current,
+        "",
+        now,
+    )
+    .await
+    {
         Ok(_) => {}
         Err(AppError::BadCredentials) => {
             return Err(AppError::invalid(

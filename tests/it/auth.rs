@@ -807,7 +807,12 @@ async fn sign_ins_and_tokens_are_audited(pool: PgPool) {
         );
     }
     let revoked = app
-        .api("DELETE", &format!("/api/v1/tokens/{id}"), Some(&cookie), None)
+        .api(
+            "DELETE",
+            &format!("/api/v1/tokens/{id}"),
+            Some(&cookie),
+            None,
+        )
         .await;
     assert_eq!(revoked.status, 204, "{}", revoked.text);
 

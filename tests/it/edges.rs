@@ -35,12 +35,19 @@ async fn security_headers_are_on_every_response(pool: PgPool) {
     let answers = [
         ("healthz", app.api("GET", "/healthz", None, None).await),
         ("readyz", app.api("GET", "/readyz", None, None).await),
-        ("api 200", app.api("GET", "/api/v1/me", Some(&bearer), None).await),
+        (
+            "api 200",
+            app.api("GET", "/api/v1/me", Some(&bearer), None).await,
+        ),
         ("api 401", app.api("GET", "/api/v1/me", None, None).await),
-        ("api 404", app.api("GET", "/api/v1/nothing", None, None).await),
+        (
+            "api 404",
+            app.api("GET", "/api/v1/nothing", None, None).await,
+        ),
         (
             "api 400",
-            app.api("POST", "/api/v1/jobs", Some(&bearer), Some(json!({}))).await,
+            app.api("POST", "/api/v1/jobs", Some(&bearer), Some(json!({})))
+                .await,
         ),
         ("login page", app.page("/login", None).await),
         ("page redirect", app.page("/jobs", None).await),
@@ -52,15 +59,22 @@ async fn security_headers_are_on_every_response(pool: PgPool) {
         ),
         (
             "cross-site refusal",
-            app.server_fn("logout", "", Some(&cookie), &[("origin", "http://evil.example")])
-                .await,
+            app.server_fn(
+                "logout",
+                "",
+                Some(&cookie),
+                &[("origin", "http://evil.example")],
+            )
+            .await,
         ),
     ];
     for (what, reply) in &answers {
         assert_security_headers(what, &reply.headers);
         // Without --secure-cookies there is no HTTPS to insist on.
         assert!(
-            !reply.headers.contains_key(header::STRICT_TRANSPORT_SECURITY),
+            !reply
+                .headers
+                .contains_key(header::STRICT_TRANSPORT_SECURITY),
             "{what}"
         );
     }
@@ -118,7 +132,10 @@ async fn secure_cookies_use_the_host_prefix_and_hsts(pool: PgPool) {
         .await;
     assert!(reply.status.as_u16() < 400, "{}", reply.text);
     let set_cookie = reply.set_cookie_header();
-    assert!(set_cookie.starts_with("__Host-gpuq_session="), "{set_cookie}");
+    assert!(
+        set_cookie.starts_with("__Host-gpuq_session="),
+        "{set_cookie}"
+    );
     for flag in ["Secure", "HttpOnly", "SameSite=Strict", "Path=/"] {
         assert!(set_cookie.contains(flag), "{flag}: {set_cookie}");
     }
@@ -138,7 +155,13 @@ async fn secure_cookies_use_the_host_prefix_and_hsts(pool: PgPool) {
 async fn strangers_get_a_303_to_sign_in_and_come_back(pool: PgPool) {
     let app = TestApp::new(pool).await;
     app.add_user("quinn", Role::Member).await;
-    for path in ["/jobs?status=queued", "/account", "/admin", "/submit", "/usage"] {
+    for path in [
+        "/jobs?status=queued",
+        "/account",
+        "/admin",
+        "/submit",
+        "/usage",
+    ] {
         let page = app.page(path, None).await;
         assert_eq!(page.status, 303, "{path}: {}", page.text);
         let location = page.headers[header::LOCATION].to_str().unwrap();
@@ -169,12 +192,21 @@ async fn readyz_shows_details_to_admins_only(pool: PgPool) {
     let as_member = app.api("GET", "/readyz", Some(&member), None).await;
     assert_eq!(as_member.json(), json!({ "status": "ready" }));
     let as_admin = app.api("GET", "/readyz", Some(&admin), None).await;
-    assert_eq!(as_admin.json()["checks"]["database"], "ok", "{}", as_admin.text);
+    assert_eq!(
+        as_admin.json()["checks"]["database"],
+        "ok",
+        "{}",
+        as_admin.text
+    );
 
     app.pool.close().await;
     let down = app.api("GET", "/readyz", None, None).await;
     assert_eq!(down.status, 503);
-    assert_eq!(down.json(), json!({ "status": "not ready" }), "no raw error for strangers");
+    assert_eq!(
+        down.json(),
+        json!({ "status": "not ready" }),
+        "no raw error for strangers"
+    );
 }
 
 #[sqlx::test(migrations = false)]
@@ -252,23 +284,39 @@ async fn the_cli_strips_other_peoples_control_characters_unless_raw(pool: PgPool
     let token = admin.trim_start_matches("Bearer ");
     let show = |raw: bool| {
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_gpuq"));
-        cmd.args(["show", &id.to_string()])
-            .args(["--url", &format!("http://127.0.0.1:{port}"), "--token", token]);
+        cmd.args(["show", &id.to_string()]).args([
+            "--url",
+            &format!("http://127.0.0.1:{port}"),
+            "--token",
+            token,
+        ]);
         if raw {
             cmd.arg("--raw");
         }
         cmd.output().expect("gpuq show")
     };
     let clean = show(false);
-    assert!(clean.status.success(), "{}", String::from_utf8_lossy(&clean.stderr));
+    assert!(
+        clean.status.success(),
+        "{}",
+        String::from_utf8_lossy(&clean.stderr)
+    );
     let text = String::from_utf8(clean.stdout).unwrap();
     assert!(text.contains("hello"), "{text}");
     assert!(
-        !text.chars().any(|c| c.is_control() && c != '\n' && c != '\t'),
+        !text
+            .chars()
+            .any(|c| c.is_control() && c != '\n' && c != '\t'),
         "control characters reached the terminal: {text:?}"
     );
-    assert!(!text.contains("pwned"), "the escape's payload is dropped too: {text:?}");
+    assert!(
+        !text.contains("pwned"),
+        "the escape's payload is dropped too: {text:?}"
+    );
     let raw = show(true);
     let text = String::from_utf8(raw.stdout).unwrap();
-    assert!(text.contains("\u{1b}]0;pwned\u{7}"), "--raw prints as is: {text:?}");
+    assert!(
+        text.contains("\u{1b}]0;pwned\u{7}"),
+        "--raw prints as is: {text:?}"
+    );
 }

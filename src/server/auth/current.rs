@@ -17,7 +17,8 @@ pub const SESSION_USER_KEY: &str = "user_id";
 pub const SESSION_SINCE_KEY: &str = "signed_in_at";
 
 /// Why a token may not create tokens, as the refusal says it.
-pub const TOKEN_CANNOT_MINT: &str = "an API token cannot create tokens; create them while signed in \
+pub const TOKEN_CANNOT_MINT: &str =
+    "an API token cannot create tokens; create them while signed in \
      in the browser (Account page) or with your password (`gpuq login`)";
 
 /// The client address of a request (the peer's IP), or empty when unknown.

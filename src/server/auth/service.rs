@@ -66,7 +66,11 @@ pub async fn login(
             logins::succeeded(pool, id, &key, now - Duration::days(1))
                 .await
                 .or_internal("recording a sign-in")?;
-            Some((AuditKind::SignIn, user.username.clone(), json!({ "client": client })))
+            Some((
+                AuditKind::SignIn,
+                user.username.clone(),
+                json!({ "client": client }),
+            ))
         }
         Err(AppError::BadCredentials) => Some((
             AuditKind::SignInFailed,

@@ -22,13 +22,11 @@ pub struct Standing {
 /// Records an attempt on `username` from `client` (committed at once, so every concurrent attempt
 /// that counts after this sees it); returns its id.
 pub async fn record(db: impl PgExecutor<'_>, username: &str, client: &str) -> sqlx::Result<i64> {
-    sqlx::query_scalar(
-        "INSERT INTO login_attempts (username, client) VALUES ($1, $2) RETURNING id",
-    )
-    .bind(username)
-    .bind(client)
-    .fetch_one(db)
-    .await
+    sqlx::query_scalar("INSERT INTO login_attempts (username, client) VALUES ($1, $2) RETURNING id")
+        .bind(username)
+        .bind(client)
+        .fetch_one(db)
+        .await
 }
 
 /// The other attempts on this name and from this client since `since` that are not proved right.

@@ -14,7 +14,11 @@ use axum::response::{IntoResponse, Response};
 pub const LOGIN_PATH: &str = "/login";
 
 /// Middleware (on the page routes): strangers go to the sign-in page.
-pub async fn pages_need_sign_in(State(state): State<AppState>, req: Request, next: Next) -> Response {
+pub async fn pages_need_sign_in(
+    State(state): State<AppState>,
+    req: Request,
+    next: Next,
+) -> Response {
     if !is_gated_page(req.method(), req.uri().path()) {
         return next.run(req).await;
     }
@@ -35,7 +39,9 @@ pub async fn pages_need_sign_in(State(state): State<AppState>, req: Request, nex
 
 /// Page loads (not server functions, not the sign-in page itself).
 fn is_gated_page(method: &Method, path: &str) -> bool {
-    matches!(*method, Method::GET | Method::HEAD) && !path.starts_with("/api/") && path != LOGIN_PATH
+    matches!(*method, Method::GET | Method::HEAD)
+        && !path.starts_with("/api/")
+        && path != LOGIN_PATH
 }
 
 /// `303` to the sign-in page, which returns to `here` afterwards.

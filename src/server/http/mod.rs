@@ -85,10 +85,10 @@ pub fn app(state: AppState, opts: HttpOptions) -> Router {
                 .merge(usage::router()),
         )
         .merge(pages)
-        .fallback(leptos_axum::file_and_error_handler_with_context::<AppState, _>(
-            headers::provide_nonce,
-            shell,
-        ))
+        .fallback(leptos_axum::file_and_error_handler_with_context::<
+            AppState,
+            _,
+        >(headers::provide_nonce, shell))
         .layer(axum::middleware::from_fn(error::server_fn_status))
         .layer(sessions)
         .layer(axum::middleware::from_fn(csrf::same_origin_only))

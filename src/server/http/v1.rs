@@ -1,5 +1,6 @@
 //! REST API v1 for scripts and the CLI: tokens, the caller, users.
 
+use super::caller::ConnectInfoOpt;
 use super::error::ErrorBody;
 use super::{ApiError, ApiJson};
 use crate::model::{AppError, CreatedToken, Role, TokenView, UserView};
@@ -7,7 +8,6 @@ use crate::server::admin;
 use crate::server::auth::{service, CurrentUser, TOKEN_CANNOT_MINT};
 use crate::server::AppState;
 use axum::extract::{Path, State};
-use super::caller::ConnectInfoOpt;
 use axum::http::header::AUTHORIZATION;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{delete, get, patch, post};

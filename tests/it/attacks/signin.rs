@@ -28,8 +28,15 @@ async fn forty_parallel_guesses_check_only_a_handful(pool: PgPool) {
     );
     let wrong = replies.iter().filter(|r| r.status == 401).count();
     let throttled = replies.iter().filter(|r| r.status == 429).count();
-    assert_eq!(wrong as u64, checked, "every checked guess was answered 401");
-    assert_eq!(wrong + throttled, 40, "the rest were refused unchecked (429)");
+    assert_eq!(
+        wrong as u64, checked,
+        "every checked guess was answered 401"
+    );
+    assert_eq!(
+        wrong + throttled,
+        40,
+        "the rest were refused unchecked (429)"
+    );
     for r in replies.iter().filter(|r| r.status == 429) {
         let retry: i64 = r.headers["retry-after"].to_str().unwrap().parse().unwrap();
         assert!(retry > 0 && retry <= BACKOFF_MAX_S, "{retry}");
@@ -88,7 +95,10 @@ async fn the_backoff_grows_with_each_checked_failure(pool: PgPool) {
             .unwrap()
             .parse()
             .unwrap();
-        assert!(retry > last_retry && retry <= BACKOFF_MAX_S, "{retry} after {last_retry}");
+        assert!(
+            retry > last_retry && retry <= BACKOFF_MAX_S,
+            "{retry} after {last_retry}"
+        );
         last_retry = retry;
         // Let the delay pass; the next guess is checked, fails, and doubles the delay.
         sqlx::query("UPDATE login_attempts SET at = at - make_interval(secs => $1)")
@@ -161,7 +171,12 @@ async fn a_token_cannot_mint_tokens(pool: PgPool) {
         .contains("cannot create tokens"));
 
     let tokens = app.api("GET", "/api/v1/tokens", Some(&bearer), None).await;
-    assert_eq!(tokens.json().as_array().unwrap().len(), 1, "{}", tokens.text);
+    assert_eq!(
+        tokens.json().as_array().unwrap().len(),
+        1,
+        "{}",
+        tokens.text
+    );
 
     // From a signed-in browser session it works.
     let cookie = app.login("mallory", PASSWORD).await;
@@ -189,7 +204,9 @@ async fn an_expired_token_is_refused(pool: PgPool) {
     assert!(made.json()["expires_at"].is_string());
     let bearer = format!("Bearer {}", made.json()["token"].as_str().unwrap());
     assert_eq!(
-        app.api("GET", "/api/v1/me", Some(&bearer), None).await.status,
+        app.api("GET", "/api/v1/me", Some(&bearer), None)
+            .await
+            .status,
         200
     );
 
