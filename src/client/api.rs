@@ -156,9 +156,18 @@ impl ApiClient {
         &self.base
     }
 
-    /// `POST /api/v1/tokens`: creates an API token.
-    pub async fn create_token(&self, username: &str, password: &str, name: &str) -> Result<Value> {
-        let body = json!({"username": username, "password": password, "name": name});
+    /// `POST /api/v1/tokens`: creates an API token (expiring after `expires_in_days` when given).
+    pub async fn create_token(
+        &self,
+        username: &str,
+        password: &str,
+        name: &str,
+        expires_in_days: Option<u32>,
+    ) -> Result<Value> {
+        let mut body = json!({"username": username, "password": password, "name": name});
+        if let Some(days) = expires_in_days {
+            body["expires_in_days"] = json!(days);
+        }
         let req = self.request(Method::POST, "/api/v1/tokens").json(&body);
         self.send(req, false).await
     }

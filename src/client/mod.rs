@@ -80,6 +80,9 @@ pub struct LoginArgs {
     /// Name of the token to create [default: gpuq-cli-<UTC time>]
     #[arg(long, value_name = "NAME")]
     pub token_name: Option<String>,
+    /// Days until the token stops working [default: never]
+    #[arg(long, value_name = "DAYS")]
+    pub expires_in_days: Option<u32>,
 }
 
 /// Arguments of `gpuq submit`.
@@ -271,7 +274,9 @@ async fn login(args: LoginArgs, conn: &ConnArgs) -> Result<()> {
         .token_name
         .unwrap_or_else(|| format!("gpuq-cli-{}", chrono::Utc::now().format("%Y%m%dT%H%M%SZ")));
     let api = ApiClient::new(&conn.url, None)?;
-    let answer = api.create_token(&args.username, &password, &name).await?;
+    let answer = api
+        .create_token(&args.username, &password, &name, args.expires_in_days)
+        .await?;
     let r: TokenResponse = typed(answer)?;
     if r.token.is_empty() {
         bail!("the server returned no token");
