@@ -15,7 +15,6 @@ mod usage;
 mod v1;
 
 pub use error::ApiError;
-pub use headers::content_security_policy;
 pub use json::ApiJson;
 
 use crate::app::{shell, App};
