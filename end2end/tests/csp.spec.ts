@@ -1,5 +1,5 @@
 import { test, expect, Page } from "@playwright/test";
-import { adminBearer, adminPassword, open, signIn, waitForServer } from "./util";
+import { adminBearer, adminPassword, signIn, waitForServer } from "./util";
 
 // Every page runs under the Content-Security-Policy (scripts only from this origin or with the
 // response's nonce): none of them may log a violation. Anything the policy blocks is a bug either in
@@ -37,25 +37,33 @@ test("no page logs a CSP violation", async ({ page, request }) => {
   expect(sub.status()).toBe(201);
   const jobId = (await sub.json()).job_id;
 
+  // Checks after each page has loaded and settled, so a blocked script is reported by name (and
+  // not only as a page that never hydrates).
+  const settle = async (path: string) => {
+    await page.waitForLoadState("networkidle");
+    expect(violations, `CSP violations on ${path}`).toEqual([]);
+    await page.locator(`body[data-hydrated="${new URL(page.url()).pathname}"]`).waitFor({ state: "attached" });
+  };
+
   const res = await page.goto("/login");
   const csp = res?.headers()["content-security-policy"] ?? "";
   expect(csp).toContain("'nonce-");
   expect(csp).toContain("frame-ancestors 'none'");
-  await page.locator('body[data-hydrated="/login"]').waitFor({ state: "attached" });
+  await settle("/login");
 
   await signIn(page, "admin", adminPassword);
   for (const path of ["/", "/jobs", `/jobs/${jobId}`, "/submit", "/manifest", "/usage", "/admin", "/account"]) {
-    await open(page, path);
-    // Let late work (lazy chunks, live stream, resources) run.
-    await page.waitForLoadState("networkidle");
+    await page.goto(path);
+    await settle(path);
   }
   // Client-side navigation loads the lazy routes' code too.
-  await open(page, "/");
+  await page.goto("/");
+  await settle("/");
   await page.getByRole("link", { name: "Jobs", exact: true }).click();
   await expect(page).toHaveURL(/\/jobs$/);
   await page.getByRole("link", { name: "Manifest", exact: true }).click();
   await expect(page).toHaveURL(/\/manifest$/);
-  await page.waitForLoadState("networkidle");
+  await settle("/manifest");
 
   expect(violations).toEqual([]);
 });
