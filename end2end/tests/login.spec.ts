@@ -47,3 +47,29 @@ test("a cross-site form post is refused", async ({ page, request }) => {
   expect(res.status()).toBe(403);
   expect((await res.json()).kind).toBe("cross_site");
 });
+
+test("a stranger is sent to sign in and comes back to the page asked for", async ({ page }) => {
+  await waitForServer(page.request);
+  const res = await page.request.get("/jobs?status=queued", { maxRedirects: 0 });
+  expect(res.status()).toBe(303);
+  expect(res.headers()["location"]).toBe("/login?next=/jobs%3Fstatus%3Dqueued");
+
+  await page.goto("/jobs?status=queued");
+  await expect(page).toHaveURL(/\/login\?next=/);
+  await page.locator('body[data-hydrated="/login"]').waitFor({ state: "attached" });
+  await page.getByLabel("Username").fill("admin");
+  await page.getByLabel("Password").fill(adminPassword);
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await expect(page).toHaveURL(/\/jobs\?status=queued$/);
+
+  // A `next` that leads off-site is ignored.
+  await page.getByRole("button", { name: "Sign out" }).click();
+  await expect(page).toHaveURL(/\/login$/);
+  await page.goto("/login?next=//evil.example/");
+  await page.locator('body[data-hydrated="/login"]').waitFor({ state: "attached" });
+  await page.getByLabel("Username").fill("admin");
+  await page.getByLabel("Password").fill(adminPassword);
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await expect(page.getByRole("heading", { name: "Welcome, admin" })).toBeVisible();
+  expect(page.url()).not.toContain("evil");
+});

@@ -134,14 +134,29 @@ pub async fn my_tokens() -> Result<Vec<TokenView>, AppError> {
     crate::server::auth::service::list_tokens(&state.pool, user.id).await
 }
 
-/// Creates an API token for the caller; the secret is returned this once.
+/// Creates an API token for the caller, expiring after `expires_in_days` when given; the secret is
+/// returned this once. Only a browser session may: a token cannot create tokens.
 #[server(endpoint = "create_token")]
-pub async fn create_token(name: String) -> Result<CreatedToken, AppError> {
+pub async fn create_token(
+    name: String,
+    #[server(default)] expires_in_days: Option<String>,
+) -> Result<CreatedToken, AppError> {
     use crate::api::context::server_fn_require;
     use crate::server::auth::service;
 
     let (state, user) = server_fn_require(Role::Member).await?;
-    service::create_token(&state.pool, user.id, &name).await
+    user.require_session()?;
+    // The form sends an empty string for "never".
+    let days = match expires_in_days.as_deref().map(str::trim) {
+        None | Some("") => None,
+        Some(text) => Some(text.parse::<u32>().map_err(|_| {
+            AppError::invalid(
+                "expires_in_days",
+                "a whole number of days, or empty for never",
+            )
+        })?),
+    };
+    service::create_token(&state.pool, user.id, &user.username, &name, days).await
 }
 
 /// Revokes one of the caller's tokens.
@@ -151,5 +166,5 @@ pub async fn revoke_token(id: Uuid) -> Result<(), AppError> {
     use crate::server::auth::service;
 
     let (state, user) = server_fn_require(Role::Member).await?;
-    service::revoke_token(&state.pool, user.id, id).await
+    service::revoke_token(&state.pool, user.id, &user.username, id).await
 }

@@ -35,3 +35,11 @@ pub fn server_fn_session() -> Result<Session, AppError> {
         .ok_or("session layer missing")
         .or_internal("serving a server function")
 }
+
+/// For server functions: the client address of the request being served (empty when unknown).
+pub fn server_fn_client() -> Result<String, AppError> {
+    leptos::prelude::use_context::<Parts>()
+        .map(|p| crate::server::auth::client_address(&p))
+        .ok_or("request parts missing from the server-function context")
+        .or_internal("serving a server function")
+}

@@ -4,16 +4,30 @@ use crate::model::{AppError, StatusView, UserView};
 use leptos::prelude::*;
 
 /// Signs in with a name and password; on success the session id is rotated and the browser is sent
-/// to the dashboard.
+/// to `next` when that is a path on this site (the page that sent it to sign in), else to the
+/// dashboard.
 #[server(endpoint = "login")]
-pub async fn login(username: String, password: String) -> Result<(), AppError> {
-    use crate::api::context::{server_fn_caller, server_fn_session};
+pub async fn login(
+    username: String,
+    password: String,
+    #[server(default)] next: Option<String>,
+) -> Result<(), AppError> {
+    use crate::api::context::{server_fn_caller, server_fn_client, server_fn_session};
     use crate::server::auth::service;
 
     let (state, _) = server_fn_caller().await?;
-    let user = service::login(&state.pool, &username, &password, chrono::Utc::now()).await?;
+    let client = server_fn_client()?;
+    let user = service::login(
+        &state.pool,
+        &state.hashing,
+        &username,
+        &password,
+        &client,
+        chrono::Utc::now(),
+    )
+    .await?;
     service::start_session(&server_fn_session()?, user.id).await?;
-    leptos_axum::redirect("/");
+    leptos_axum::redirect(service::local_return_path(next.as_deref()));
     Ok(())
 }
 

@@ -3,7 +3,7 @@
 use super::alert::action_error;
 use super::gate::SignedIn;
 use crate::api::{my_tokens, ChangePassword, CreateToken, RevokeToken};
-use crate::model::{AppError, UserView};
+use crate::model::{AppError, TokenView, UserView};
 use chrono::{DateTime, Utc};
 use leptos::prelude::*;
 use leptos_meta::Title;
@@ -48,11 +48,13 @@ fn last_used(at: Option<DateTime<Utc>>) -> String {
     at.map(stamp).unwrap_or_else(|| "never".into())
 }
 
-/// "live", or when the token was revoked.
-fn token_status(revoked_at: Option<DateTime<Utc>>) -> String {
-    match revoked_at {
-        None => "live".to_owned(),
-        Some(at) => format!("revoked {}", stamp(at)),
+/// "live" (and until when), or when the token was revoked or expired.
+fn token_status(t: &TokenView) -> String {
+    match (t.revoked_at, t.expires_at) {
+        (Some(at), _) => format!("revoked {}", stamp(at)),
+        (None, Some(at)) if t.expired => format!("expired {}", stamp(at)),
+        (None, Some(at)) => format!("live until {}", stamp(at)),
+        (None, None) => "live".to_owned(),
     }
 }
 
@@ -125,6 +127,10 @@ fn Tokens() -> impl IntoView {
                     <label for="token-name">"Name"</label>
                     <input id="token-name" name="name" type="text" required maxlength="128" placeholder="e.g. laptop CLI" />
                 </div>
+                <div class="field">
+                    <label for="token-days">"Expires after (days)"</label>
+                    <input id="token-days" name="expires_in_days" type="number" min="1" max="3650" placeholder="never" />
+                </div>
                 <div class="field"><button type="submit">"Create token"</button></div>
             </ActionForm>
             {secret}
@@ -141,13 +147,14 @@ fn Tokens() -> impl IntoView {
                                 <tbody>
                                     {list.into_iter().map(|t| {
                                         let id = t.id;
-                                        let live = t.revoked_at.is_none();
+                                        let live = t.revoked_at.is_none() && !t.expired;
+                                        let status = token_status(&t);
                                         view! {
                                             <tr data-token=t.name.clone()>
                                                 <td>{t.name.clone()}</td>
                                                 <td>{stamp(t.created_at)}</td>
                                                 <td>{last_used(t.last_used_at)}</td>
-                                                <td>{token_status(t.revoked_at)}</td>
+                                                <td>{status}</td>
                                                 <td>{live.then(|| view! {
                                                     <button type="button" class="small danger" on:click=move |_| { revoke.dispatch(RevokeToken { id }); }>
                                                         "Revoke"
@@ -261,9 +268,23 @@ mod tests {
     }
 
     #[test]
-    fn a_token_is_live_until_revoked() {
-        assert_eq!(token_status(None), "live");
+    fn a_token_is_live_until_revoked_or_expired() {
         let at = Utc.with_ymd_and_hms(2024, 12, 31, 23, 59, 0).unwrap();
-        assert_eq!(token_status(Some(at)), "revoked 2024-12-31 23:59");
+        let mut t = TokenView {
+            id: uuid::Uuid::nil(),
+            name: "t".into(),
+            created_at: at,
+            last_used_at: None,
+            revoked_at: None,
+            expires_at: None,
+            expired: false,
+        };
+        assert_eq!(token_status(&t), "live");
+        t.expires_at = Some(at);
+        assert_eq!(token_status(&t), "live until 2024-12-31 23:59");
+        t.expired = true;
+        assert_eq!(token_status(&t), "expired 2024-12-31 23:59");
+        t.revoked_at = Some(at);
+        assert_eq!(token_status(&t), "revoked 2024-12-31 23:59");
     }
 }

@@ -62,7 +62,8 @@ pub fn map_error(status: u16, body: &str) -> ApiError {
     match parsed {
         Some(b) => ApiError {
             status,
-            message: b.error,
+            // The message may quote other people's strings: no terminal control gets through.
+            message: super::sanitize::strip_controls(&b.error),
             kind: b.kind,
             field: b.field.filter(|f| !f.is_empty()),
             hint,
@@ -73,7 +74,10 @@ pub fn map_error(status: u16, body: &str) -> ApiError {
                 .and_then(|s| s.canonical_reason())
                 .unwrap_or("error");
             let mut message = format!("HTTP {status} {reason}");
-            let text: String = body.trim().chars().take(200).collect();
+            let text: String = super::sanitize::strip_controls(body.trim())
+                .chars()
+                .take(200)
+                .collect();
             if !text.is_empty() {
                 message.push_str(": ");
                 message.push_str(&text);
@@ -152,9 +156,18 @@ impl ApiClient {
         &self.base
     }
 
-    /// `POST /api/v1/tokens`: creates an API token.
-    pub async fn create_token(&self, username: &str, password: &str, name: &str) -> Result<Value> {
-        let body = json!({"username": username, "password": password, "name": name});
+    /// `POST /api/v1/tokens`: creates an API token (expiring after `expires_in_days` when given).
+    pub async fn create_token(
+        &self,
+        username: &str,
+        password: &str,
+        name: &str,
+        expires_in_days: Option<u32>,
+    ) -> Result<Value> {
+        let mut body = json!({"username": username, "password": password, "name": name});
+        if let Some(days) = expires_in_days {
+            body["expires_in_days"] = json!(days);
+        }
         let req = self.request(Method::POST, "/api/v1/tokens").json(&body);
         self.send(req, false).await
     }

@@ -8,6 +8,7 @@ pub mod credentials;
 pub mod model;
 pub mod render;
 pub mod request;
+pub mod sanitize;
 
 #[cfg(test)]
 mod tests;
@@ -36,6 +37,10 @@ pub struct ConnArgs {
     /// API token (else the one saved by `gpuq login`)
     #[arg(long, env = "GPUQ_TOKEN", global = true, hide_env_values = true)]
     pub token: Option<String>,
+    /// Print other people's strings (names, commands, logs) as they are, terminal control
+    /// characters included (by default they are removed)
+    #[arg(long, global = true)]
+    pub raw: bool,
 }
 
 impl std::fmt::Debug for ConnArgs {
@@ -43,6 +48,7 @@ impl std::fmt::Debug for ConnArgs {
         f.debug_struct("ConnArgs")
             .field("url", &self.url)
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("raw", &self.raw)
             .finish()
     }
 }
@@ -74,6 +80,9 @@ pub struct LoginArgs {
     /// Name of the token to create [default: gpuq-cli-<UTC time>]
     #[arg(long, value_name = "NAME")]
     pub token_name: Option<String>,
+    /// Days until the token stops working [default: never]
+    #[arg(long, value_name = "DAYS")]
+    pub expires_in_days: Option<u32>,
 }
 
 /// Arguments of `gpuq submit`.
@@ -232,8 +241,13 @@ pub async fn run(cmd: ClientCommand, conn: ConnArgs) -> Result<()> {
         }
         ClientCommand::Logs(args) => {
             let id = api.resolve_job_id(&args.id).await?;
-            api.logs(id, args.tail, args.follow, &mut std::io::stdout())
-                .await?;
+            if conn.raw {
+                api.logs(id, args.tail, args.follow, &mut std::io::stdout())
+                    .await?;
+            } else {
+                let mut out = sanitize::StripWriter::new(std::io::stdout());
+                api.logs(id, args.tail, args.follow, &mut out).await?;
+            }
             return Ok(());
         }
         ClientCommand::Gpus(args) => {
@@ -245,7 +259,11 @@ pub async fn run(cmd: ClientCommand, conn: ConnArgs) -> Result<()> {
             }
         }
     };
-    emit(&text)
+    if conn.raw {
+        emit(&text)
+    } else {
+        emit(&sanitize::strip_controls(&text))
+    }
 }
 
 async fn login(args: LoginArgs, conn: &ConnArgs) -> Result<()> {
@@ -256,7 +274,9 @@ async fn login(args: LoginArgs, conn: &ConnArgs) -> Result<()> {
         .token_name
         .unwrap_or_else(|| format!("gpuq-cli-{}", chrono::Utc::now().format("%Y%m%dT%H%M%SZ")));
     let api = ApiClient::new(&conn.url, None)?;
-    let answer = api.create_token(&args.username, &password, &name).await?;
+    let answer = api
+        .create_token(&args.username, &password, &name, args.expires_in_days)
+        .await?;
     let r: TokenResponse = typed(answer)?;
     if r.token.is_empty() {
         bail!("the server returned no token");

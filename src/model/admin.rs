@@ -58,6 +58,12 @@ pub struct TokenView {
     pub last_used_at: Option<DateTime<Utc>>,
     /// When it was revoked.
     pub revoked_at: Option<DateTime<Utc>>,
+    /// When it stops working, if it expires.
+    #[serde(default)]
+    pub expires_at: Option<DateTime<Utc>>,
+    /// It has expired (by the server's clock) and is refused.
+    #[serde(default)]
+    pub expired: bool,
 }
 
 /// A token just created: the secret is shown this once.

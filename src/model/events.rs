@@ -81,6 +81,18 @@ vocabulary! {
         UserPassword = "user.password",
         /// The launch policy was replaced.
         LaunchPolicy = "settings.launch_policy",
+        /// Someone signed in with the right password (subject: the user; detail: client, via).
+        SignIn = "auth.sign_in",
+        /// A password was checked and was wrong, or the account is disabled (subject: the name
+        /// tried; detail: client, reason). Attempts refused before any check are not recorded.
+        SignInFailed = "auth.sign_in_failed",
+        /// A user created an API token (subject: the token's name; detail: id, expiry).
+        TokenCreate = "token.create",
+        /// An API token authenticated a request (at most once per token per
+        /// `TOKEN_USE_AUDIT_EVERY_MIN` minutes, see `auth::service`).
+        TokenUse = "token.use",
+        /// A user revoked one of their API tokens.
+        TokenRevoke = "token.revoke",
     }
 }
 

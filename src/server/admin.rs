@@ -163,7 +163,17 @@ pub async fn change_password(
     current: &str,
     new: &str,
 ) -> Result<chrono::DateTime<chrono::Utc>, AppError> {
-    match service::login(&state.pool, &user.username, current, chrono::Utc::now()).await {
+    let now = chrono::Utc::now();
+    match service::login(
+        &state.pool,
+        &state.hashing,
+        &user.username,
+        current,
+        "",
+        now,
+    )
+    .await
+    {
         Ok(_) => {}
         Err(AppError::BadCredentials) => {
             return Err(AppError::invalid(

@@ -60,10 +60,14 @@ where
 async fn run(args: &ServeArgs, database: &Database) -> Result<()> {
     let pool = database.pool.clone();
     match service::bootstrap_admin(&pool, args.bootstrap_admin_password.as_deref()).await {
-        Ok(Some(password)) => tracing::warn!(
-            "created user `admin` with password `{password}`: sign in and change it; \
-             this password is not shown again"
-        ),
+        Ok(Some(password)) => {
+            let path = write_bootstrap_password(&args.db.data_dir, &password)?;
+            tracing::warn!(
+                "created user `admin`; its password is in {} (readable by this user only): \
+                 sign in, change it, and delete the file",
+                path.display()
+            );
+        }
         Ok(None) => {}
         Err(e) => return Err(anyhow!("creating the first admin: {e}")),
     }
@@ -214,6 +218,36 @@ fn never_mount(args: &ServeArgs) -> Vec<PathBuf> {
         .into_iter()
         .map(|p| std::path::absolute(&p).unwrap_or(p))
         .collect()
+}
+
+/// Name of the file, in the data directory, holding the generated first admin password.
+pub const BOOTSTRAP_PASSWORD_FILE: &str = "bootstrap-admin-password";
+
+/// Writes the generated first admin password to a file only this user can read (mode 0600, set as
+/// the file is created, so it is never readable by others even for a moment); never to the log,
+/// which is often shipped elsewhere and readable by more people.
+pub fn write_bootstrap_password(
+    data_dir: &std::path::Path,
+    password: &str,
+) -> Result<std::path::PathBuf> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+
+    std::fs::create_dir_all(data_dir)
+        .with_context(|| format!("creating the data directory {}", data_dir.display()))?;
+    let path = data_dir.join(BOOTSTRAP_PASSWORD_FILE);
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&path)
+        .with_context(|| format!("creating {}", path.display()))?;
+    // A file left over from an earlier start keeps its old mode: set it again.
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))
+        .with_context(|| format!("restricting {}", path.display()))?;
+    writeln!(file, "{password}").with_context(|| format!("writing {}", path.display()))?;
+    Ok(path)
 }
 
 fn prepare_sim_devices(inventory: &Arc<dyn GpuInventory>) -> Result<()> {

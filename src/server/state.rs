@@ -2,6 +2,7 @@
 //! the benchmarks and the tests alike.
 
 use crate::server::admission::PassConfig;
+use crate::server::auth::password::HashGate;
 use crate::server::jobs::live::StreamSlots;
 use crate::server::notifier::Notifier;
 use crate::server::runner::DockerHealth;
@@ -28,6 +29,8 @@ pub struct AppState {
     pub docker: Option<Arc<DockerHealth>>,
     /// Live streams open per user (bounded).
     pub streams: StreamSlots,
+    /// The bound on concurrent password checks of sign-ins.
+    pub hashing: HashGate,
 }
 
 impl AppState {
@@ -53,6 +56,7 @@ impl AppState {
             notifier,
             docker: None,
             streams: StreamSlots::default(),
+            hashing: HashGate::per_core(),
         }
     }
 }

@@ -459,7 +459,8 @@ async fn probes_report_health_and_readiness(pool: PgPool) {
     let health = app.api("GET", "/healthz", None, None).await;
     assert_eq!(health.status, 200);
     assert_eq!(health.json()["status"], "ok");
-    let ready = app.api("GET", "/readyz", None, None).await;
+    let admin = app.bearer("root", Role::Admin).await;
+    let ready = app.api("GET", "/readyz", Some(&admin), None).await;
     assert_eq!(ready.status, 200);
     assert_eq!(ready.json()["checks"]["database"], "ok");
     app.pool.close().await;
@@ -777,4 +778,60 @@ async fn every_route_allows_exactly_the_roles_it_should(pool: PgPool) {
             );
         }
     }
+}
+
+#[sqlx::test(migrations = false)]
+async fn sign_ins_and_tokens_are_audited(pool: PgPool) {
+    let app = TestApp::new(pool).await;
+    app.add_user("tess", Role::Member).await;
+    assert_eq!(app.token("tess", "wrong password").await.status, 401);
+    let cookie = app.login("tess", PASSWORD).await;
+    let made = app
+        .server_fn(
+            "create_token",
+            "name=ci&expires_in_days=30",
+            Some(&cookie),
+            &[],
+        )
+        .await;
+    assert_eq!(made.status, 200, "{}", made.text);
+    let bearer = format!("Bearer {}", made.json()["token"].as_str().unwrap());
+    let id = made.json()["id"].as_str().unwrap().to_owned();
+    // Used twice in a row: audited once (at most once per token per interval).
+    for _ in 0..2 {
+        assert_eq!(
+            app.api("GET", "/api/v1/me", Some(&bearer), None)
+                .await
+                .status,
+            200
+        );
+    }
+    let revoked = app
+        .api(
+            "DELETE",
+            &format!("/api/v1/tokens/{id}"),
+            Some(&cookie),
+            None,
+        )
+        .await;
+    assert_eq!(revoked.status, 204, "{}", revoked.text);
+
+    let trail: Vec<(String, String, String)> = sqlx::query_as(
+        "SELECT kind, actor, subject FROM audit_events \
+         WHERE kind LIKE 'auth.%' OR kind LIKE 'token.%' ORDER BY id",
+    )
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
+    let t = |k: &str, a: &str, s: &str| (k.to_owned(), a.to_owned(), s.to_owned());
+    assert_eq!(
+        trail,
+        vec![
+            t("auth.sign_in_failed", "anonymous", "tess"),
+            t("auth.sign_in", "tess", "tess"),
+            t("token.create", "tess", "ci"),
+            t("token.use", "tess", "ci"),
+            t("token.revoke", "tess", "ci"),
+        ]
+    );
 }

@@ -13,6 +13,7 @@ mod cli;
 mod concurrency;
 mod database;
 mod docker;
+mod edges;
 mod isolation;
 mod notifier;
 mod planner_props;

@@ -427,9 +427,11 @@ async fn without_docker_the_node_starts_nothing_frees_nothing_and_says_why(pool:
         "/nonexistent/docker.sock",
     ];
     let _server = start_server(&url, port, &dir.path().join("s.log"), &args).await;
-    let client = reqwest::Client::new();
+    // The checks are shown to admins only.
+    let (client, admin) = api_as_admin(port).await;
     let ready = client
         .get(format!("http://127.0.0.1:{port}/readyz"))
+        .header("authorization", &admin)
         .send()
         .await
         .unwrap();

@@ -16,6 +16,20 @@ pub const SESSION_USER_KEY: &str = "user_id";
 /// Session key of the moment the session signed in (compared with `users.sessions_valid_after`).
 pub const SESSION_SINCE_KEY: &str = "signed_in_at";
 
+/// Why a token may not create tokens, as the refusal says it.
+pub const TOKEN_CANNOT_MINT: &str =
+    "an API token cannot create tokens; create them while signed in \
+     in the browser (Account page) or with your password (`gpuq login`)";
+
+/// The client address of a request (the peer's IP), or empty when unknown.
+pub fn client_address(parts: &Parts) -> String {
+    parts
+        .extensions
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map(|c| c.0.ip().to_string())
+        .unwrap_or_default()
+}
+
 /// The authenticated caller.
 #[derive(Debug, Clone)]
 pub struct CurrentUser {
@@ -48,6 +62,17 @@ impl CurrentUser {
                 "this needs the {min} role; you are {}",
                 self.role
             )))
+        }
+    }
+
+    /// Refuses callers authenticated by an API token: tokens are made from a signed-in browser
+    /// session (or with a password), so that a leaked or revoked token cannot outlive itself by
+    /// minting more.
+    pub fn require_session(&self) -> Result<(), AppError> {
+        if self.via_token {
+            Err(AppError::Forbidden(TOKEN_CANNOT_MINT.into()))
+        } else {
+            Ok(())
         }
     }
 

@@ -6,4 +6,6 @@ pub mod password;
 pub mod service;
 pub mod tokens;
 
-pub use current::{CurrentUser, SESSION_SINCE_KEY, SESSION_USER_KEY};
+pub use current::{
+    client_address, CurrentUser, SESSION_SINCE_KEY, SESSION_USER_KEY, TOKEN_CANNOT_MINT,
+};

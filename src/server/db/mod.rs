@@ -5,6 +5,7 @@ pub mod events;
 pub mod gpus;
 pub mod job_uids;
 pub mod jobs;
+pub mod logins;
 pub mod manifest;
 pub mod runs;
 pub mod settings;

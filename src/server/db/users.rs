@@ -1,4 +1,4 @@
-//! Repository for users, API tokens and failed sign-ins. SQL lives here and nowhere above it.
+//! Repository for users and API tokens (sign-in attempts are in `logins`). SQL lives here and nowhere above it.
 
 use crate::model::{Role, UserView};
 use chrono::{DateTime, Utc};
@@ -152,42 +152,6 @@ pub async fn by_id(db: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<Option<Use
         .await
 }
 
-/// Records one failed sign-in for a name.
-pub async fn record_failure(db: impl PgExecutor<'_>, username: &str) -> sqlx::Result<()> {
-    sqlx::query("INSERT INTO login_attempts (username) VALUES ($1)")
-        .bind(username)
-        .execute(db)
-        .await?;
-    Ok(())
-}
-
-/// Failed sign-ins for a name since `since`, and the oldest of them.
-pub async fn failures_since(
-    db: impl PgExecutor<'_>,
-    username: &str,
-    since: DateTime<Utc>,
-) -> sqlx::Result<(i64, Option<DateTime<Utc>>)> {
-    sqlx::query_as("SELECT count(*), min(at) FROM login_attempts WHERE username = $1 AND at > $2")
-        .bind(username)
-        .bind(since)
-        .fetch_one(db)
-        .await
-}
-
-/// Forgets a name's failures after a successful sign-in, and prunes old rows.
-pub async fn clear_failures(
-    db: impl PgExecutor<'_>,
-    username: &str,
-    older_than: DateTime<Utc>,
-) -> sqlx::Result<()> {
-    sqlx::query("DELETE FROM login_attempts WHERE username = $1 OR at < $2")
-        .bind(username)
-        .bind(older_than)
-        .execute(db)
-        .await?;
-    Ok(())
-}
-
 /// An `api_tokens` row without its digest.
 #[derive(Debug, Clone, FromRow)]
 pub struct TokenRow {
@@ -203,6 +167,8 @@ pub struct TokenRow {
     pub last_used_at: Option<DateTime<Utc>>,
     /// When it was revoked.
     pub revoked_at: Option<DateTime<Utc>>,
+    /// When it stops working, if it expires.
+    pub expires_at: Option<DateTime<Utc>>,
 }
 
 impl TokenRow {
@@ -214,37 +180,62 @@ impl TokenRow {
             created_at: self.created_at,
             last_used_at: self.last_used_at,
             revoked_at: self.revoked_at,
+            expires_at: self.expires_at,
+            expired: self.expires_at.is_some_and(|t| t <= Utc::now()),
         }
     }
 }
 
-/// Stores a new token's digest.
+const TOKEN_COLUMNS: &str = "id, user_id, name, created_at, last_used_at, revoked_at, expires_at";
+
+/// Stores a new token's digest; it expires after `expires_in_days` when given.
 pub async fn insert_token(
     db: impl PgExecutor<'_>,
     user_id: Uuid,
     name: &str,
     digest: &[u8],
+    expires_in_days: Option<u32>,
 ) -> sqlx::Result<TokenRow> {
-    sqlx::query_as(
-        "INSERT INTO api_tokens (user_id, name, token_sha256) VALUES ($1, $2, $3) \
-         RETURNING id, user_id, name, created_at, last_used_at, revoked_at",
-    )
+    sqlx::query_as(&format!(
+        "INSERT INTO api_tokens (user_id, name, token_sha256, expires_at) \
+         VALUES ($1, $2, $3, now() + make_interval(days => $4)) RETURNING {TOKEN_COLUMNS}"
+    ))
     .bind(user_id)
     .bind(name)
     .bind(digest)
+    .bind(expires_in_days.map(|d| d as i32))
     .fetch_one(db)
     .await
 }
 
-/// The enabled user owning a live token with this digest, marking the token used.
+/// The owner of a live token, and which token it was.
+#[derive(Debug, Clone, FromRow)]
+pub struct TokenOwner {
+    /// The enabled user owning the token.
+    #[sqlx(flatten)]
+    pub user: UserRow,
+    /// The token's key.
+    pub token_id: Uuid,
+    /// The token's label.
+    pub token_name: String,
+    /// When the token was used before this request.
+    pub previous_use: Option<DateTime<Utc>>,
+}
+
+/// The enabled user owning a live (not revoked, not expired) token with this digest, marking the
+/// token used.
 pub async fn user_by_token(
     db: impl PgExecutor<'_>,
     digest: &[u8],
-) -> sqlx::Result<Option<UserRow>> {
+) -> sqlx::Result<Option<TokenOwner>> {
     sqlx::query_as(
-        "WITH t AS (UPDATE api_tokens SET last_used_at = now() \
-                    WHERE token_sha256 = $1 AND revoked_at IS NULL RETURNING user_id) \
-         SELECT u.id, u.username, u.password_hash, u.role, u.disabled_at, u.sessions_valid_after \
+        "WITH old AS (SELECT id, last_used_at FROM api_tokens \
+                      WHERE token_sha256 = $1 AND revoked_at IS NULL \
+                        AND (expires_at IS NULL OR expires_at > now()) FOR UPDATE), \
+              t AS (UPDATE api_tokens a SET last_used_at = now() FROM old WHERE a.id = old.id \
+                    RETURNING a.id, a.user_id, a.name, old.last_used_at) \
+         SELECT u.id, u.username, u.password_hash, u.role, u.disabled_at, u.sessions_valid_after, \
+                t.id AS token_id, t.name AS token_name, t.last_used_at AS previous_use \
          FROM users u JOIN t ON t.user_id = u.id WHERE u.disabled_at IS NULL",
     )
     .bind(digest)
@@ -254,24 +245,26 @@ pub async fn user_by_token(
 
 /// A user's tokens, newest first.
 pub async fn tokens_of(db: impl PgExecutor<'_>, user_id: Uuid) -> sqlx::Result<Vec<TokenRow>> {
-    sqlx::query_as(
-        "SELECT id, user_id, name, created_at, last_used_at, revoked_at FROM api_tokens \
-         WHERE user_id = $1 ORDER BY created_at DESC",
-    )
+    sqlx::query_as(&format!(
+        "SELECT {TOKEN_COLUMNS} FROM api_tokens WHERE user_id = $1 ORDER BY created_at DESC"
+    ))
     .bind(user_id)
     .fetch_all(db)
     .await
 }
 
-/// Revokes a token of this user. Returns whether a live token was revoked.
-pub async fn revoke_token(db: impl PgExecutor<'_>, user_id: Uuid, id: Uuid) -> sqlx::Result<bool> {
-    let res = sqlx::query(
+/// Revokes a token of this user. Returns the name of the live token revoked, if there was one.
+pub async fn revoke_token(
+    db: impl PgExecutor<'_>,
+    user_id: Uuid,
+    id: Uuid,
+) -> sqlx::Result<Option<String>> {
+    sqlx::query_scalar(
         "UPDATE api_tokens SET revoked_at = now() \
-         WHERE id = $1 AND user_id = $2 AND revoked_at IS NULL",
+         WHERE id = $1 AND user_id = $2 AND revoked_at IS NULL RETURNING name",
     )
     .bind(id)
     .bind(user_id)
-    .execute(db)
-    .await?;
-    Ok(res.rows_affected() == 1)
+    .fetch_optional(db)
+    .await
 }

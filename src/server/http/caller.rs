@@ -28,3 +28,14 @@ impl OptionalFromRequestParts<AppState> for CurrentUser {
         Ok(Self::resolve(parts, state).await?)
     }
 }
+
+/// The client address of a request (empty when unknown), for the sign-in throttle.
+pub struct ConnectInfoOpt(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for ConnectInfoOpt {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(ConnectInfoOpt(crate::server::auth::client_address(parts)))
+    }
+}

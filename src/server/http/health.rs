@@ -1,7 +1,9 @@
 //! Liveness and readiness probes.
 
+use crate::model::Role;
+use crate::server::auth::CurrentUser;
 use crate::server::AppState;
-use axum::extract::State;
+use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::Json;
 use serde_json::{json, Value};
@@ -13,9 +15,28 @@ pub async fn healthz() -> Json<Value> {
     Json(json!({ "status": "ok" }))
 }
 
-/// `GET /readyz`: the process can do its work (the database answers).
-#[utoipa::path(get, path = "/readyz", tag = "probes", responses((status = 200, description = "ready"), (status = 503, description = "not ready, with the reason")))]
-pub async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Value>) {
+/// `GET /readyz`: the process can do its work (the database answers, and Docker on a runner node).
+/// Everyone learns ready or not; only a signed-in admin also sees the checks and their errors
+/// (which may name hosts, paths and versions).
+#[utoipa::path(get, path = "/readyz", tag = "probes", responses((status = 200, description = "ready (admins also see `checks`)"), (status = 503, description = "not ready (admins also see the reasons in `checks`)")))]
+pub async fn readyz(State(state): State<AppState>, req: Request) -> (StatusCode, Json<Value>) {
+    let (status, body) = readiness(&state).await;
+    let (parts, _) = req.into_parts();
+    // A caller that cannot be resolved (the database is down) is shown no details.
+    let admin = CurrentUser::resolve(&parts, &state)
+        .await
+        .ok()
+        .flatten()
+        .is_some_and(|u| u.role.at_least(Role::Admin));
+    if admin {
+        (status, Json(body))
+    } else {
+        (status, Json(json!({ "status": body["status"] })))
+    }
+}
+
+/// The readiness answer with every check.
+async fn readiness(state: &AppState) -> (StatusCode, Value) {
     let db = tokio::time::timeout(
         Duration::from_secs(2),
         sqlx::query_scalar::<_, i32>("SELECT 1").fetch_one(&state.pool),
@@ -38,12 +59,12 @@ pub async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Value>) 
     if database.is_ok() && docker.is_none_or(|d| d.is_ok()) {
         (
             StatusCode::OK,
-            Json(json!({ "status": "ready", "checks": checks })),
+            json!({ "status": "ready", "checks": checks }),
         )
     } else {
         (
             StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({ "status": "not ready", "checks": checks })),
+            json!({ "status": "not ready", "checks": checks }),
         )
     }
 }

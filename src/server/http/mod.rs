@@ -4,6 +4,8 @@ mod caller;
 mod cluster;
 mod csrf;
 mod error;
+mod gate;
+mod headers;
 mod health;
 mod jobs;
 mod json;
@@ -27,27 +29,48 @@ use tower_sessions::{Expiry, SessionManagerLayer};
 
 /// Name of the session cookie.
 pub const SESSION_COOKIE: &str = "gpuq_session";
+/// Name of the session cookie with `--secure-cookies`: the `__Host-` prefix makes browsers accept
+/// it only when `Secure`, for path `/` and without a `Domain`, so a sibling host cannot plant one.
+pub const SECURE_SESSION_COOKIE: &str = "__Host-gpuq_session";
 /// Largest request body accepted anywhere (job specs are small).
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 
 /// Options of the HTTP layer that are not part of the shared state.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct HttpOptions {
-    /// Mark the session cookie `Secure` (HTTPS deployments).
+    /// HTTPS deployments: mark the session cookie `Secure`, name it with the `__Host-` prefix and
+    /// send HSTS.
     pub secure_cookies: bool,
 }
 
 /// Builds the whole application router. Binding a port is the caller's business, so tests drive
 /// this directly.
 pub fn app(state: AppState, opts: HttpOptions) -> Router {
+    let cookie = if opts.secure_cookies {
+        SECURE_SESSION_COOKIE
+    } else {
+        SESSION_COOKIE
+    };
     let sessions = SessionManagerLayer::new(session_store(&state.pool))
-        .with_name(SESSION_COOKIE)
+        .with_name(cookie)
+        .with_path("/")
         .with_http_only(true)
         .with_same_site(SameSite::Strict)
         .with_secure(opts.secure_cookies)
         .with_expiry(Expiry::OnInactivity(time::Duration::hours(12)));
     let routes = generate_route_list(App);
     let leptos_options = state.leptos_options.clone();
+    let pages = Router::new()
+        .leptos_routes_with_context(&state, routes, headers::provide_nonce, move || {
+            shell(leptos_options.clone())
+        })
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            gate::pages_need_sign_in,
+        ));
+    let header_opts = headers::HeaderOptions {
+        https: opts.secure_cookies,
+    };
     Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
@@ -60,11 +83,18 @@ pub fn app(state: AppState, opts: HttpOptions) -> Router {
                 .merge(cluster::router())
                 .merge(usage::router()),
         )
-        .leptos_routes(&state, routes, move || shell(leptos_options.clone()))
-        .fallback(leptos_axum::file_and_error_handler::<AppState, _>(shell))
+        .merge(pages)
+        .fallback(leptos_axum::file_and_error_handler_with_context::<
+            AppState,
+            _,
+        >(headers::provide_nonce, shell))
         .layer(axum::middleware::from_fn(error::server_fn_status))
         .layer(sessions)
         .layer(axum::middleware::from_fn(csrf::same_origin_only))
         .layer(RequestBodyLimitLayer::new(MAX_BODY_BYTES))
+        .layer(axum::middleware::from_fn_with_state(
+            header_opts,
+            headers::security_headers,
+        ))
         .with_state(state)
 }

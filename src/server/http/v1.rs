@@ -1,13 +1,15 @@
 //! REST API v1 for scripts and the CLI: tokens, the caller, users.
 
+use super::caller::ConnectInfoOpt;
 use super::error::ErrorBody;
 use super::{ApiError, ApiJson};
 use crate::model::{AppError, CreatedToken, Role, TokenView, UserView};
 use crate::server::admin;
-use crate::server::auth::{service, CurrentUser};
+use crate::server::auth::{service, CurrentUser, TOKEN_CANNOT_MINT};
 use crate::server::AppState;
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::http::header::AUTHORIZATION;
+use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{delete, get, patch, post};
 use axum::{Json, Router};
 use chrono::Utc;
@@ -41,16 +43,40 @@ pub(super) struct TokenRequest {
     username: String,
     password: String,
     name: String,
+    /// Days until the token stops working (1 to 3650); no expiry when left out.
+    #[serde(default)]
+    expires_in_days: Option<u32>,
 }
 
-/// `POST /api/v1/tokens`: exchanges a name and password for a token (shown once).
-#[utoipa::path(post, path = "/api/v1/tokens", tag = "auth", request_body = TokenRequest, responses((status = 201, description = "the token, shown once", body = CreatedToken), (status = 400, description = "invalid input; `field` names it", body = ErrorBody), (status = 401, description = "not signed in", body = ErrorBody), (status = 429, description = "too many failed sign-ins", body = ErrorBody)))]
+/// `POST /api/v1/tokens`: exchanges a name and password for a token (shown once). A request that
+/// carries a bearer token is refused: a token cannot create tokens.
+#[utoipa::path(post, path = "/api/v1/tokens", tag = "auth", request_body = TokenRequest, responses((status = 201, description = "the token, shown once", body = CreatedToken), (status = 400, description = "invalid input; `field` names it", body = ErrorBody), (status = 401, description = "not signed in", body = ErrorBody), (status = 403, description = "sent with a bearer token", body = ErrorBody), (status = 429, description = "too many failed sign-ins", body = ErrorBody), (status = 503, description = "too many password checks at once", body = ErrorBody)))]
 pub(super) async fn create_token(
     State(state): State<AppState>,
+    headers: HeaderMap,
+    ConnectInfoOpt(client): ConnectInfoOpt,
     ApiJson(req): ApiJson<TokenRequest>,
 ) -> Result<(StatusCode, Json<CreatedToken>), ApiError> {
-    let user = service::login(&state.pool, &req.username, &req.password, Utc::now()).await?;
-    let token = service::create_token(&state.pool, user.id, &req.name).await?;
+    if headers.contains_key(AUTHORIZATION) {
+        return Err(AppError::Forbidden(TOKEN_CANNOT_MINT.into()).into());
+    }
+    let user = service::login(
+        &state.pool,
+        &state.hashing,
+        &req.username,
+        &req.password,
+        &client,
+        Utc::now(),
+    )
+    .await?;
+    let token = service::create_token(
+        &state.pool,
+        user.id,
+        &user.username,
+        &req.name,
+        req.expires_in_days,
+    )
+    .await?;
     Ok((StatusCode::CREATED, Json(token)))
 }
 
@@ -68,7 +94,7 @@ pub(super) async fn revoke_token(
     user: CurrentUser,
     Path(id): Path<Uuid>,
 ) -> Result<StatusCode, ApiError> {
-    service::revoke_token(&state.pool, user.id, id).await?;
+    service::revoke_token(&state.pool, user.id, &user.username, id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -35,6 +35,8 @@ pub struct TestApp {
     pub notifier: Notifier,
     /// Where this app's job logs are (runners started for it write there).
     pub logs_dir: std::path::PathBuf,
+    /// This app's bound on concurrent password checks (it counts the checks it let through).
+    pub hashing: gpuq::server::auth::password::HashGate,
     router: Router,
 }
 
@@ -93,20 +95,66 @@ impl TestApp {
     }
 
     fn build(pool: PgPool, logs_dir: std::path::PathBuf, backstop: std::time::Duration) -> Self {
+        Self::build_with(
+            pool,
+            logs_dir,
+            backstop,
+            HttpOptions::default(),
+            gpuq::server::auth::password::HashGate::per_core(),
+        )
+    }
+
+    fn build_with(
+        pool: PgPool,
+        logs_dir: std::path::PathBuf,
+        backstop: std::time::Duration,
+        opts: HttpOptions,
+        hashing: gpuq::server::auth::password::HashGate,
+    ) -> Self {
         let notifier = Notifier::new(backstop);
-        let state = AppState::new(
+        let mut state = AppState::new(
             pool.clone(),
             "target/site",
             pass_config(),
             logs_dir.clone(),
             notifier.clone(),
         );
+        state.hashing = hashing.clone();
         TestApp {
             pool,
             notifier,
             logs_dir,
-            router: app(state, HttpOptions::default()),
+            hashing,
+            router: app(state, opts),
         }
+    }
+
+    /// An app with these HTTP options (e.g. `secure_cookies`).
+    pub async fn with_options(pool: PgPool, opts: HttpOptions) -> Self {
+        gpuq::server::db::migrate(&pool).await.expect("migrations");
+        let logs_dir =
+            std::env::temp_dir().join(format!("gpuq-test-logs-{}", uuid::Uuid::new_v4()));
+        Self::build_with(
+            pool,
+            logs_dir,
+            std::time::Duration::from_millis(100),
+            opts,
+            gpuq::server::auth::password::HashGate::per_core(),
+        )
+    }
+
+    /// An app that lets `limit` password checks run at once.
+    pub async fn with_hash_limit(pool: PgPool, limit: usize) -> Self {
+        gpuq::server::db::migrate(&pool).await.expect("migrations");
+        let logs_dir =
+            std::env::temp_dir().join(format!("gpuq-test-logs-{}", uuid::Uuid::new_v4()));
+        Self::build_with(
+            pool,
+            logs_dir,
+            std::time::Duration::from_millis(100),
+            HttpOptions::default(),
+            gpuq::server::auth::password::HashGate::new(limit),
+        )
     }
 
     /// The same database and users, with the logs API reading from `dir`.
