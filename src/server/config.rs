@@ -41,7 +41,8 @@ pub struct ServeArgs {
     /// Folder with the built browser bundle (`pkg/`) and static files.
     #[arg(long, env = "GPUQ_SITE_ROOT", default_value = "target/site")]
     pub site_root: PathBuf,
-    /// Password for the `admin` user created on first start; random (printed once) when unset.
+    /// Password for the `admin` user created on first start. When unset, a random one is written to
+    /// `<data-dir>/bootstrap-admin-password` (mode 0600) and the log says where, not what.
     #[arg(long, env = "GPUQ_BOOTSTRAP_ADMIN_PASSWORD", hide_env_values = true)]
     pub bootstrap_admin_password: Option<String>,
     /// Name of this node: the cards this process manages and the containers it runs belong to it.
