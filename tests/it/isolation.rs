@@ -3,9 +3,7 @@
 //! never-mount list, re-checks of re-adopted containers and gpuq's job network. The attacks
 //! themselves are in `attacks::isolation`.
 
-use crate::support::isolation::{
-    container_of, facts_of, job, job_ids_of, log, open_dir, set_policy, IsoNode,
-};
+use crate::support::isolation::{container_of, facts_of, job, job_ids_of, log, open_dir, IsoNode};
 use crate::support::{database_url, free_port, start_server, wait_status, TestApp};
 use gpuq::model::Role;
 use gpuq::server::db::job_uids::{self, JobUidRange};
@@ -162,13 +160,15 @@ async fn only_root_images_run_as_root(pool: PgPool) {
     let node = IsoNode::start(&app, "iso-root", vec![], Default::default()).await;
     let text = run_ok(&app, &alice, "echo uid=$(id -u)").await;
     assert!(!text.contains("uid=0"), "{text}");
-    set_policy(&app, &admin, json!({ "root_images": ["gpuq-test/*"] })).await;
+    app.set_policy(&admin, json!({ "root_images": ["gpuq-test/*"] }))
+        .await;
     let text = run_ok(&app, &alice, "echo uid=$(id -u)").await;
     assert!(
         text.contains("uid=0"),
         "a listed image keeps its root user: {text}"
     );
-    set_policy(&app, &admin, json!({ "root_images": ["nvidia/*"] })).await;
+    app.set_policy(&admin, json!({ "root_images": ["nvidia/*"] }))
+        .await;
     let text = run_ok(&app, &alice, "echo uid=$(id -u)").await;
     assert!(!text.contains("uid=0"), "{text}");
     node.stop().await;
@@ -179,7 +179,8 @@ async fn cpu_and_shm_limits_user_and_network_are_what_docker_runs(pool: PgPool) 
     let app = TestApp::new(pool).await;
     let admin = app.bearer("root", Role::Admin).await;
     let alice = app.bearer("alice", Role::Member).await;
-    set_policy(&app, &admin, json!({ "cpus_per_job": 1.5, "shm_mib": 128 })).await;
+    app.set_policy(&admin, json!({ "cpus_per_job": 1.5, "shm_mib": 128 }))
+        .await;
     let node = IsoNode::start(&app, "iso-limits", vec![], Default::default()).await;
     let id = app
         .submit_ok(
@@ -223,8 +224,7 @@ async fn the_never_mount_list_holds_at_submit_and_at_launch(pool: PgPool) {
     let alice = app.bearer("alice", Role::Member).await;
     let root = tempfile::tempdir().unwrap();
     let tree = open_dir(&root.path().join("tree"));
-    set_policy(
-        &app,
+    app.set_policy(
         &admin,
         json!({ "volume_allowlist": [{ "path": tree.to_str().unwrap() }] }),
     )
@@ -285,8 +285,7 @@ async fn a_readopted_container_whose_volume_moved_is_stopped(pool: PgPool) {
     let root = tempfile::tempdir().unwrap();
     let shared = open_dir(&root.path().join("shared"));
     let outside = open_dir(&root.path().join("outside"));
-    set_policy(
-        &app,
+    app.set_policy(
         &admin,
         json!({ "volume_allowlist": [{ "path": shared.to_str().unwrap() }] }),
     )

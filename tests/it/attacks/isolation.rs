@@ -2,7 +2,7 @@
 //! account against real Postgres and dockerd, through a fenced node as `gpuq serve` runs one.
 
 use crate::support::isolation::{
-    container_of, event_kinds, facts_of, ip_of, job, job_ids_of, log, open_dir, set_policy, IsoNode,
+    container_of, event_kinds, facts_of, ip_of, job, job_ids_of, log, open_dir, IsoNode,
 };
 use crate::support::{wait_status, TestApp};
 use gpuq::model::Role;
@@ -28,8 +28,7 @@ async fn a_volume_swapped_for_a_symlink_while_queued_is_never_mounted(pool: PgPo
     let secret = root.path().join("secret");
     std::fs::create_dir_all(&secret).unwrap();
     std::fs::write(secret.join("token"), "host-secret-4711\n").unwrap();
-    set_policy(
-        &app,
+    app.set_policy(
         &admin,
         json!({ "volume_allowlist": [{ "path": shared.to_str().unwrap() }] }),
     )
@@ -100,8 +99,7 @@ async fn a_setuid_plant_on_a_mounted_folder_belongs_to_the_member(pool: PgPool) 
     let member = app.bearer("mallory", Role::Member).await;
     let root = tempfile::tempdir().unwrap();
     let shared = open_dir(&root.path().join("shared"));
-    set_policy(
-        &app,
+    app.set_policy(
         &admin,
         json!({ "volume_allowlist": [{ "path": shared.to_str().unwrap() }] }),
     )
@@ -231,7 +229,7 @@ async fn under_network_none_a_job_reaches_nothing(pool: PgPool) {
     let app = TestApp::new(pool).await;
     let admin = app.bearer("root", Role::Admin).await;
     let mallory = app.bearer("mallory", Role::Member).await;
-    set_policy(&app, &admin, json!({ "network": "none" })).await;
+    app.set_policy(&admin, json!({ "network": "none" })).await;
     let node = IsoNode::start(&app, "iso-none", vec![], Default::default()).await;
     let (port, accepted) = outside_listener().await;
     // Every address of the host (its own, Docker's bridges): none may be reachable.

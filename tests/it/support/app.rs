@@ -131,6 +131,25 @@ impl TestApp {
 
     /// An app with these HTTP options (e.g. `secure_cookies`).
     pub async fn with_options(pool: PgPool, opts: HttpOptions) -> Self {
+        Self::migrated_with(
+            pool,
+            opts,
+            gpuq::server::auth::password::HashGate::per_core(),
+        )
+        .await
+    }
+
+    /// An app that lets `limit` password checks run at once.
+    pub async fn with_hash_limit(pool: PgPool, limit: usize) -> Self {
+        let gate = gpuq::server::auth::password::HashGate::new(limit);
+        Self::migrated_with(pool, HttpOptions::default(), gate).await
+    }
+
+    async fn migrated_with(
+        pool: PgPool,
+        opts: HttpOptions,
+        hashing: gpuq::server::auth::password::HashGate,
+    ) -> Self {
         gpuq::server::db::migrate(&pool).await.expect("migrations");
         let logs_dir =
             std::env::temp_dir().join(format!("gpuq-test-logs-{}", uuid::Uuid::new_v4()));
@@ -139,21 +158,7 @@ impl TestApp {
             logs_dir,
             std::time::Duration::from_millis(100),
             opts,
-            gpuq::server::auth::password::HashGate::per_core(),
-        )
-    }
-
-    /// An app that lets `limit` password checks run at once.
-    pub async fn with_hash_limit(pool: PgPool, limit: usize) -> Self {
-        gpuq::server::db::migrate(&pool).await.expect("migrations");
-        let logs_dir =
-            std::env::temp_dir().join(format!("gpuq-test-logs-{}", uuid::Uuid::new_v4()));
-        Self::build_with(
-            pool,
-            logs_dir,
-            std::time::Duration::from_millis(100),
-            HttpOptions::default(),
-            gpuq::server::auth::password::HashGate::new(limit),
+            hashing,
         )
     }
 

@@ -1,9 +1,9 @@
 //! Helpers of the isolation tests: a node with its own never-mount paths and uid range, the launch
 //! policy, host folders a member's job may mount, and what Docker says about a job's container.
 
-use super::{pass_config, TestApp};
+use super::node::Node;
+use super::TestApp;
 use gpuq::server::db::job_uids::JobUidRange;
-use gpuq::server::runner::{LocalNode, RunnerConfig};
 use gpuq::server::runtime::{ContainerFacts, Docker, LaunchMode};
 use serde_json::{json, Value};
 use std::os::unix::fs::PermissionsExt;
@@ -12,53 +12,14 @@ use std::path::{Path, PathBuf};
 /// The test image (busybox: `busybox nc`, `busybox chmod`, … for what is not linked).
 pub const IMAGE: &str = "gpuq-test/busybox:latest";
 
-/// A node whose runner has the given never-mount paths and uid range.
-pub struct IsoNode {
-    inner: LocalNode,
-}
+/// A fenced node like `gpuq serve` runs, with these never-mount paths and uid range.
+pub struct IsoNode;
 
 impl IsoNode {
-    /// A fenced node like `gpuq serve` runs, with `never` beside the app's logs folder.
-    pub async fn start(app: &TestApp, node: &str, never: Vec<PathBuf>, uids: JobUidRange) -> Self {
-        let docker = Docker::connect().await.expect("dockerd must be running");
-        let mut never_mount = vec![app.logs_dir.clone()];
-        never_mount.extend(never);
-        let cfg = RunnerConfig {
-            node: node.to_owned(),
-            logs_dir: app.logs_dir.clone(),
-            log_max_bytes: 1 << 20,
-            stop_grace: std::time::Duration::from_secs(1),
-            mode: LaunchMode::Fenced,
-            job_uids: uids,
-            never_mount,
-        };
-        let pass = gpuq::server::admission::PassConfig {
-            cpu_node: node.to_owned(),
-            ..pass_config()
-        };
-        let inner = LocalNode::start(app.pool.clone(), docker, cfg, pass, app.notifier.clone())
-            .await
-            .expect("the node starts");
-        IsoNode { inner }
+    /// Starts it (see [`Node::start_with`]).
+    pub async fn start(app: &TestApp, node: &str, never: Vec<PathBuf>, uids: JobUidRange) -> Node {
+        Node::start_with(app, node, LaunchMode::Fenced, uids, never).await
     }
-
-    /// Stops the runner and scheduler; running containers are left alone.
-    pub async fn stop(self) {
-        self.inner.stop().await;
-    }
-}
-
-/// Replaces the launch policy with `policy` (unset fields: defaults), as `admin`.
-pub async fn set_policy(app: &TestApp, admin: &str, policy: Value) {
-    let put = app
-        .api(
-            "PUT",
-            "/api/v1/settings/launch-policy",
-            Some(admin),
-            Some(policy),
-        )
-        .await;
-    assert_eq!(put.status, 200, "{}", put.text);
 }
 
 /// A CPU-only job running `script` with `sh -c`, with `volumes`.

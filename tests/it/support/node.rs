@@ -12,18 +12,32 @@ pub struct Node {
 impl Node {
     /// Starts a node: re-adoption first, then the runner and a scheduler.
     pub async fn start(app: &TestApp, node: &str, mode: gpuq::server::runtime::LaunchMode) -> Node {
+        Self::start_with(app, node, mode, Default::default(), Vec::new()).await
+    }
+
+    /// A node whose runner has this uid range and, beside the app's logs folder, these
+    /// never-mount paths.
+    pub async fn start_with(
+        app: &TestApp,
+        node: &str,
+        mode: gpuq::server::runtime::LaunchMode,
+        job_uids: gpuq::server::db::job_uids::JobUidRange,
+        never: Vec<std::path::PathBuf>,
+    ) -> Node {
         use gpuq::server::runner::{LocalNode, RunnerConfig};
         let docker = gpuq::server::runtime::Docker::connect()
             .await
             .expect("dockerd must be running");
+        let mut never_mount = vec![app.logs_dir.clone()];
+        never_mount.extend(never);
         let cfg = RunnerConfig {
             node: node.to_owned(),
             logs_dir: app.logs_dir.clone(),
             log_max_bytes: 1 << 20,
             stop_grace: std::time::Duration::from_secs(1),
             mode,
-            job_uids: Default::default(),
-            never_mount: vec![app.logs_dir.clone()],
+            job_uids,
+            never_mount,
         };
         let pass = gpuq::server::admission::PassConfig {
             cpu_node: node.to_owned(),
