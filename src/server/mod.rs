@@ -29,6 +29,7 @@ pub mod http;
 pub mod jobs;
 pub mod manifest;
 pub mod notifier;
+pub mod periodic;
 pub mod runner;
 pub mod runtime;
 pub mod serve;

@@ -36,6 +36,16 @@ impl OwnPids {
         }
     }
 
+    /// gpuq's own processes on `inventory`'s cards: asked of Docker on NVML cards only (simulated
+    /// cards have no processes).
+    pub async fn read_for(&self, inventory: &dyn GpuInventory, node: &str) -> OurProcesses {
+        if inventory.kind() == InventoryKind::Nvml {
+            self.read(node).await
+        } else {
+            OurProcesses::default()
+        }
+    }
+
     /// The PIDs now. When Docker cannot be asked, the answer is empty, which counts our jobs'
     /// memory as foreign too: admission errs towards admitting less, never more.
     pub async fn read(&self, node: &str) -> OurProcesses {
@@ -120,23 +130,13 @@ pub async fn run(
     node: String,
     every: Duration,
     own: OwnPids,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
 ) {
-    let mut timer = tokio::time::interval(every);
-    timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = stop.changed() => break,
-            _ = timer.tick() => {
-                let ours = if inventory.kind() == InventoryKind::Nvml {
-                    own.read(&node).await
-                } else {
-                    OurProcesses::default()
-                };
-                if let Err(e) = refresh_with(&pool, &inventory, &node, ours).await {
-                    tracing::warn!(error = format!("{e:#}"), "GPU inventory refresh failed");
-                }
-            }
+    crate::server::periodic::every(every, stop, || async {
+        let ours = own.read_for(inventory.as_ref(), &node).await;
+        if let Err(e) = refresh_with(&pool, &inventory, &node, ours).await {
+            tracing::warn!(error = format!("{e:#}"), "GPU inventory refresh failed");
         }
-    }
+    })
+    .await
 }

@@ -24,27 +24,20 @@ pub struct Swept {
 }
 
 /// Sweeps now and every `every` until `stop`.
-pub async fn run(
-    pool: PgPool,
-    logs_dir: PathBuf,
-    every: Duration,
-    mut stop: watch::Receiver<bool>,
-) {
-    let mut timer = tokio::time::interval(every);
-    timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = stop.changed() => break,
-            _ = timer.tick() => match sweep(&pool, &logs_dir, Utc::now()).await {
-                Ok(s) if s != Swept::default() => tracing::info!(
-                    expired = s.expired, over_cap = s.over_cap, bytes = s.bytes,
-                    "removed old job logs"
-                ),
-                Ok(_) => {}
-                Err(e) => tracing::warn!(error = format!("{e:#}"), "sweeping job logs failed"),
-            },
+pub async fn run(pool: PgPool, logs_dir: PathBuf, every: Duration, stop: watch::Receiver<bool>) {
+    crate::server::periodic::every(every, stop, || async {
+        match sweep(&pool, &logs_dir, Utc::now()).await {
+            Ok(s) if s != Swept::default() => tracing::info!(
+                expired = s.expired,
+                over_cap = s.over_cap,
+                bytes = s.bytes,
+                "removed old job logs"
+            ),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = format!("{e:#}"), "sweeping job logs failed"),
         }
-    }
+    })
+    .await
 }
 
 /// One sweep of `logs_dir` under the launch policy as it is now.

@@ -9,7 +9,7 @@
 
 use super::Sampling;
 use crate::server::gpu::sync::OwnPids;
-use crate::server::gpu::{GpuInfo, GpuInventory, InventoryKind, OurProcesses};
+use crate::server::gpu::{GpuInfo, GpuInventory, OurProcesses};
 use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
@@ -96,7 +96,7 @@ pub async fn run(
     node: String,
     sampling: Sampling,
     own: OwnPids,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
 ) {
     if let Err(e) = super::save_sampling(&pool, &sampling).await {
         tracing::warn!(
@@ -104,26 +104,16 @@ pub async fn run(
             "recording the sampling settings failed"
         );
     }
-    let mut timer = tokio::time::interval(sampling.every);
-    timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = stop.changed() => break,
-            _ = timer.tick() => {
-                let now = Utc::now();
-                let done = async {
-                    let ours = if inventory.kind() == InventoryKind::Nvml {
-                        own.read(&node).await
-                    } else {
-                        OurProcesses::default()
-                    };
-                    sample_with(&pool, &inventory, &node, now, ours).await?;
-                    prune(&pool, now - sampling.retention_chrono()).await
-                };
-                if let Err(e) = done.await {
-                    tracing::warn!(error = format!("{e:#}"), "GPU sampling failed");
-                }
-            }
+    crate::server::periodic::every(sampling.every, stop, || async {
+        let now = Utc::now();
+        let done = async {
+            let ours = own.read_for(inventory.as_ref(), &node).await;
+            sample_with(&pool, &inventory, &node, now, ours).await?;
+            prune(&pool, now - sampling.retention_chrono()).await
+        };
+        if let Err(e) = done.await {
+            tracing::warn!(error = format!("{e:#}"), "GPU sampling failed");
         }
-    }
+    })
+    .await
 }
