@@ -65,6 +65,9 @@ pub struct JobView {
     pub queue_position: Option<u64>,
     /// Why a queued job is still waiting.
     pub wait_reason: Option<String>,
+    /// Someone else's job: command, volumes and status details were left out.
+    #[serde(default)]
+    pub details_hidden: bool,
 }
 
 /// A GPU assigned to a job.

@@ -242,7 +242,12 @@ pub fn job_details(job: &JobView, now: DateTime<Utc>) -> String {
         Some(r) => format!("{} ({r})", job.status),
         None => job.status.clone(),
     };
-    let command: Vec<String> = job.command.iter().map(|a| shell_quote(a)).collect();
+    let command = if job.details_hidden {
+        "(hidden: someone else's job)".to_owned()
+    } else {
+        let argv: Vec<String> = job.command.iter().map(|a| shell_quote(a)).collect();
+        argv.join(" ")
+    };
     let mut lines: Vec<(&str, String)> = vec![
         ("ID", job.id.to_string()),
         ("Seq", job.seq.to_string()),
@@ -250,7 +255,7 @@ pub fn job_details(job: &JobView, now: DateTime<Utc>) -> String {
         ("Owner", or_dash(Some(&job.owner))),
         ("Status", status),
         ("Image", or_dash(Some(&job.image))),
-        ("Command", command.join(" ")),
+        ("Command", command),
         ("GPUs", job.gpu_count.to_string()),
         ("Workload", or_dash(job.workload.as_deref())),
         ("Min VRAM", opt(job.min_vram_mb.map(|m| format!("{m} MB")))),

@@ -232,3 +232,23 @@ fn show_queued_job_wait_reason_and_status_reason() {
     assert!(text.contains("\nAssigned GPUs:   -\n"));
     assert!(text.contains("\nEnv:             -\n"));
 }
+
+#[test]
+fn show_says_when_someone_elses_details_were_left_out() {
+    let mut job = queued(
+        "0badc0de-0000-4000-8000-000000000004",
+        "theirs",
+        1,
+        "no room",
+    );
+    job.command = Vec::new();
+    job.details_hidden = true;
+    let text = job_details(&job, now());
+    assert!(
+        text.contains("\nCommand:         (hidden: someone else's job)\n"),
+        "{text}"
+    );
+    job.details_hidden = false;
+    job.command = vec!["echo".into(), "a b".into()];
+    assert!(job_details(&job, now()).contains("\nCommand:         echo 'a b'\n"));
+}
