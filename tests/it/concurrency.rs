@@ -25,6 +25,10 @@ async fn four_concurrent_passes_under_a_burst_keep_the_ledger_exact(pool: PgPool
     )
     .await;
     let alice = app.bearer("alice", Role::Member).await;
+    // 200 jobs from one member: this test is about the ledger, not the per-user queue cap.
+    let admin = app.bearer("root", Role::Admin).await;
+    app.set_policy(&admin, json!({ "max_queued_per_user": 0 }))
+        .await;
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut passes = Vec::new();
     for _ in 0..4 {
