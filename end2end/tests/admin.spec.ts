@@ -68,8 +68,17 @@ test("an admin edits the manifest in the grid and the change decides the next ad
     await row.getByRole("button", { name: "Save" }).click();
     await expect(page.getByRole("alert").first()).toContainText("between 1 and");
 
-    // Rename, then delete (which asks once more).
-    await row.getByLabel("Name of e2e-w").fill("e2e-w2");
+    // Rename, then delete (which asks once more). Let the job finish first: each of its live
+    // events refetches the grid, and a refetch that lands between typing and clicking would put
+    // the old name back into the box.
+    await expect
+      .poll(async () => (await job()).status, { timeout: 20_000 })
+      .toMatch(/^(succeeded|failed|cancelled|timed_out)$/);
+    const name = row.getByLabel("Name of e2e-w");
+    await expect(async () => {
+      await name.fill("e2e-w2");
+      await expect(name).toHaveValue("e2e-w2", { timeout: 1_000 });
+    }).toPass({ timeout: 10_000 });
     await row.getByRole("button", { name: "Rename" }).click();
     const renamed = page.locator("tr[data-workload='e2e-w2']");
     await expect(renamed).toBeVisible();
