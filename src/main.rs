@@ -4,17 +4,25 @@
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     use clap::Parser;
-    use gpuq::server::cli::{BenchCommand, Cli, Command, UserCommand};
+    use gpuq::server::cli::{BenchCommand, Cli, Command, LogFormat, UserCommand};
     use gpuq::server::serve;
 
-    tracing_subscriber::fmt()
+    let cli = Cli::parse();
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("GPUQ_LOG")
                 .unwrap_or_else(|_| "info,sqlx=warn,tower_sessions=warn".into()),
         )
-        .with_writer(std::io::stderr)
-        .init();
-    let cli = Cli::parse();
+        .with_writer(std::io::stderr);
+    match cli.log_format {
+        LogFormat::Text => logs.init(),
+        LogFormat::Json => logs
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .init(),
+    }
+    let cli_json = cli.log_format == LogFormat::Json;
     let result = match cli.command {
         Command::Serve(args) => serve::serve(args).await,
         Command::User(UserCommand::Add(args)) => serve::user_add(args).await,
@@ -28,7 +36,11 @@ async fn main() -> std::process::ExitCode {
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("gpuq: {e:#}");
+            if cli_json {
+                tracing::error!(error = format!("{e:#}"), "gpuq failed");
+            } else {
+                eprintln!("gpuq: {e:#}");
+            }
             std::process::ExitCode::FAILURE
         }
     }

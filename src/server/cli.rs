@@ -15,6 +15,19 @@ pub struct Cli {
     /// Server and token for the client subcommands.
     #[command(flatten)]
     pub conn: crate::client::ConnArgs,
+    /// How log lines are written to standard error: `text` for people, `json` (one JSON object
+    /// per line) for log collectors.
+    #[arg(long, global = true, env = "GPUQ_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+/// The format of log lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
 }
 
 /// The subcommands.

@@ -95,6 +95,17 @@ pub struct ServeArgs {
     /// Mark the session cookie `Secure` (set when served over HTTPS).
     #[arg(long, env = "GPUQ_SECURE_COOKIES", default_value_t = false)]
     pub secure_cookies: bool,
+    /// Bearer token a Prometheus scrape of `/metrics` must send (`Authorization: Bearer …`); any
+    /// other request gets 401. Without it `/metrics` is open (it carries no personal data).
+    #[arg(long, env = "GPUQ_METRICS_TOKEN", hide_env_values = true)]
+    pub metrics_token: Option<String>,
+    /// Serve `/metrics` on this address only (e.g. a private interface) instead of on `--listen`.
+    #[arg(long, env = "GPUQ_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
+    /// How often the figures `/metrics` takes from the database are re-read (milliseconds); a
+    /// scrape itself never queries the database.
+    #[arg(long, env = "GPUQ_METRICS_REFRESH_MS", default_value_t = 5000)]
+    pub metrics_refresh_ms: u64,
 }
 
 /// Flags of `gpuq user add`.

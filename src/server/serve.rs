@@ -7,7 +7,9 @@ use crate::server::config::{DbArgs, ServeArgs, UserAddArgs};
 use crate::server::db::job_uids::JobUidRange;
 use crate::server::db::{self, session_store, Database, DbOptions};
 use crate::server::gpu::{self, GpuInventory, GpuMode};
+use crate::server::http::metrics::router as metrics_router;
 use crate::server::http::{app, HttpOptions};
+use crate::server::metrics::Metrics;
 use crate::server::notifier::Notifier;
 use crate::server::runner::{DockerHealth, Runner, RunnerConfig};
 use crate::server::runtime::{ensure_sim_devices, Docker, LaunchMode};
@@ -29,6 +31,15 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
             .map_err(|e| anyhow!("GPUQ_BOOTSTRAP_ADMIN_PASSWORD: {e}"))?;
     }
     job_uid_range(&args)?;
+    if args
+        .metrics_token
+        .as_deref()
+        .is_some_and(|t| t.trim().is_empty())
+    {
+        return Err(anyhow!(
+            "--metrics-token (GPUQ_METRICS_TOKEN) is empty: give a token, or unset it to leave /metrics open"
+        ));
+    }
     let database = db::open(&db_options(&args.db)).await?;
     let result = run(&args, &database).await;
     database.close().await?;
@@ -168,13 +179,29 @@ async fn run(args: &ServeArgs, database: &Database) -> Result<()> {
         Duration::from_secs(3600),
         stop_rx.clone(),
     ));
+    let metrics = Metrics::new(&args.node).context("setting up metrics")?;
+    tasks.spawn(crate::server::metrics::snapshot::run(
+        pool.clone(),
+        metrics.clone(),
+        args.node.clone(),
+        Duration::from_millis(args.metrics_refresh_ms.max(100)),
+        stop_rx.clone(),
+    ));
     tasks.spawn(notifier.run(pool.clone(), stop_rx));
-    let router = app(
+    let scrape = metrics_router(metrics, args.metrics_token.as_deref());
+    let mut router = app(
         state,
         HttpOptions {
             secure_cookies: args.secure_cookies,
         },
     );
+    let metrics_server = match args.metrics_listen {
+        None => {
+            router = router.merge(scrape);
+            None
+        }
+        Some(at) => Some(serve_metrics_apart(at, scrape).await?),
+    };
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("listening on {}", args.listen))?;
@@ -190,9 +217,28 @@ async fn run(args: &ServeArgs, database: &Database) -> Result<()> {
     .with_graceful_shutdown(shutdown_signal())
     .await;
     sweeper.abort();
+    if let Some(m) = metrics_server {
+        m.abort();
+    }
     let _ = stop_tx.send(true);
     while tasks.join_next().await.is_some() {}
     served.context("serving HTTP")
+}
+
+/// Serves `/metrics` alone on `at` (`--metrics-listen`).
+async fn serve_metrics_apart(
+    at: SocketAddr,
+    scrape: axum::Router,
+) -> Result<tokio::task::JoinHandle<()>> {
+    let listener = tokio::net::TcpListener::bind(at)
+        .await
+        .with_context(|| format!("--metrics-listen: listening on {at}"))?;
+    tracing::info!("metrics on http://{}/metrics", listener.local_addr()?);
+    Ok(tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, scrape).await {
+            tracing::error!(error = %e, "metrics listener failed");
+        }
+    }))
 }
 
 /// The uid range jobs' users are allocated from, or an error naming the flag.

@@ -9,6 +9,7 @@ use super::planner::{self, Card, Need, Plan, PlanInput, QueuedJob, WaitReason, W
 use crate::model::{LiveEvent, QUEUE_ORDER_SQL};
 use crate::server::db::gpus::GpuRow;
 use crate::server::db::{events, gpus, manifest, settings};
+use crate::server::metrics;
 use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
 use serde_json::json;
@@ -88,7 +89,8 @@ pub async fn run_pass(pool: &PgPool, cfg: &PassConfig, now: DateTime<Utc>) -> Re
     let planned = Instant::now();
     let plan = state.plan();
     let plan_time = planned.elapsed();
-    let admitted = apply(&mut tx, cfg, &state, &plan).await?;
+    let admitted_ids = apply_plan(&mut tx, cfg, &state, &plan).await?;
+    let admitted = admitted_ids.len();
     record_pass(&mut tx).await?;
     if reclaimed > 0 || admitted > 0 {
         let event = LiveEvent::Pass {
@@ -98,13 +100,26 @@ pub async fn run_pass(pool: &PgPool, cfg: &PassConfig, now: DateTime<Utc>) -> Re
         events::announce(&mut *tx, &event).await?;
     }
     tx.commit().await.context("committing the pass")?;
+    let total_time = started.elapsed();
+    metrics::observe_pass(total_time);
+    metrics::observe_admission_waits(&waits(&state, &admitted_ids, Utc::now()));
     Ok(PassOutcome {
         reclaimed,
         admitted,
         waiting: plan.waiting.len(),
         plan_time,
-        total_time: started.elapsed(),
+        total_time,
     })
+}
+
+/// How long each admitted job waited, submit to `now`, in seconds.
+fn waits(state: &PassState, admitted: &[Uuid], now: DateTime<Utc>) -> Vec<f64> {
+    let admitted: HashSet<&Uuid> = admitted.iter().collect();
+    state
+        .queued()
+        .filter(|q| admitted.contains(&q.id))
+        .map(|q| (now.timestamp_millis() - q.queued_at_ms) as f64 / 1000.0)
+        .collect()
 }
 
 /// Takes the admission lock for the rest of the transaction (released by commit, rollback or a
@@ -312,8 +327,18 @@ pub async fn apply(
     state: &PassState,
     plan: &Plan,
 ) -> Result<usize> {
+    Ok(apply_plan(tx, cfg, state, plan).await?.len())
+}
+
+/// [`apply`], answering which jobs were admitted.
+async fn apply_plan(
+    tx: &mut Transaction<'_, Postgres>,
+    cfg: &PassConfig,
+    state: &PassState,
+    plan: &Plan,
+) -> Result<Vec<Uuid>> {
     if plan.admitted.is_empty() {
-        return Ok(0);
+        return Ok(Vec::new());
     }
     let node_of = |p: &planner::Placement| {
         p.cards
@@ -391,7 +416,7 @@ pub async fn apply(
     .execute(&mut **tx)
     .await
     .context("recording admissions")?;
-    Ok(e_job.len())
+    Ok(e_job)
 }
 
 /// Plans without writing (a read-only snapshot): queue positions and wait reasons for the read side.

@@ -10,6 +10,7 @@ mod health;
 mod jobs;
 mod json;
 mod live;
+pub mod metrics;
 pub mod openapi;
 mod usage;
 mod v1;

@@ -118,7 +118,12 @@ impl Runner {
         )
         .await;
         match runs::set_running(&self.pool, job.id, &self.cfg.node).await {
-            Ok(_) => Ok((container, deadline)),
+            Ok(since_submit) => {
+                if let Some(secs) = since_submit {
+                    crate::server::metrics::observe_container_start(secs);
+                }
+                Ok((container, deadline))
+            }
             Err(e) => {
                 tracing::error!(job = %job.id, error = %e, "could not record the start; supervising anyway");
                 Ok((container, deadline))

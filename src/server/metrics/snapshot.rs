@@ -1,0 +1,240 @@
+//! The in-memory copy of the figures that live in Postgres, refreshed by a periodic task and
+//! rendered by every scrape without a database round trip.
+
+use super::Metrics;
+use crate::model::JobStatus;
+use crate::server::db::gpus;
+use anyhow::{Context, Result};
+use prometheus::core::{Collector, Desc};
+use prometheus::proto::MetricFamily;
+use prometheus::{GaugeVec, Opts};
+use sqlx::PgPool;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+use tokio::sync::watch;
+
+const MIB: f64 = 1024.0 * 1024.0;
+const CARD_LABELS: &[&str] = &["node", "gpu", "model"];
+
+/// One card of this node, as the ledger and the inventory last said.
+#[derive(Debug, Clone)]
+pub struct CardFigures {
+    /// Node name.
+    pub node: String,
+    /// NVML's id, `GPU-…`.
+    pub gpu: String,
+    /// Model name.
+    pub model: String,
+    /// Physical memory, MiB.
+    pub total_mib: i64,
+    /// Committed by the ledger (live reservations), MiB.
+    pub committed_mib: i64,
+    /// Used as the inventory last observed; `None` when it could not tell.
+    pub used_mib: Option<i64>,
+    /// Used by processes outside gpuq's containers, MiB.
+    pub foreign_mib: i64,
+}
+
+/// What a scrape renders from memory.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    /// This process's node.
+    pub node: String,
+    /// This node's cards.
+    pub cards: Vec<CardFigures>,
+    /// Jobs per status (every status, zero included), over the whole database.
+    pub jobs: Vec<(JobStatus, i64)>,
+    /// When the figures were read (Unix seconds); `None` before the first refresh.
+    pub taken_at: Option<f64>,
+    /// Refreshes that failed since start.
+    pub refresh_errors: u64,
+}
+
+impl Snapshot {
+    /// Before the first refresh: the node is up, nothing else is known.
+    pub fn empty(node: &str) -> Self {
+        Snapshot {
+            node: node.to_owned(),
+            cards: Vec::new(),
+            jobs: Vec::new(),
+            taken_at: None,
+            refresh_errors: 0,
+        }
+    }
+}
+
+/// Reads the snapshot's figures from the database.
+pub async fn read(pool: &PgPool, node: &str) -> Result<Snapshot> {
+    let cards = gpus::list(pool)
+        .await
+        .context("reading cards for metrics")?
+        .into_iter()
+        .filter(|g| g.node == node && g.present)
+        .map(|g| CardFigures {
+            node: g.node,
+            gpu: crate::model::gpu_id(&g.uuid),
+            model: g.model,
+            total_mib: g.total_mib,
+            committed_mib: g.reserved_mib,
+            used_mib: g.used_mib,
+            foreign_mib: g.external_mib,
+        })
+        .collect();
+    let counts: Vec<(String, i64)> =
+        sqlx::query_as("SELECT status, count(*) FROM jobs GROUP BY status")
+            .fetch_all(pool)
+            .await
+            .context("counting jobs for metrics")?;
+    let jobs = JobStatus::ALL
+        .iter()
+        .map(|s| {
+            let n = counts
+                .iter()
+                .find(|(name, _)| name == s.as_str())
+                .map_or(0, |(_, n)| *n);
+            (*s, n)
+        })
+        .collect();
+    Ok(Snapshot {
+        node: node.to_owned(),
+        cards,
+        jobs,
+        taken_at: Some(chrono::Utc::now().timestamp_millis() as f64 / 1000.0),
+        refresh_errors: 0,
+    })
+}
+
+/// Refreshes `metrics` from the database every `period` until `stop` turns true. A failed read
+/// keeps the last snapshot (its timestamp says how old it is) and counts the failure.
+pub async fn run(
+    pool: PgPool,
+    metrics: Metrics,
+    node: String,
+    period: Duration,
+    stop: watch::Receiver<bool>,
+) {
+    crate::server::periodic::every(period, stop, || async {
+        match read(&pool, &node).await {
+            Ok(s) => metrics.set_snapshot(s),
+            Err(e) => {
+                tracing::warn!(error = format!("{e:#}"), "metrics refresh failed");
+                metrics.refresh_failed();
+            }
+        }
+    })
+    .await
+}
+
+/// Renders the snapshot as gauges at every scrape.
+pub(super) struct SnapshotCollector {
+    snapshot: Arc<RwLock<Snapshot>>,
+    templates: Vec<GaugeVec>,
+}
+
+struct Family {
+    name: &'static str,
+    help: &'static str,
+    labels: &'static [&'static str],
+}
+
+const FAMILIES: &[Family] = &[
+    Family {
+        name: "gpuq_gpu_memory_total_bytes",
+        help: "Physical memory of the card, as the inventory (NVML or the simulation) reports it.",
+        labels: CARD_LABELS,
+    },
+    Family {
+        name: "gpuq_gpu_memory_committed_bytes",
+        help: "Memory the ledger has committed on the card to admitted, starting and running jobs (their reservations).",
+        labels: CARD_LABELS,
+    },
+    Family {
+        name: "gpuq_gpu_memory_used_bytes",
+        help: "Memory in use on the card as the inventory last observed it (NVML's used memory; absent when unknown).",
+        labels: CARD_LABELS,
+    },
+    Family {
+        name: "gpuq_gpu_memory_foreign_bytes",
+        help: "Memory used on the card by processes outside gpuq's containers (NVML per-process memory minus the processes of gpuq's own containers; on simulated cards what the simulation was told). Admission subtracts it from what a card offers.",
+        labels: CARD_LABELS,
+    },
+    Family {
+        name: "gpuq_jobs",
+        help: "Jobs per status in the whole database (every node's jobs).",
+        labels: &["status"],
+    },
+    Family {
+        name: "gpuq_node_up",
+        help: "1 for the node this process runs (other nodes' heartbeats are not tracked yet).",
+        labels: &["node"],
+    },
+    Family {
+        name: "gpuq_metrics_snapshot_timestamp_seconds",
+        help: "When the database figures in this scrape were read (Unix time); absent before the first read.",
+        labels: &[],
+    },
+    Family {
+        name: "gpuq_metrics_refresh_errors",
+        help: "Failed reads of the database figures since the process started (the last good figures stay).",
+        labels: &[],
+    },
+];
+
+fn gauges() -> prometheus::Result<Vec<GaugeVec>> {
+    FAMILIES
+        .iter()
+        .map(|f| GaugeVec::new(Opts::new(f.name, f.help), f.labels))
+        .collect()
+}
+
+impl SnapshotCollector {
+    pub(super) fn new(snapshot: Arc<RwLock<Snapshot>>) -> prometheus::Result<Self> {
+        Ok(SnapshotCollector {
+            snapshot,
+            templates: gauges()?,
+        })
+    }
+}
+
+impl Collector for SnapshotCollector {
+    fn desc(&self) -> Vec<&Desc> {
+        self.templates.iter().flat_map(|g| g.desc()).collect()
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        let s = match self.snapshot.read() {
+            Ok(g) => g.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        };
+        let Ok(g) = gauges() else {
+            return Vec::new();
+        };
+        let [total, committed, used, foreign, jobs, up, taken, errors] = &g[..] else {
+            return Vec::new();
+        };
+        for c in &s.cards {
+            let l = [c.node.as_str(), c.gpu.as_str(), c.model.as_str()];
+            total.with_label_values(&l).set(c.total_mib as f64 * MIB);
+            committed
+                .with_label_values(&l)
+                .set(c.committed_mib as f64 * MIB);
+            if let Some(u) = c.used_mib {
+                used.with_label_values(&l).set(u as f64 * MIB);
+            }
+            foreign
+                .with_label_values(&l)
+                .set(c.foreign_mib as f64 * MIB);
+        }
+        for (status, n) in &s.jobs {
+            jobs.with_label_values(&[status.as_str()]).set(*n as f64);
+        }
+        up.with_label_values(&[s.node.as_str()]).set(1.0);
+        if let Some(t) = s.taken_at {
+            taken.with_label_values::<&str>(&[]).set(t);
+        }
+        errors
+            .with_label_values::<&str>(&[])
+            .set(s.refresh_errors as f64);
+        g.iter().flat_map(|v| v.collect()).collect()
+    }
+}
