@@ -2,7 +2,7 @@
 //! subcommands that join several layers (benchmarks, the client). The flags of `gpuq serve` and of
 //! the database are in [`crate::server::config`], which imports nothing of the crate.
 
-use crate::server::config::{DbArgs, ServeArgs, UserAddArgs};
+use crate::server::config::{DbArgs, DoctorArgs, ServeArgs, UserAddArgs};
 use clap::{Args, Parser, Subcommand};
 
 /// gpuq: GPU job admission and isolation for shared multi-GPU servers.
@@ -35,6 +35,9 @@ pub enum LogFormat {
 pub enum Command {
     /// Run the server: web UI, REST API and background tasks.
     Serve(ServeArgs),
+    /// Check that this host is ready for gpuq (driver, Docker, database, disk, clock, listen
+    /// address); prints pass, warn or fail per check, and exits non-zero on any fail.
+    Doctor(Box<DoctorArgs>),
     /// Manage users directly in the database (for scripts and first set-up).
     #[command(subcommand)]
     User(UserCommand),

@@ -141,3 +141,20 @@ impl ServeArgs {
         }
     }
 }
+
+/// Flags of `gpuq doctor`: those of `gpuq serve` (so it checks the set-up the server will run
+/// with), and its own.
+#[derive(Debug, Clone, Args)]
+pub struct DoctorArgs {
+    /// The server's flags, as the service passes them.
+    #[command(flatten)]
+    pub serve: ServeArgs,
+    /// Print the checks as one JSON document instead of lines.
+    #[arg(long)]
+    pub json: bool,
+    /// A local image for the fenced smoke container. On real cards it must contain `nvidia-smi`
+    /// (a CUDA base image); on simulated cards any image with `sh` and `ls`. Without it the smoke
+    /// check is skipped with a warning.
+    #[arg(long, env = "GPUQ_DOCTOR_IMAGE")]
+    pub smoke_image: Option<String>,
+}

@@ -10,7 +10,7 @@
 //!
 //! - **model** (`crate::model`): wire types and vocabularies; imports nothing of the crate.
 //! - **domain** (every module here except those below): `db`, `admission`, `runner`, `runtime`,
-//!   `gpu`, `jobs`, `usage`, `auth`, `admin`, `manifest`, `metrics`, `notifier`, `error`, `bench`. They
+//!   `gpu`, `jobs`, `usage`, `auth`, `admin`, `manifest`, `metrics`, `doctor`, `notifier`, `error`, `bench`. They
 //!   return [`crate::model::AppError`] and never see HTTP.
 //! - **edges**: `http` (REST, SSE, pages), `crate::api` (server functions), `crate::app` (pages),
 //!   `crate::client` (the CLI). Only `http` itself and the top import `http`.
@@ -23,6 +23,7 @@ pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod db;
+pub mod doctor;
 pub mod error;
 pub mod gpu;
 pub mod http;

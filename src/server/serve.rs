@@ -384,6 +384,39 @@ async fn shutdown_signal() {
     tracing::info!("shutting down");
 }
 
+/// `gpuq doctor`: runs the checks, prints them (lines or JSON) and fails when any check failed.
+pub async fn doctor(args: crate::server::config::DoctorArgs) -> Result<()> {
+    use crate::server::doctor;
+    let s = &args.serve;
+    let opts = doctor::DoctorOptions {
+        gpu_source: s.gpu_source().0.to_owned(),
+        sim_gpus: s.sim_gpus.clone(),
+        node: s.node.clone(),
+        data_dir: s.db.data_dir.clone(),
+        database_url: s.db.database_url.clone(),
+        docker_socket: s.docker_socket.clone(),
+        runner: s.runner,
+        listen: s.listen,
+        secure_cookies: s.secure_cookies,
+        smoke_image: args.smoke_image.clone(),
+    };
+    let checks = doctor::run(&opts).await;
+    if args.json {
+        println!("{:#}", doctor::render_json(&checks));
+    } else {
+        print!("{}", doctor::render_text(&checks));
+    }
+    if doctor::any_failed(&checks) {
+        let failed: Vec<&str> = checks
+            .iter()
+            .filter(|c| c.status == doctor::Status::Fail)
+            .map(|c| c.name)
+            .collect();
+        return Err(anyhow!("doctor: failed checks: {}", failed.join(", ")));
+    }
+    Ok(())
+}
+
 /// `gpuq user add NAME --role ROLE`, password on standard input.
 pub async fn user_add(args: UserAddArgs) -> Result<()> {
     let role: Role = args.role.parse().map_err(|e: String| anyhow!(e))?;

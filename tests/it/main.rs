@@ -15,6 +15,8 @@ mod database;
 mod docker;
 mod edges;
 mod isolation;
+mod logs_json;
+mod metrics;
 mod notifier;
 mod planner_props;
 mod retention;

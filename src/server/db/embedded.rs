@@ -209,8 +209,39 @@ impl Drop for EmbeddedPg {
     }
 }
 
+/// What `gpuq doctor` may know of the embedded cluster without starting or changing it.
+#[derive(Debug, Clone)]
+pub struct EmbeddedProbe {
+    /// The cluster's data folder.
+    pub cluster: PathBuf,
+    /// It has been created (`PG_VERSION` exists).
+    pub initialised: bool,
+    /// Its socket exists, so a server is probably running.
+    pub socket_present: bool,
+    /// How to connect to the `gpuq` database, if it runs.
+    pub connect: PgConnectOptions,
+}
+
+/// Looks at the embedded cluster under `data_dir` without touching it.
+pub fn probe(data_dir: &Path) -> Result<EmbeddedProbe> {
+    let base = std::path::absolute(data_dir)
+        .with_context(|| format!("resolving {}", data_dir.display()))?
+        .join("pg");
+    let socket_dir = base.join("run");
+    Ok(EmbeddedProbe {
+        initialised: base.join("data").join("PG_VERSION").exists(),
+        socket_present: socket_dir.join(format!(".s.PGSQL.{PORT}")).exists(),
+        cluster: base.join("data"),
+        connect: PgConnectOptions::new()
+            .socket(&socket_dir)
+            .port(PORT)
+            .username(ROLE)
+            .database(ROLE),
+    })
+}
+
 /// Finds a Postgres program on PATH, else in Debian's versioned directory.
-fn find_program(name: &str) -> Result<PathBuf> {
+pub fn find_program(name: &str) -> Result<PathBuf> {
     let on_path = std::env::var_os("PATH")
         .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
         .unwrap_or_default();

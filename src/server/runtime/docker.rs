@@ -78,6 +78,29 @@ impl Docker {
             .map_err(|e| RuntimeError::Unreachable(convert::chain(&e)))
     }
 
+    /// What the daemon says about itself (`docker info` and `docker version`), for `gpuq doctor`.
+    pub async fn host_facts(&self) -> Result<DockerHostFacts, RuntimeError> {
+        let info = self.inner.info().await.map_err(map_err)?;
+        let api_version = self
+            .inner
+            .version()
+            .await
+            .map_err(map_err)?
+            .api_version
+            .unwrap_or_default();
+        let mut runtimes: Vec<String> = info.runtimes.unwrap_or_default().into_keys().collect();
+        runtimes.sort();
+        Ok(DockerHostFacts {
+            server_version: info.server_version.unwrap_or_default(),
+            api_version,
+            cgroup_driver: info.cgroup_driver.map(|d| d.to_string()),
+            cgroup_version: info.cgroup_version.map(|v| v.to_string()),
+            root_dir: info.docker_root_dir,
+            runtimes,
+            cdi_spec_dirs: info.cdi_spec_dirs.unwrap_or_default(),
+        })
+    }
+
     /// Whether `image` is present locally; gpuq never pulls, so this is the
     /// whole availability question.
     pub async fn image_exists(&self, image: &str) -> Result<bool, RuntimeError> {
@@ -447,4 +470,23 @@ fn pids_of(titles: &[String], rows: &[Vec<String>]) -> Vec<u32> {
 /// instead of launching a second copy.
 pub fn container_name(req: &LaunchRequest) -> String {
     format!("gpuq-{}-{}", req.job_id, req.attempt)
+}
+
+/// What a dockerd says about itself, as `gpuq doctor` reports it.
+#[derive(Debug, Clone, Default)]
+pub struct DockerHostFacts {
+    /// Engine version, e.g. `26.1.5`.
+    pub server_version: String,
+    /// Engine API version.
+    pub api_version: String,
+    /// `cgroupfs` or `systemd`.
+    pub cgroup_driver: Option<String>,
+    /// `1` or `2`.
+    pub cgroup_version: Option<String>,
+    /// Docker's root directory (images, containers).
+    pub root_dir: Option<String>,
+    /// Registered OCI runtimes (`runc`, `nvidia`, …).
+    pub runtimes: Vec<String>,
+    /// Where the daemon reads CDI specs from (empty when CDI is off).
+    pub cdi_spec_dirs: Vec<String>,
 }

@@ -1,0 +1,348 @@
+//! The host side: the data directory and free disk, the database (reachable, migrations current,
+//! clock), and the listen address. Nothing here migrates or starts anything.
+
+use super::{Check, DoctorOptions};
+use crate::server::db::embedded;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::PgPool;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+const GIB: u64 = 1024 * 1024 * 1024;
+/// Below this much free space a check fails; below [`WARN_FREE`] it warns.
+const FAIL_FREE: u64 = GIB;
+const WARN_FREE: u64 = 10 * GIB;
+/// Clock difference with Postgres beyond which the clock check warns.
+const CLOCK_SKEW_S: f64 = 2.0;
+
+/// The data directory (writable), the embedded Postgres programs, free disk.
+pub(super) fn storage(opts: &DoctorOptions, docker_root: Option<&str>) -> Vec<Check> {
+    let mut checks = vec![data_dir(&opts.data_dir)];
+    if opts.database_url.is_none() {
+        checks.push(postgres_programs());
+    }
+    checks.push(free_disk("disk-data", &opts.data_dir));
+    match docker_root {
+        Some(root) => checks.push(free_disk("disk-docker", Path::new(root))),
+        None => checks.push(Check::warn(
+            "disk-docker",
+            "Docker's root directory is unknown (Docker unreachable)",
+            "fix the docker check first",
+        )),
+    }
+    checks
+}
+
+/// The nearest existing folder at or above `path`.
+fn existing_ancestor(path: &Path) -> PathBuf {
+    let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_owned());
+    abs.ancestors()
+        .find(|p| p.exists())
+        .unwrap_or(Path::new("/"))
+        .to_owned()
+}
+
+fn data_dir(dir: &Path) -> Check {
+    const NAME: &str = "data-dir";
+    let fix = format!(
+        "create {} and give it to gpuq's user (`install -d -o gpuq -g gpuq -m 0750 DIR`)",
+        dir.display()
+    );
+    if !dir.exists() {
+        let parent = existing_ancestor(dir);
+        return match nix::unistd::access(&parent, nix::unistd::AccessFlags::W_OK) {
+            Ok(()) => Check::pass(
+                NAME,
+                format!(
+                    "{} does not exist yet; gpuq serve creates it under {}",
+                    dir.display(),
+                    parent.display()
+                ),
+            ),
+            Err(e) => Check::fail(
+                NAME,
+                format!(
+                    "{} does not exist and {} is not writable ({e})",
+                    dir.display(),
+                    parent.display()
+                ),
+                fix,
+            ),
+        };
+    }
+    if !dir.is_dir() {
+        return Check::fail(NAME, format!("{} is not a directory", dir.display()), fix);
+    }
+    let probe = dir.join(format!(".gpuq-doctor-{}", std::process::id()));
+    match std::fs::write(&probe, b"probe") {
+        Ok(()) => {
+            let _ = std::fs::remove_file(&probe);
+            Check::pass(NAME, format!("{} is writable", dir.display()))
+        }
+        Err(e) => Check::fail(NAME, format!("{} is not writable: {e}", dir.display()), fix),
+    }
+}
+
+fn postgres_programs() -> Check {
+    const NAME: &str = "postgres-programs";
+    let mut found = Vec::new();
+    for program in ["initdb", "pg_ctl", "postgres", "psql"] {
+        match embedded::find_program(program) {
+            Ok(p) => found.push(p.display().to_string()),
+            Err(e) => {
+                return Check::fail(
+                    NAME,
+                    format!("embedded Postgres (no --database-url): {e}"),
+                    "install the Postgres server (`apt install postgresql` / `dnf install postgresql-server`) or pass --database-url",
+                )
+            }
+        }
+    }
+    Check::pass(
+        NAME,
+        format!("embedded Postgres programs: {}", found.join(", ")),
+    )
+}
+
+fn free_disk(name: &'static str, path: &Path) -> Check {
+    let at = existing_ancestor(path);
+    match nix::sys::statvfs::statvfs(&at) {
+        Ok(s) => {
+            let free = s.blocks_available() as u64 * s.fragment_size() as u64;
+            let total = s.blocks() as u64 * s.fragment_size() as u64;
+            let detail = format!(
+                "{}: {:.1} GiB free of {:.1} GiB",
+                at.display(),
+                free as f64 / GIB as f64,
+                total as f64 / GIB as f64
+            );
+            let fix = format!(
+                "free space on the file system of {} (job logs, images, the database live there)",
+                at.display()
+            );
+            if free < FAIL_FREE {
+                Check::fail(name, detail, fix)
+            } else if free < WARN_FREE {
+                Check::warn(name, detail, fix)
+            } else {
+                Check::pass(name, detail)
+            }
+        }
+        Err(e) => Check::warn(
+            name,
+            format!("cannot read free space of {}: {e}", at.display()),
+            "run gpuq doctor as gpuq's user or as root",
+        ),
+    }
+}
+
+/// Postgres reachable, migrations current, clock agreement. Never migrates, never starts the
+/// embedded cluster.
+pub(super) async fn database(opts: &DoctorOptions) -> Vec<Check> {
+    let target = match connect_options(opts) {
+        Ok(t) => t,
+        Err(check) => return vec![check],
+    };
+    let (options, what) = target;
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(Duration::from_secs(5))
+        .connect_with(options)
+        .await;
+    let pool = match pool {
+        Ok(p) => p,
+        Err(e) => {
+            return vec![Check::fail(
+                "postgres",
+                format!("{what}: cannot connect: {e}"),
+                "start Postgres, or check --database-url (host, port, user, password, database)",
+            )]
+        }
+    };
+    let version: String = sqlx::query_scalar("SHOW server_version")
+        .fetch_one(&pool)
+        .await
+        .unwrap_or_else(|_| "?".into());
+    let checks = vec![
+        Check::pass("postgres", format!("{what}: Postgres {version} answers")),
+        migrations(&pool).await,
+        clock(&pool).await,
+    ];
+    pool.close().await;
+    checks
+}
+
+/// Where the database is; for the embedded cluster, only when it already runs.
+fn connect_options(opts: &DoctorOptions) -> Result<(PgConnectOptions, String), Check> {
+    if let Some(url) = &opts.database_url {
+        let o = PgConnectOptions::from_str(url).map_err(|e| {
+            Check::fail(
+                "postgres",
+                format!("--database-url does not parse: {e}"),
+                "postgres://USER:PASSWORD@HOST:PORT/DATABASE",
+            )
+        })?;
+        let what = format!(
+            "{}:{}/{}",
+            o.get_host(),
+            o.get_port(),
+            o.get_database().unwrap_or("?")
+        );
+        return Ok((o, what));
+    }
+    let probe = embedded::probe(&opts.data_dir).map_err(|e| {
+        Check::fail(
+            "postgres",
+            format!("embedded cluster: {e:#}"),
+            "check --data-dir",
+        )
+    })?;
+    let where_ = probe.cluster.display().to_string();
+    if !probe.initialised {
+        return Err(Check::warn(
+            "postgres",
+            format!("embedded cluster {where_} not created yet (the doctor does not create it)"),
+            "`gpuq serve` creates and starts it on its first start; run the doctor again afterwards",
+        ));
+    }
+    if !probe.socket_present {
+        return Err(Check::warn(
+            "postgres",
+            format!("embedded cluster {where_} is not running (the doctor does not start it)"),
+            "start gpuq (`systemctl start gpuq`), which starts it, then run the doctor again to check migrations and the clock",
+        ));
+    }
+    Ok((probe.connect, format!("embedded cluster {where_}")))
+}
+
+async fn migrations(pool: &PgPool) -> Check {
+    const NAME: &str = "migrations";
+    let known = sqlx::migrate!("./migrations");
+    let want: Vec<(i64, Vec<u8>)> = known
+        .iter()
+        .filter(|m| m.migration_type.is_up_migration())
+        .map(|m| (m.version, m.checksum.to_vec()))
+        .collect();
+    let applied: Result<Vec<(i64, Vec<u8>, bool)>, _> =
+        sqlx::query_as("SELECT version, checksum, success FROM _sqlx_migrations ORDER BY version")
+            .fetch_all(pool)
+            .await;
+    let applied = match applied {
+        Ok(a) => a,
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42P01") => {
+            return Check::warn(
+                NAME,
+                format!(
+                    "an empty database: none of this binary's {} migrations applied",
+                    want.len()
+                ),
+                "`gpuq serve` applies them at start",
+            )
+        }
+        Err(e) => {
+            return Check::fail(
+                NAME,
+                format!("reading _sqlx_migrations: {e}"),
+                "check the database role's rights",
+            )
+        }
+    };
+    if let Some((v, _, _)) = applied.iter().find(|(_, _, ok)| !ok) {
+        return Check::fail(
+            NAME,
+            format!("migration {v} failed part-way"),
+            "restore the database from a backup; see the server log of that start",
+        );
+    }
+    let unknown: Vec<i64> = applied
+        .iter()
+        .filter(|(v, _, _)| !want.iter().any(|(w, _)| w == v))
+        .map(|(v, _, _)| *v)
+        .collect();
+    if !unknown.is_empty() {
+        return Check::fail(
+            NAME,
+            format!("the database has migrations this binary does not know: {unknown:?}"),
+            "this binary is older than the database: install the newer gpuq",
+        );
+    }
+    let changed: Vec<i64> = applied
+        .iter()
+        .filter(|(v, sum, _)| want.iter().any(|(w, s)| w == v && s != sum))
+        .map(|(v, _, _)| *v)
+        .collect();
+    if !changed.is_empty() {
+        return Check::fail(
+            NAME,
+            format!("applied migrations differ from this binary's: {changed:?}"),
+            "install the gpuq build that made this database, or restore a backup",
+        );
+    }
+    let pending: Vec<i64> = want
+        .iter()
+        .filter(|(w, _)| !applied.iter().any(|(v, _, _)| v == w))
+        .map(|(w, _)| *w)
+        .collect();
+    if pending.is_empty() {
+        Check::pass(NAME, format!("all {} migrations applied", want.len()))
+    } else {
+        Check::warn(
+            NAME,
+            format!(
+                "{} of {} migrations pending: {pending:?}",
+                pending.len(),
+                want.len()
+            ),
+            "`gpuq serve` applies them at its next start (an upgrade)",
+        )
+    }
+}
+
+async fn clock(pool: &PgPool) -> Check {
+    const NAME: &str = "clock";
+    let before = chrono::Utc::now();
+    let theirs: Result<chrono::DateTime<chrono::Utc>, _> =
+        sqlx::query_scalar("SELECT now()").fetch_one(pool).await;
+    let after = chrono::Utc::now();
+    let theirs = match theirs {
+        Ok(t) => t,
+        Err(e) => {
+            return Check::fail(
+                NAME,
+                format!("reading Postgres' clock: {e}"),
+                "check the database connection",
+            )
+        }
+    };
+    let ours = before + (after - before) / 2;
+    let skew = (theirs - ours).num_milliseconds() as f64 / 1000.0;
+    let detail = format!("Postgres' clock is {skew:+.3} s from this host's");
+    if skew.abs() > CLOCK_SKEW_S {
+        Check::warn(NAME, detail, "run NTP (chrony or systemd-timesyncd) on this host and the database host: deadlines and waits use both clocks")
+    } else {
+        Check::pass(NAME, detail)
+    }
+}
+
+/// Can the server bind its address, and is a non-loopback address served without TLS?
+pub(super) fn listen(opts: &DoctorOptions) -> Check {
+    const NAME: &str = "listen";
+    let at = opts.listen;
+    let bind = std::net::TcpListener::bind(at);
+    let exposed = !at.ip().is_loopback() && !opts.secure_cookies;
+    match bind {
+        Ok(_) if exposed => Check::warn(
+            NAME,
+            format!("{at} can be bound, and is reachable from other hosts without TLS"),
+            "serve through a TLS reverse proxy and set --secure-cookies, or listen on 127.0.0.1 behind the proxy",
+        ),
+        Ok(_) => Check::pass(NAME, format!("{at} can be bound")),
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Check::warn(
+            NAME,
+            format!("{at} is in use (by a running gpuq, after installing?)"),
+            "if gpuq is not running, free the port or choose another with --listen",
+        ),
+        Err(e) => Check::fail(NAME, format!("cannot bind {at}: {e}"), "choose another --listen address (ports below 1024 need a capability)"),
+    }
+}
