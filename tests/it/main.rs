@@ -13,6 +13,7 @@ mod cli;
 mod concurrency;
 mod database;
 mod docker;
+mod doctor;
 mod edges;
 mod isolation;
 mod logs_json;

@@ -1,0 +1,189 @@
+//! `gpuq doctor`, the real binary: it passes on simulated cards with real Postgres and dockerd,
+//! fails clearly without an NVIDIA driver, and never changes the database or starts Postgres.
+
+use crate::support::{database_url, free_port, TestApp};
+use serde_json::Value;
+use sqlx::PgPool;
+use std::process::{Command, Output};
+
+const IMAGE: &str = "gpuq-test/busybox:latest";
+
+fn doctor(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_gpuq"))
+        .arg("doctor")
+        .args(args)
+        .output()
+        .expect("run gpuq doctor")
+}
+
+/// The checks of a `--json` run, by name.
+fn checks(out: &Output) -> Vec<Value> {
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert_eq!(doc["ok"], out.status.success(), "{doc:#}");
+    doc["checks"].as_array().unwrap().clone()
+}
+
+fn check<'a>(all: &'a [Value], name: &str) -> &'a Value {
+    all.iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no check {name}: {all:#?}"))
+}
+
+#[sqlx::test(migrations = false)]
+async fn doctor_passes_on_simulated_cards(pool: PgPool) {
+    let app = TestApp::new(pool).await;
+    let url = database_url(&app.pool);
+    let dir = tempfile::tempdir().unwrap();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let out = doctor(&[
+        "--json",
+        "--gpu-source",
+        "sim",
+        "--sim-gpus",
+        "2x24576:NVIDIA GeForce RTX 3090",
+        "--database-url",
+        &url,
+        "--data-dir",
+        dir.path().to_str().unwrap(),
+        "--listen",
+        &listen,
+        "--smoke-image",
+        IMAGE,
+    ]);
+    let all = checks(&out);
+    assert!(out.status.success(), "{all:#?}");
+    for name in [
+        "smoke",
+        "data-dir",
+        "postgres",
+        "migrations",
+        "clock",
+        "listen",
+    ] {
+        assert_eq!(check(&all, name)["status"], "pass", "{name}: {all:#?}");
+    }
+    // Docker passes, or warns about its cgroup version; never fails here.
+    assert_ne!(check(&all, "docker")["status"], "fail");
+    assert!(check(&all, "docker")["data"]["version"].is_string());
+    // Simulated cards: the NVIDIA runtime is not needed, so at worst a warning.
+    assert_ne!(check(&all, "nvidia-runtime")["status"], "fail");
+    let cards = check(&all, "gpus")["data"]["cards"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(cards.len(), 2);
+    assert!(check(&all, "smoke")["detail"]
+        .as_str()
+        .unwrap()
+        .contains("gpuq-sim0"));
+    // Every warn and fail says what to do.
+    for c in &all {
+        if c["status"] != "pass" {
+            assert!(c["fix"].as_str().is_some_and(|f| !f.is_empty()), "{c}");
+        }
+    }
+}
+
+#[sqlx::test(migrations = false)]
+async fn doctor_without_a_driver_fails_naming_nvml_and_its_library(pool: PgPool) {
+    let app = TestApp::new(pool).await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = doctor(&[
+        "--gpu-source",
+        "nvml",
+        "--database-url",
+        &database_url(&app.pool),
+        "--data-dir",
+        dir.path().to_str().unwrap(),
+        "--listen",
+        &format!("127.0.0.1:{}", free_port()),
+    ]);
+    assert!(!out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let gpus = text
+        .lines()
+        .find(|l| l.starts_with("fail  gpus"))
+        .unwrap_or_else(|| panic!("no failed gpus line: {text}"));
+    assert!(
+        gpus.contains("NVML") && gpus.contains("libnvidia-ml.so.1"),
+        "{gpus}"
+    );
+    let fix = text
+        .lines()
+        .skip_while(|l| !l.starts_with("fail  gpus"))
+        .nth(1)
+        .unwrap();
+    assert!(
+        fix.trim_start()
+            .starts_with("fix: install the NVIDIA driver"),
+        "{fix}"
+    );
+    // Every line is a check, its fix, or the summary.
+    for line in text.lines() {
+        let ok = ["pass  ", "warn  ", "fail  "]
+            .iter()
+            .any(|p| line.starts_with(p))
+            || line.trim_start().starts_with("fix: ")
+            || line.ends_with(" failed");
+        assert!(ok, "unexpected line: {line}");
+    }
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("gpus"), "{err}");
+}
+
+#[sqlx::test(migrations = false)]
+async fn doctor_changes_nothing_it_checks(pool: PgPool) {
+    // An empty database: the doctor reports pending migrations and leaves it empty.
+    let url = database_url(&pool);
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("never-created");
+    let common = [
+        "--json",
+        "--gpu-source",
+        "sim",
+        "--sim-gpus",
+        "1x24576:NVIDIA GeForce RTX 3090",
+        "--runner",
+        "false",
+    ];
+    let listen = format!("127.0.0.1:{}", free_port());
+    let mut args = common.to_vec();
+    args.extend(["--database-url", &url, "--listen", &listen]);
+    args.extend(["--data-dir", data.to_str().unwrap()]);
+    let all = checks(&doctor(&args));
+    let m = check(&all, "migrations");
+    assert_eq!(m["status"], "warn", "{m}");
+    assert!(
+        m["detail"].as_str().unwrap().contains("empty database"),
+        "{m}"
+    );
+    let tables: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM information_schema.tables WHERE table_schema NOT IN ('pg_catalog', 'information_schema')",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(tables, 0, "the doctor created tables");
+    assert!(!data.exists(), "the doctor created the data directory");
+
+    // The embedded cluster: not created, not started.
+    let mut args = common.to_vec();
+    args.extend(["--listen", &listen, "--data-dir", data.to_str().unwrap()]);
+    let all = checks(&doctor(&args));
+    let pg = check(&all, "postgres");
+    assert_eq!(pg["status"], "warn", "{pg}");
+    assert!(
+        pg["detail"].as_str().unwrap().contains("not created yet"),
+        "{pg}"
+    );
+    assert!(
+        !data.join("pg").exists(),
+        "the doctor made an embedded cluster"
+    );
+}
