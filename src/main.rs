@@ -24,7 +24,7 @@ async fn main() -> std::process::ExitCode {
     }
     let cli_json = cli.log_format == LogFormat::Json;
     let result = match cli.command {
-        Command::Serve(args) => serve::serve(args).await,
+        Command::Serve(args) => serve::serve(*args).await,
         Command::Doctor(args) => serve::doctor(*args).await,
         Command::User(UserCommand::Add(args)) => serve::user_add(args).await,
         Command::Bench(BenchCommand::Admission(args)) => serve::bench_admission(args).await,

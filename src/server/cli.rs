@@ -34,7 +34,7 @@ pub enum LogFormat {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the server: web UI, REST API and background tasks.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Check that this host is ready for gpuq (driver, Docker, database, disk, clock, listen
     /// address); prints pass, warn or fail per check, and exits non-zero on any fail.
     Doctor(Box<DoctorArgs>),
@@ -105,7 +105,7 @@ mod tests {
     fn serve(args: &[&str]) -> Result<ServeArgs, clap::Error> {
         let argv = ["gpuq", "serve"].iter().chain(args);
         match Cli::try_parse_from(argv)?.command {
-            Command::Serve(a) => Ok(a),
+            Command::Serve(a) => Ok(*a),
             other => panic!("parsed as {other:?}"),
         }
     }

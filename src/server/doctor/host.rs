@@ -109,8 +109,8 @@ fn free_disk(name: &'static str, path: &Path) -> Check {
     let at = existing_ancestor(path);
     match nix::sys::statvfs::statvfs(&at) {
         Ok(s) => {
-            let free = s.blocks_available() as u64 * s.fragment_size() as u64;
-            let total = s.blocks() as u64 * s.fragment_size() as u64;
+            let free = s.blocks_available() * s.fragment_size();
+            let total = s.blocks() * s.fragment_size();
             let detail = format!(
                 "{}: {:.1} GiB free of {:.1} GiB",
                 at.display(),
