@@ -106,18 +106,16 @@ pub async fn set_created(
     Ok(r.rows_affected() == 1)
 }
 
-/// `starting` → `running`. Returns the seconds from submit to now when this call moved the job to
-/// `running`, `None` if the job had left `starting`.
-pub async fn set_running(pool: &PgPool, job: Uuid, node: &str) -> sqlx::Result<Option<f64>> {
+/// `starting` → `running`. Returns false if the job left `starting`.
+pub async fn set_running(pool: &PgPool, job: Uuid, node: &str) -> sqlx::Result<bool> {
     let mut tx = pool.begin().await?;
-    let since_submit: Option<f64> = sqlx::query_scalar(
-        "UPDATE jobs SET status = 'running', started_at = clock_timestamp() WHERE id = $1 AND status = 'starting' \
-         RETURNING extract(epoch FROM started_at - created_at)::float8",
+    let r = sqlx::query(
+        "UPDATE jobs SET status = 'running', started_at = clock_timestamp() WHERE id = $1 AND status = 'starting'",
     )
     .bind(job)
-    .fetch_optional(&mut *tx)
+    .execute(&mut *tx)
     .await?;
-    if since_submit.is_some() {
+    if r.rows_affected() == 1 {
         events::job_event(
             &mut *tx,
             job,
@@ -129,7 +127,7 @@ pub async fn set_running(pool: &PgPool, job: Uuid, node: &str) -> sqlx::Result<O
         events::job_changed(&mut *tx, job, JobStatus::Running).await?;
     }
     tx.commit().await?;
-    Ok(since_submit)
+    Ok(r.rows_affected() == 1)
 }
 
 /// Gives a claimed job back to `admitted` (its cards stay reserved) so a later attempt launches it:

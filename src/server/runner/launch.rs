@@ -118,9 +118,9 @@ impl Runner {
         )
         .await;
         match runs::set_running(&self.pool, job.id, &self.cfg.node).await {
-            Ok(since_submit) => {
-                if let Some(secs) = since_submit {
-                    crate::server::metrics::observe_container_start(secs);
+            Ok(moved) => {
+                if moved {
+                    crate::server::metrics::record_container_start(&self.pool, job.id).await;
                 }
                 Ok((container, deadline))
             }
