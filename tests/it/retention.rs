@@ -9,9 +9,7 @@ use sqlx::PgPool;
 
 #[sqlx::test(migrations = false)]
 async fn old_logs_go_then_the_oldest_past_the_size_cap(pool: PgPool) {
-    let app = TestApp::new(pool.clone()).await;
-    app.sim_cards("1x24576:NVIDIA GeForce RTX 3090", "logs")
-        .await;
+    let app = TestApp::with_one_card(pool.clone(), "logs").await;
     let admin = app.bearer("root", Role::Admin).await;
     let spec =
         json!({ "image": "gpuq-test/busybox:latest", "command": ["true"], "min_vram_mb": 1000 });

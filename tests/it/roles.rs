@@ -60,7 +60,7 @@ async fn every_server_function_allows_exactly_the_roles_it_should(pool: PgPool) 
         .await;
     let card = gpuq::model::gpu_id(&cards[0]);
     let bob_id = app
-        .api("GET", "/api/v1/users", Some(&admin_bearer), None)
+        .get("/api/v1/users", &admin_bearer)
         .await
         .json()
         .as_array()
@@ -72,12 +72,7 @@ async fn every_server_function_allows_exactly_the_roles_it_should(pool: PgPool) 
         .unwrap()
         .to_owned();
     let policy = app
-        .api(
-            "GET",
-            "/api/v1/settings/launch-policy",
-            Some(&admin_bearer),
-            None,
-        )
+        .get("/api/v1/settings/launch-policy", &admin_bearer)
         .await
         .json();
     let cookies = [
@@ -244,9 +239,7 @@ fn urlencode(s: &str) -> String {
 /// The rules live in `gpuq::server::jobs::access`; this table is their test.
 #[sqlx::test(migrations = false)]
 async fn what_each_role_reads_of_a_members_job(pool: PgPool) {
-    let app = TestApp::new(pool).await;
-    app.sim_cards("1x24576:NVIDIA GeForce RTX 3090", "roles")
-        .await;
+    let app = TestApp::with_one_card(pool, "roles").await;
     let bearers = [
         app.bearer("alice", Role::Member).await,
         app.bearer("bob", Role::Member).await,

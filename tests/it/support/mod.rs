@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests, by topic.
 
 pub mod app;
+pub mod calls;
+pub mod db;
 pub mod docker;
 pub mod isolation;
 pub mod ledger;
@@ -9,5 +11,5 @@ pub mod server;
 
 pub use app::{pass_config, read_stream_until, Reply, TestApp, ORIGIN, PASSWORD};
 pub use ledger::ledger_violations;
-pub use node::{wait_status, Node};
-pub use server::{api_as_admin, database_url, free_port, post_job, start_server};
+pub use node::{failure_reason, wait_status, Node};
+pub use server::{api_as_admin, database_url, free_port, json_of, post_job, start_server, Serve};

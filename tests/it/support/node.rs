@@ -76,3 +76,10 @@ pub async fn wait_status(
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
 }
+
+/// Waits (up to 60 s) for a job to end, asserts that it failed and returns why.
+pub async fn failure_reason(app: &TestApp, bearer: &str, id: uuid::Uuid) -> String {
+    let v = wait_status(app, bearer, id, &["succeeded", "failed"], 60).await;
+    assert_eq!(v["status"], "failed", "{v}");
+    v["status_reason"].as_str().unwrap().to_owned()
+}
