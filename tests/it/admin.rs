@@ -2,7 +2,7 @@
 //! renaming workload types, roles, passwords, resubmission, sorting, and the "applied by a pass"
 //! signal. Real router, real Postgres.
 
-use crate::support::{TestApp, PASSWORD};
+use crate::support::{true_job, TestApp, PASSWORD};
 use gpuq::model::Role;
 use serde_json::json;
 use sqlx::PgPool;
@@ -11,8 +11,7 @@ const MODEL: &str = "NVIDIA GeForce RTX 3090";
 
 #[sqlx::test(migrations = false)]
 async fn renaming_a_workload_type_moves_its_queued_jobs_with_it(pool: PgPool) {
-    let app = TestApp::new(pool).await;
-    app.sim_cards(&format!("1x24576:{MODEL}"), "n1").await;
+    let app = TestApp::with_one_card(pool, "n1").await;
     let (admin, member) = app.admin_and_member("alice").await;
     app.workload(&admin, "llm", json!({ MODEL: 30000 })).await;
     app.workload(&admin, "small", json!({ MODEL: 1000 })).await;
@@ -157,20 +156,16 @@ async fn a_password_change_needs_the_current_one(pool: PgPool) {
 
 #[sqlx::test(migrations = false)]
 async fn only_the_owner_resubmits_and_the_copy_is_a_new_job(pool: PgPool) {
-    let app = TestApp::new(pool).await;
-    app.sim_cards(&format!("1x24576:{MODEL}"), "n1").await;
+    let app = TestApp::with_one_card(pool, "n1").await;
     let alice = app.bearer("alice", Role::Member).await;
     let admin = app.bearer("root", Role::Admin).await;
     let spec = json!({ "image": "gpuq-test/busybox:latest", "command": ["echo", "x"], "min_vram_mb": 500,
                        "env": { "SECRET": "alice-only" }, "name": "orig" });
     let first = app.submit_ok(&alice, spec).await;
-    let by_admin = app
-        .post(&format!("/api/v1/jobs/{first}/resubmit"), &admin)
-        .await;
+    let resubmit = format!("/api/v1/jobs/{first}/resubmit");
+    let by_admin = app.post(&resubmit, &admin).await;
     assert_eq!(by_admin.status, 403, "{}", by_admin.text);
-    let copy = app
-        .post(&format!("/api/v1/jobs/{first}/resubmit"), &alice)
-        .await;
+    let copy = app.post(&resubmit, &alice).await;
     assert_eq!(copy.status, 201, "{}", copy.text);
     let id: uuid::Uuid = copy.json()["job_id"].as_str().unwrap().parse().unwrap();
     assert_ne!(id, first);
@@ -186,13 +181,8 @@ async fn only_the_owner_resubmits_and_the_copy_is_a_new_job(pool: PgPool) {
         .await
         .json();
     policy["image_allowlist"] = json!(["registry.local/*"]);
-    let put = app
-        .put("/api/v1/settings/launch-policy", &admin, policy)
-        .await;
-    assert_eq!(put.status, 200, "{}", put.text);
-    let refused = app
-        .post(&format!("/api/v1/jobs/{first}/resubmit"), &alice)
-        .await;
+    app.set_policy(&admin, policy).await;
+    let refused = app.post(&resubmit, &alice).await;
     assert_eq!(refused.status, 400, "{}", refused.text);
     assert_eq!(refused.json()["field"], "image");
 }
@@ -234,15 +224,9 @@ async fn job_lists_sort_as_asked(pool: PgPool) {
 
 #[sqlx::test(migrations = false)]
 async fn cards_show_how_long_each_holder_has_been_running(pool: PgPool) {
-    let app = TestApp::new(pool).await;
-    app.sim_cards(&format!("1x24576:{MODEL}"), "n1").await;
+    let app = TestApp::with_one_card(pool, "n1").await;
     let alice = app.bearer("alice", Role::Member).await;
-    let job = app
-        .submit_ok(
-            &alice,
-            json!({ "image": "gpuq-test/busybox:latest", "command": ["true"], "min_vram_mb": 3000 }),
-        )
-        .await;
+    let job = app.submit_ok(&alice, true_job(3000)).await;
     app.pass().await;
     let holder = |gpus: serde_json::Value| gpus["gpus"][0]["jobs"][0].clone();
     let admitted = holder(app.get("/api/v1/gpus", &alice).await.json());
@@ -277,14 +261,8 @@ async fn a_password_change_ends_the_other_browser_sessions(pool: PgPool) {
     assert_eq!(me(&here).await, 200);
     assert_eq!(me(&elsewhere).await, 200);
     // Through the account page's server function, from the `here` session.
-    let changed = app
-        .server_fn(
-            "change_password",
-            "current_password=correct+horse+battery&new_password=another-secret-1",
-            Some(&here),
-            &[],
-        )
-        .await;
+    let form = "current_password=correct+horse+battery&new_password=another-secret-1";
+    let changed = app.signed_in_call(&here, "change_password", form).await;
     assert_eq!(changed.status, 200, "{}", changed.text);
     assert_eq!(
         me(&here).await,

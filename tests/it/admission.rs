@@ -288,31 +288,20 @@ async fn foreign_memory_lowers_what_is_admitted(pool: PgPool) {
     let (app, admin, member) = setup(pool).await;
     let gpus = app.get("/api/v1/gpus", &admin).await.json();
     let a100 = gpus["gpus"][3]["uuid"].as_str().unwrap().to_owned();
+    let sim = format!("/api/v1/gpus/{a100}/sim");
     // Foreign processes use 70000 MiB of the A100: a 20000 MiB job no longer fits anywhere.
     let set = app
-        .put(
-            &format!("/api/v1/gpus/{a100}/sim"),
-            &admin,
-            json!({ "external_mib": 70000 }),
-        )
+        .put(&sim, &admin, json!({ "external_mib": 70000 }))
         .await;
     assert_eq!(set.status, 204, "{}", set.text);
     assert_eq!(
-        app.put(
-            &format!("/api/v1/gpus/{a100}/sim"),
-            &member,
-            json!({ "external_mib": 0 })
-        )
-        .await
-        .status,
+        app.put(&sim, &member, json!({ "external_mib": 0 }))
+            .await
+            .status,
         403
     );
     let too_much = app
-        .put(
-            &format!("/api/v1/gpus/{a100}/sim"),
-            &admin,
-            json!({ "external_mib": 90000 }),
-        )
+        .put(&sim, &admin, json!({ "external_mib": 90000 }))
         .await;
     assert_eq!(too_much.status, 400);
     let id = app
@@ -464,13 +453,8 @@ async fn the_list_filters_pages_and_hides_other_peoples_env(pool: PgPool) {
 #[sqlx::test(migrations = false)]
 async fn manifest_edits_are_admin_only_audited_and_decide_the_next_pass(pool: PgPool) {
     let (app, admin, member) = setup(pool).await;
-    let refused = app
-        .put(
-            "/api/v1/manifest/llm",
-            &member,
-            json!({ "vram_mib": { RTX: 1 } }),
-        )
-        .await;
+    let one_mib = || json!({ "vram_mib": { RTX: 1 } });
+    let refused = app.put("/api/v1/manifest/llm", &member, one_mib()).await;
     assert_eq!(refused.status, 403);
     app.workload(&admin, "llm", json!({ A100: 50000 })).await;
     let id = app
@@ -507,20 +491,14 @@ async fn manifest_edits_are_admin_only_audited_and_decide_the_next_pass(pool: Pg
         assert_eq!(r.json()["field"], field);
     }
     let bad_name = app
-        .put(
-            "/api/v1/manifest/Bad%20Name",
-            &admin,
-            json!({ "vram_mib": { RTX: 1 } }),
-        )
+        .put("/api/v1/manifest/Bad%20Name", &admin, one_mib())
         .await;
     assert_eq!(bad_name.json()["field"], "workload");
     assert_eq!(app.delete("/api/v1/manifest/llm", &admin).await.status, 204);
     assert_eq!(app.delete("/api/v1/manifest/llm", &admin).await.status, 404);
-    let audited: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM audit_events WHERE kind LIKE 'manifest.%'")
-            .fetch_one(&app.pool)
-            .await
-            .unwrap();
+    let audited: i64 = app
+        .scalar("SELECT count(*) FROM audit_events WHERE kind LIKE 'manifest.%'")
+        .await;
     assert_eq!(audited, 3);
     // The audit trails cannot be rewritten.
     let tamper = sqlx::query("UPDATE job_events SET actor = 'nobody'")

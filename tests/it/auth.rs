@@ -1,7 +1,7 @@
 //! Sign-in, tokens, throttling, disabled users, roles and the cross-site check, against the real
 //! router and a real Postgres database.
 
-use crate::support::{TestApp, ORIGIN, PASSWORD};
+use crate::support::{true_job, TestApp, ORIGIN, PASSWORD};
 use gpuq::model::Role;
 use gpuq::server::auth::service::{self, MAX_FAILURES};
 use serde_json::json;
@@ -466,16 +466,12 @@ async fn the_openapi_document_describes_every_route(pool: PgPool) {
 /// without an entry fails this test.
 #[sqlx::test(migrations = false)]
 async fn every_route_allows_exactly_the_roles_it_should(pool: PgPool) {
-    let app = TestApp::new(pool).await;
-    let cards = app
-        .sim_cards("2x24576:NVIDIA GeForce RTX 3090", "roles")
-        .await;
+    let (app, cards) = TestApp::with_cards(pool, "2x24576:NVIDIA GeForce RTX 3090", "roles").await;
     let owner = app.bearer("alice", Role::Member).await;
     let other = app.bearer("bob", Role::Member).await;
     let manager = app.bearer("mia", Role::Manager).await;
     let admin = app.bearer("root", Role::Admin).await;
-    let spec =
-        json!({ "image": "gpuq-test/busybox:latest", "command": ["true"], "min_vram_mb": 1000 });
+    let spec = true_job(1000);
     let job = app.submit_ok(&owner, spec.clone()).await;
     let card = gpuq::model::gpu_id(&cards[0]);
     let bob_id = app.get("/api/v1/me", &other).await.json()["id"]
@@ -664,12 +660,7 @@ async fn sign_ins_and_tokens_are_audited(pool: PgPool) {
     assert_eq!(app.token("tess", "wrong password").await.status, 401);
     let cookie = app.login("tess", PASSWORD).await;
     let made = app
-        .server_fn(
-            "create_token",
-            "name=ci&expires_in_days=30",
-            Some(&cookie),
-            &[],
-        )
+        .signed_in_call(&cookie, "create_token", "name=ci&expires_in_days=30")
         .await;
     assert_eq!(made.status, 200, "{}", made.text);
     let bearer = format!("Bearer {}", made.json()["token"].as_str().unwrap());

@@ -2,6 +2,7 @@
 //! silence the append-only audit trails (`job_events`, `audit_events`).
 
 use crate::support::app::TestApp;
+use crate::support::true_job;
 use serde_json::json;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
@@ -47,9 +48,7 @@ async fn the_app_role_runs_the_application_but_cannot_touch_the_audit_trail(owne
         )
         .await;
     assert_eq!(r.status, 200, "{}", r.text);
-    let job = app
-        .submit_ok(&member, json!({ "image": "gpuq-test/busybox:latest", "command": ["true"], "min_vram_mb": 1000 }))
-        .await;
+    let job = app.submit_ok(&member, true_job(1000)).await;
     let r = app
         .post(&format!("/api/v1/jobs/{job}/cancel"), &member)
         .await;

@@ -172,8 +172,7 @@ async fn strangers_get_a_303_to_sign_in_and_come_back(pool: PgPool) {
 
 #[sqlx::test(migrations = false)]
 async fn readyz_shows_details_to_admins_only(pool: PgPool) {
-    let app = TestApp::new(pool).await;
-    let (admin, member) = app.admin_and_member("rita").await;
+    let (app, admin, member) = TestApp::with_admin_and_member(pool, "rita").await;
     let anonymous = app.api("GET", "/readyz", None, None).await;
     assert_eq!(anonymous.status, 200);
     assert_eq!(anonymous.json(), json!({ "status": "ready" }));

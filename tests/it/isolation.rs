@@ -4,12 +4,12 @@
 //! themselves are in `attacks::isolation`.
 
 use crate::support::isolation::{
-    allowed_dir, container_of, facts_of, job, job_ids_of, log, open_dir, IsoNode,
+    allowed_tempdir, container_of, facts_of, job, job_ids_of, log, open_dir, IsoNode,
 };
-use crate::support::{database_url, failure_reason, wait_status, Serve, TestApp};
+use crate::support::{cancel_and_wait, database_url, failure_reason, wait_status, Serve, TestApp};
 use gpuq::model::Role;
 use gpuq::server::db::job_uids::{self, JobUidRange};
-use gpuq::server::runtime::{ensure_sim_devices, Docker, ICC_OPTION, JOB_NETWORK};
+use gpuq::server::runtime::{Docker, ICC_OPTION, JOB_NETWORK};
 use serde_json::json;
 use sqlx::PgPool;
 
@@ -92,8 +92,7 @@ async fn allocation_skips_uids_an_admin_assigned(pool: PgPool) {
 
 #[sqlx::test(migrations = false)]
 async fn admins_set_job_uids_and_conflicts_name_the_field(pool: PgPool) {
-    let app = TestApp::new(pool).await;
-    let (admin, alice) = app.admin_and_member("alice").await;
+    let (app, admin, alice) = TestApp::with_admin_and_member(pool, "alice").await;
     app.bearer("bob", Role::Member).await;
     let (a, b) = (user_id(&app, "alice").await, user_id(&app, "bob").await);
     let patch = |id: uuid::Uuid, body: serde_json::Value, who: String| {
@@ -138,8 +137,7 @@ async fn admins_set_job_uids_and_conflicts_name_the_field(pool: PgPool) {
 
 #[sqlx::test(migrations = false)]
 async fn only_root_images_run_as_root(pool: PgPool) {
-    let app = TestApp::new(pool).await;
-    let (admin, alice) = app.admin_and_member("alice").await;
+    let (app, admin, alice) = TestApp::with_admin_and_member(pool, "alice").await;
     let node = IsoNode::start(&app, "iso-root", vec![], Default::default()).await;
     let text = run_ok(&app, &alice, "echo uid=$(id -u)").await;
     assert!(!text.contains("uid=0"), "{text}");
@@ -159,8 +157,7 @@ async fn only_root_images_run_as_root(pool: PgPool) {
 
 #[sqlx::test(migrations = false)]
 async fn cpu_and_shm_limits_user_and_network_are_what_docker_runs(pool: PgPool) {
-    let app = TestApp::new(pool).await;
-    let (admin, alice) = app.admin_and_member("alice").await;
+    let (app, admin, alice) = TestApp::with_admin_and_member(pool, "alice").await;
     app.set_policy(&admin, json!({ "cpus_per_job": 1.5, "shm_mib": 128 }))
         .await;
     let node = IsoNode::start(&app, "iso-limits", vec![], Default::default()).await;
@@ -186,18 +183,14 @@ async fn cpu_and_shm_limits_user_and_network_are_what_docker_runs(pool: PgPool) 
         assert!(std::time::Instant::now() < deadline, "/dev/shm: {text}");
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
-    let c = app.post(&format!("/api/v1/jobs/{id}/cancel"), &alice).await;
-    assert_eq!(c.status, 200, "{}", c.text);
-    wait_status(&app, &alice, id, &["cancelled"], 30).await;
+    cancel_and_wait(&app, &alice, id).await;
     node.stop().await;
 }
 
 #[sqlx::test(migrations = false)]
 async fn the_never_mount_list_holds_at_submit_and_at_launch(pool: PgPool) {
-    let app = TestApp::new(pool).await;
-    let (admin, alice) = app.admin_and_member("alice").await;
-    let root = tempfile::tempdir().unwrap();
-    let tree = allowed_dir(&app, &admin, root.path(), "tree").await;
+    let (app, admin, alice) = TestApp::with_admin_and_member(pool, "alice").await;
+    let (_root, tree) = allowed_tempdir(&app, &admin, "tree").await;
     // Symlinks inside the allowlisted tree to the runtime's sockets and state, and /boot.
     for (name, target) in [
         ("run", "/run"),
@@ -245,11 +238,9 @@ async fn the_never_mount_list_holds_at_submit_and_at_launch(pool: PgPool) {
 /// of re-adopting it, and re-adopts the other.
 #[sqlx::test(migrations = false)]
 async fn a_readopted_container_whose_volume_moved_is_stopped(pool: PgPool) {
-    let app = TestApp::new(pool).await;
-    ensure_sim_devices(4).unwrap();
+    let app = TestApp::with_sim_devices(pool, 4).await;
     let (admin, alice) = app.admin_and_member("alice").await;
-    let root = tempfile::tempdir().unwrap();
-    let shared = allowed_dir(&app, &admin, root.path(), "shared").await;
+    let (root, shared) = allowed_tempdir(&app, &admin, "shared").await;
     let outside = open_dir(&root.path().join("outside"));
     let proj = open_dir(&shared.join("proj"));
     let kept = open_dir(&shared.join("kept"));
@@ -295,11 +286,7 @@ async fn a_readopted_container_whose_volume_moved_is_stopped(pool: PgPool) {
     .unwrap();
     assert_eq!(readopted, 1);
     assert_eq!(app.job(&alice, stays).await["status"], "running");
-    let c = app
-        .post(&format!("/api/v1/jobs/{stays}/cancel"), &alice)
-        .await;
-    assert_eq!(c.status, 200, "{}", c.text);
-    wait_status(&app, &alice, stays, &["cancelled"], 30).await;
+    cancel_and_wait(&app, &alice, stays).await;
 }
 
 #[sqlx::test(migrations = false)]

@@ -2,7 +2,7 @@
 //! notifications (shown with a backstop timer too slow to explain them), a lost connection makes
 //! every subscriber refetch, and a whole `gpuq serve` holds exactly one LISTEN connection.
 
-use crate::support::{json_of, wait_status, Node, Serve, TestApp};
+use crate::support::{get_with, json_of, wait_status, Node, Serve, TestApp};
 use gpuq::model::Role;
 use gpuq::server::runtime::{ensure_sim_devices, LaunchMode};
 use serde_json::json;
@@ -47,8 +47,7 @@ fn sh(script: &str) -> serde_json::Value {
 
 #[sqlx::test(migrations = false)]
 async fn one_gpuq_serve_holds_one_listen_connection(pool: PgPool) {
-    let app = TestApp::new(pool).await;
-    ensure_sim_devices(4).unwrap();
+    let app = TestApp::with_sim_devices(pool, 4).await;
     // Everything that listens is on: scheduler, runner, live pages, log follows.
     let serve = Serve::runner(&app.pool, "one-listen", &[]);
     let _server = serve.start("s.log").await;
@@ -57,12 +56,8 @@ async fn one_gpuq_serve_holds_one_listen_connection(pool: PgPool) {
     let client = reqwest::Client::new();
     let (_, bearer) = crate::support::api_as_admin(port).await;
     // A live stream open and a job run to its end: still one connection.
-    let mut events = client
-        .get(format!("http://127.0.0.1:{port}/api/v1/events"))
-        .header("authorization", &bearer)
-        .send()
-        .await
-        .unwrap();
+    let events_url = format!("http://127.0.0.1:{port}/api/v1/events");
+    let mut events = get_with(&client, &events_url, &bearer).await;
     assert_eq!(events.status(), 200);
     let id = crate::support::post_job(&client, port, &bearer, &sh("echo hi")).await;
     let deadline = Instant::now() + Duration::from_secs(60);

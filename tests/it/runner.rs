@@ -1,7 +1,7 @@
 //! Layer 2 end to end: real Postgres, real dockerd, simulated cards fenced through device nodes.
 
 use crate::support::isolation::{container_of, event_kinds};
-use crate::support::{api_as_admin, post_job, wait_status, Node, Serve, TestApp};
+use crate::support::{api_as_admin, get_with, post_job, wait_status, Node, Serve, TestApp};
 use gpuq::model::Role;
 use gpuq::server::runtime::{ensure_sim_devices, Docker, LaunchMode};
 use serde_json::{json, Value};
@@ -226,8 +226,7 @@ async fn privileged_launches_are_refused_by_the_fence_check(pool: PgPool) {
 
 #[sqlx::test(migrations = false)]
 async fn killed_server_readopts_its_running_containers(pool: PgPool) {
-    let app = TestApp::new(pool).await;
-    ensure_sim_devices(4).unwrap();
+    let app = TestApp::with_sim_devices(pool, 4).await;
     let serve = Serve::runner(&app.pool, "k9", &["--stop-grace-s", "1"]);
     let server = serve.start("a.log").await;
     let port = serve.port;
@@ -251,11 +250,7 @@ async fn killed_server_readopts_its_running_containers(pool: PgPool) {
         assert!(Instant::now() < deadline, "jobs never started");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let ledger: Vec<(uuid::Uuid, i64)> =
-        sqlx::query_as("SELECT uuid, reserved_mib FROM gpus ORDER BY uuid")
-            .fetch_all(&app.pool)
-            .await
-            .unwrap();
+    let ledger = reservations(&app).await;
     // kill -9: no shutdown code runs.
     server.kill9();
     let docker = Docker::connect().await.unwrap();
@@ -266,11 +261,7 @@ async fn killed_server_readopts_its_running_containers(pool: PgPool) {
         "containers outlive gpuq: {alive:?}"
     );
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let after: Vec<(uuid::Uuid, i64)> =
-        sqlx::query_as("SELECT uuid, reserved_mib FROM gpus ORDER BY uuid")
-            .fetch_all(&app.pool)
-            .await
-            .unwrap();
+    let after = reservations(&app).await;
     assert_eq!(ledger, after, "the ledger did not move while gpuq was down");
 
     let restarted_at = Instant::now();
@@ -308,6 +299,12 @@ async fn killed_server_readopts_its_running_containers(pool: PgPool) {
     assert_eq!(reserved(&app).await, 0);
 }
 
+/// Each card's reservation, by card.
+async fn reservations(app: &TestApp) -> Vec<(uuid::Uuid, i64)> {
+    let sql = "SELECT uuid, reserved_mib FROM gpus ORDER BY uuid";
+    sqlx::query_as(sql).fetch_all(&app.pool).await.unwrap()
+}
+
 /// The test app reading logs from a server's data directory.
 fn app_with_logs(app: &TestApp, data_dir: &std::path::Path) -> TestApp {
     app.with_logs_dir(data_dir.join("logs"))
@@ -315,8 +312,7 @@ fn app_with_logs(app: &TestApp, data_dir: &std::path::Path) -> TestApp {
 
 #[sqlx::test(migrations = false)]
 async fn two_servers_on_one_docker_launch_every_job_once(pool: PgPool) {
-    let app = TestApp::new(pool).await;
-    ensure_sim_devices(4).unwrap();
+    let app = TestApp::with_sim_devices(pool, 4).await;
     let serves = [(); 2].map(|_| Serve::runner(&app.pool, "dup", &[]));
     let mut servers = Vec::new();
     for (n, serve) in serves.iter().enumerate() {
@@ -357,12 +353,8 @@ async fn without_docker_the_node_starts_nothing_frees_nothing_and_says_why(pool:
     let port = serve.port;
     // The checks are shown to admins only.
     let (client, admin) = api_as_admin(port).await;
-    let ready = client
-        .get(format!("http://127.0.0.1:{port}/readyz"))
-        .header("authorization", &admin)
-        .send()
-        .await
-        .unwrap();
+    let ready_url = format!("http://127.0.0.1:{port}/readyz");
+    let ready = get_with(&client, &ready_url, &admin).await;
     assert_eq!(ready.status(), 503);
     let body: Value = ready.json().await.unwrap();
     assert_eq!(body["checks"]["database"], "ok");
@@ -387,8 +379,7 @@ async fn without_docker_the_node_starts_nothing_frees_nothing_and_says_why(pool:
 
 #[sqlx::test(migrations = false)]
 async fn gpuq_logs_follows_a_running_job_to_its_end(pool: PgPool) {
-    let app = TestApp::new(pool).await;
-    ensure_sim_devices(4).unwrap();
+    let app = TestApp::with_sim_devices(pool, 4).await;
     let serve = Serve::runner(&app.pool, "cli-logs", &[]);
     let _server = serve.start("s.log").await;
     let (server, port) = (serve.base(), serve.port);

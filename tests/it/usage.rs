@@ -1,7 +1,7 @@
 //! Usage: the sampler and its retention, the report's figures against hand-computed ones, range
 //! checks, the CSV exports and who may see any of it.
 
-use crate::support::{TestApp, PASSWORD};
+use crate::support::{true_job, TestApp, PASSWORD};
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use gpuq::model::Role;
 use gpuq::server::gpu::GpuInfo;
@@ -36,11 +36,7 @@ async fn the_sampler_records_each_card_of_its_node_and_prunes_past_the_retention
     app.sim_cards("1x81920:NVIDIA A100 80GB", "node-other")
         .await;
     let (admin, member) = app.admin_and_member("alice").await;
-    app.submit_ok(
-        &member,
-        json!({ "image": "gpuq-test/busybox:latest", "command": ["true"], "min_vram_mb": 1000 }),
-    )
-    .await;
+    app.submit_ok(&member, true_job(1000)).await;
     app.pass().await;
     let r = app
         .put(
@@ -176,6 +172,11 @@ async fn history(app: &TestApp, id: Uuid, status: &str, times: [Option<DateTime<
     .execute(&app.pool)
     .await
     .unwrap();
+}
+
+/// Each total's key and job count, in the report's order.
+fn jobs_by_key(totals: &[gpuq::model::UsageTotal]) -> Vec<(&str, i64)> {
+    totals.iter().map(|t| (t.key.as_str(), t.jobs)).collect()
 }
 
 fn close(a: f64, b: f64) -> bool {
@@ -325,11 +326,7 @@ async fn the_report_matches_hand_computed_figures(pool: PgPool) {
     // 2048 MiB; b 11:00–now (11:30) on 2 cards of 4096 MiB each; e ran before the range.
     let alice_gpu = 0.5 + 100.0 / 60.0;
     let alice_vram = 0.5 * 1000.0 / 1024.0 + 100.0 / 60.0 * 2.0;
-    let users: Vec<_> = report
-        .by_user
-        .iter()
-        .map(|t| (t.key.as_str(), t.jobs))
-        .collect();
+    let users = jobs_by_key(&report.by_user);
     assert_eq!(users, vec![("alice", 2), ("bob", 1)]);
     assert!(
         close(report.by_user[0].gpu_hours, alice_gpu),
@@ -351,11 +348,7 @@ async fn the_report_matches_hand_computed_figures(pool: PgPool) {
         "{:?}",
         report.by_user
     );
-    let workloads: Vec<_> = report
-        .by_workload
-        .iter()
-        .map(|t| (t.key.as_str(), t.jobs))
-        .collect();
+    let workloads = jobs_by_key(&report.by_workload);
     assert_eq!(workloads, vec![("(custom VRAM)", 2), ("train", 1)]);
     assert!(close(report.by_workload[0].gpu_hours, alice_gpu));
     assert!(close(report.by_workload[1].vram_gib_hours, 4.0));

@@ -2,10 +2,10 @@
 //! account against real Postgres and dockerd, through a fenced node as `gpuq serve` runs one.
 
 use crate::support::isolation::{
-    allowed_dir, container_of, event_kinds, facts_of, ip_of, job, job_ids_of, log, open_dir,
+    allowed_tempdir, container_of, event_kinds, facts_of, ip_of, job, job_ids_of, log, open_dir,
     IsoNode,
 };
-use crate::support::{wait_status, TestApp};
+use crate::support::{cancel_and_wait, wait_status, TestApp};
 use gpuq::model::Role;
 use gpuq::server::runtime::Docker;
 use serde_json::json;
@@ -26,10 +26,8 @@ fn on_data(script: &str, dir: &std::path::Path) -> serde_json::Value {
 /// container is ever created, so the host folders are never mounted.
 #[sqlx::test(migrations = false)]
 async fn a_volume_swapped_for_a_symlink_while_queued_is_never_mounted(pool: PgPool) {
-    let app = TestApp::new(pool).await;
-    let (admin, member) = app.admin_and_member("mallory").await;
-    let root = tempfile::tempdir().unwrap();
-    let shared = allowed_dir(&app, &admin, root.path(), "shared").await;
+    let (app, admin, member) = TestApp::with_admin_and_member(pool, "mallory").await;
+    let (root, shared) = allowed_tempdir(&app, &admin, "shared").await;
     let secret = root.path().join("secret");
     std::fs::create_dir_all(&secret).unwrap();
     std::fs::write(secret.join("token"), "host-secret-4711\n").unwrap();
@@ -82,10 +80,8 @@ async fn a_volume_swapped_for_a_symlink_while_queued_is_never_mounted(pool: PgPo
 /// the file belongs to that uid: at most a setuid-to-the-member binary, no root shell.
 #[sqlx::test(migrations = false)]
 async fn a_setuid_plant_on_a_mounted_folder_belongs_to_the_member(pool: PgPool) {
-    let app = TestApp::new(pool).await;
-    let (admin, member) = app.admin_and_member("mallory").await;
-    let root = tempfile::tempdir().unwrap();
-    let shared = allowed_dir(&app, &admin, root.path(), "shared").await;
+    let (app, admin, member) = TestApp::with_admin_and_member(pool, "mallory").await;
+    let (_root, shared) = allowed_tempdir(&app, &admin, "shared").await;
     let node = IsoNode::start(&app, "iso-suid", vec![], Default::default()).await;
     let script = "echo uid=$(id -u) gid=$(id -g); busybox cp /bin/busybox /data/rootshell; \
                   busybox chmod 4755 /data/rootshell; echo chmod=$?; \
@@ -187,17 +183,14 @@ async fn a_neighbours_open_port_is_unreachable(pool: PgPool) {
     let a_log = log(&app, &alice, a).await;
     assert!(!a_log.contains("a-got-a-connection"), "{a_log}");
     assert_eq!(facts_of(&app, a).await.networks, ["gpuq-jobs"]);
-    let c = app.post(&format!("/api/v1/jobs/{a}/cancel"), &alice).await;
-    assert_eq!(c.status, 200, "{}", c.text);
-    wait_status(&app, &alice, a, &["cancelled"], 30).await;
+    cancel_and_wait(&app, &alice, a).await;
     node.stop().await;
 }
 
 /// Under the `none` network policy a job has loopback only: neither the host nor anyone else.
 #[sqlx::test(migrations = false)]
 async fn under_network_none_a_job_reaches_nothing(pool: PgPool) {
-    let app = TestApp::new(pool).await;
-    let (admin, mallory) = app.admin_and_member("mallory").await;
+    let (app, admin, mallory) = TestApp::with_admin_and_member(pool, "mallory").await;
     app.set_policy(&admin, json!({ "network": "none" })).await;
     let node = IsoNode::start(&app, "iso-none", vec![], Default::default()).await;
     let (port, accepted) = outside_listener().await;

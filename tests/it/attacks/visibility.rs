@@ -2,7 +2,7 @@
 //! position): that explains a wait. Another member's command line (tokens travel in them), volumes,
 //! env, status details, event trail and log are not theirs to read; managers read all but the env.
 
-use crate::support::{read_stream_until, TestApp};
+use crate::support::{read_stream_until, true_job, TestApp};
 use gpuq::model::Role;
 use serde_json::{json, Value};
 use sqlx::PgPool;
@@ -91,13 +91,9 @@ async fn a_members_live_stream_carries_only_their_own_jobs(pool: PgPool) {
     let bob = app.bearer("bob", Role::Member).await;
     let (stop, notifier) = app.start_notifier();
     let mut body = app.live_stream(&bob).await;
-    let hers = app
-        .submit_ok(&alice, json!({ "image": "gpuq-test/busybox:latest", "command": ["true"], "min_vram_mb": 1000 }))
-        .await;
+    let hers = app.submit_ok(&alice, true_job(1000)).await;
     let seen = read_stream_until(&mut body, "event: queue", 10).await;
-    let his = app
-        .submit_ok(&bob, json!({ "image": "gpuq-test/busybox:latest", "command": ["true"], "min_vram_mb": 1000 }))
-        .await;
+    let his = app.submit_ok(&bob, true_job(1000)).await;
     let seen = seen + &read_stream_until(&mut body, &his.to_string(), 10).await;
     assert!(
         !seen.contains(&hers.to_string()),

@@ -323,6 +323,11 @@ impl TestApp {
         self.server_fn("login", &form, cookie, &[]).await
     }
 
+    /// Calls a server function from our own page, signed in with the session `cookie`.
+    pub async fn signed_in_call(&self, cookie: &str, endpoint: &str, form: &str) -> Reply {
+        self.server_fn(endpoint, form, Some(cookie), &[]).await
+    }
+
     /// Signs in through the login server function and returns the session cookie.
     pub async fn login(&self, name: &str, password: &str) -> String {
         let reply = self.login_reply(name, password, None).await;

@@ -3,6 +3,7 @@
 
 use super::{Reply, TestApp};
 use serde_json::Value;
+use uuid::Uuid;
 
 impl TestApp {
     /// `GET path` as `auth` (a bearer header or a session cookie).
@@ -45,6 +46,21 @@ impl TestApp {
 }
 
 impl TestApp {
+    /// An app with simulated cards `spec` on `node` (see [`TestApp::sim_cards`]) and their ids.
+    pub async fn with_cards(pool: sqlx::PgPool, spec: &str, node: &str) -> (TestApp, Vec<Uuid>) {
+        let app = TestApp::new(pool).await;
+        let cards = app.sim_cards(spec, node).await;
+        (app, cards)
+    }
+
+    /// An app on a host with the device nodes of `n` simulated cards (a fenced runner maps them
+    /// into jobs).
+    pub async fn with_sim_devices(pool: sqlx::PgPool, n: usize) -> TestApp {
+        let app = TestApp::new(pool).await;
+        gpuq::server::runtime::ensure_sim_devices(n).unwrap();
+        app
+    }
+
     /// An app with one simulated 24 GiB RTX 3090 on `node`.
     pub async fn with_one_card(pool: sqlx::PgPool, node: &str) -> TestApp {
         let app = TestApp::new(pool).await;
@@ -64,5 +80,18 @@ impl TestApp {
     pub async fn update_user(&self, admin: &str, id: impl std::fmt::Display, body: Value) -> Reply {
         self.patch(&format!("/api/v1/users/{id}"), admin, body)
             .await
+    }
+}
+
+impl TestApp {
+    /// A new app (see [`TestApp::new`]) with an admin and a member, as
+    /// [`TestApp::admin_and_member`] makes them.
+    pub async fn with_admin_and_member(
+        pool: sqlx::PgPool,
+        name: &str,
+    ) -> (TestApp, String, String) {
+        let app = TestApp::new(pool).await;
+        let (admin, member) = app.admin_and_member(name).await;
+        (app, admin, member)
     }
 }

@@ -8,6 +8,7 @@ use gpuq::server::runtime::{ContainerFacts, Docker, LaunchMode};
 use serde_json::{json, Value};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use tempfile::TempDir;
 
 /// The test image (busybox: `busybox nc`, `busybox chmod`, … for what is not linked).
 pub const IMAGE: &str = "gpuq-test/busybox:latest";
@@ -39,12 +40,14 @@ pub fn open_dir(path: &Path) -> PathBuf {
     path.to_path_buf()
 }
 
-/// A folder `name` under `root` that anyone may write, saved as the policy's one allowed volume.
-pub async fn allowed_dir(app: &TestApp, admin: &str, root: &Path, name: &str) -> PathBuf {
-    let dir = open_dir(&root.join(name));
+/// A fresh temporary folder and a folder `name` in it that anyone may write, saved (by `admin`)
+/// as the policy's one allowed volume.
+pub async fn allowed_tempdir(app: &TestApp, admin: &str, name: &str) -> (TempDir, PathBuf) {
+    let root = tempfile::tempdir().unwrap();
+    let dir = open_dir(&root.path().join(name));
     let allow = json!({ "volume_allowlist": [{ "path": dir.to_str().unwrap() }] });
     app.set_policy(admin, allow).await;
-    dir
+    (root, dir)
 }
 
 /// A job's log as its owner reads it.

@@ -104,6 +104,12 @@ pub async fn json_of(req: reqwest::RequestBuilder) -> Value {
     req.send().await.unwrap().json().await.unwrap()
 }
 
+/// `GET url` of a running `gpuq serve` with the `authorization` header `bearer`.
+pub async fn get_with(client: &reqwest::Client, url: &str, bearer: &str) -> reqwest::Response {
+    let req = client.get(url).header("authorization", bearer);
+    req.send().await.unwrap()
+}
+
 /// Submits a job over HTTP to a running `gpuq serve`; returns its id.
 pub async fn post_job(
     client: &reqwest::Client,
