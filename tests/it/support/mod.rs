@@ -5,6 +5,7 @@ pub mod docker;
 pub mod isolation;
 pub mod ledger;
 pub mod node;
+pub mod nvml;
 pub mod server;
 
 pub use app::{pass_config, read_stream_until, Reply, TestApp, ORIGIN, PASSWORD};
