@@ -29,6 +29,7 @@ if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb 
 fi
 command -v psql >/dev/null 2>&1 || need_apt+=(postgresql-client)
 command -v npm >/dev/null 2>&1 || need_apt+=(nodejs npm)
+command -v cc >/dev/null 2>&1 || need_apt+=(gcc libc6-dev)   # builds the tests' fake NVML
 if [ ${#need_apt[@]} -gt 0 ]; then
   apt_install "${need_apt[@]}"
 fi

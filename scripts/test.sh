@@ -40,8 +40,9 @@ SERVER_PID=
 services() {
   [ -n "$SERVICES_UP" ] && return 0
   . scripts/services.sh
-  start_dockerd
+  start_dockerd --nvidia-hook-stub   # tests only: the stub NVIDIA hook where no real toolkit exists
   build_test_image
+  build_fake_nvml
   start_test_postgres
   SERVICES_UP=1
 }

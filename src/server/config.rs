@@ -95,6 +95,10 @@ pub struct ServeArgs {
     /// Mark the session cookie `Secure` (set when served over HTTPS).
     #[arg(long, env = "GPUQ_SECURE_COOKIES", default_value_t = false)]
     pub secure_cookies: bool,
+    /// The NVML library to load for `--gpu-source nvml` (or `auto`): a path, or a name the dynamic
+    /// loader searches. Default: the system's `libnvidia-ml.so.1`.
+    #[arg(long, env = "GPUQ_NVML_LIB")]
+    pub nvml_lib: Option<PathBuf>,
 }
 
 /// Flags of `gpuq user add`.

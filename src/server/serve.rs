@@ -88,10 +88,11 @@ async fn run(args: &ServeArgs, database: &Database) -> Result<()> {
     }
     let mode: GpuMode = source.parse().map_err(|e| anyhow!("--gpu-source: {e}"))?;
     let job_uids = job_uid_range(args)?;
-    let inventory: Arc<dyn GpuInventory> = Arc::from(gpu::from_config(
+    let inventory: Arc<dyn GpuInventory> = Arc::from(gpu::from_config_with_lib(
         mode,
         args.sim_gpus.as_deref(),
         &args.node,
+        args.nvml_lib.as_deref(),
     )?);
     tracing::info!(node = %args.node, kind = ?inventory.kind(), "GPU inventory");
     gpu::sync::refresh(&pool, &inventory, &args.node)

@@ -16,6 +16,7 @@ mod docker;
 mod edges;
 mod isolation;
 mod notifier;
+mod nvml;
 mod planner_props;
 mod retention;
 mod roles;

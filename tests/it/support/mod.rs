@@ -7,6 +7,7 @@ pub mod docker;
 pub mod isolation;
 pub mod ledger;
 pub mod node;
+pub mod nvml;
 pub mod server;
 pub mod specs;
 

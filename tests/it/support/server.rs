@@ -38,7 +38,8 @@ pub fn database_url(pool: &PgPool) -> String {
     format!("{}/{db}", base.rsplit_once('/').unwrap().0)
 }
 
-/// Starts `gpuq serve` on simulated cards (node `shared`) and waits until it is ready.
+/// Starts `gpuq serve` on simulated cards (unless `extra` names a `--gpu-source`; node `shared`)
+/// and waits until it is ready.
 pub async fn start_server(url: &str, port: u16, log: &std::path::Path, extra: &[&str]) -> Server {
     let child = std::process::Command::new(env!("CARGO_BIN_EXE_gpuq"))
         .args([
@@ -48,12 +49,16 @@ pub async fn start_server(url: &str, port: u16, log: &std::path::Path, extra: &[
             "--database-url",
             url,
         ])
-        .args([
-            "--gpu-source",
-            "sim",
-            "--sim-gpus",
-            "4x24576:NVIDIA GeForce RTX 3090",
-        ])
+        .args(if extra.contains(&"--gpu-source") {
+            &[][..]
+        } else {
+            &[
+                "--gpu-source",
+                "sim",
+                "--sim-gpus",
+                "4x24576:NVIDIA GeForce RTX 3090",
+            ][..]
+        })
         .args(if extra.contains(&"--node") {
             &[][..]
         } else {
