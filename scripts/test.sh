@@ -33,6 +33,25 @@ lint() {
   cargo clippy --all-targets --features ssr -- -D warnings
   step "cargo clippy (browser bundle)"
   cargo clippy --lib --features hydrate --target wasm32-unknown-unknown -- -D warnings
+  unit_check
+}
+
+# The service unit: `systemd-analyze verify` says nothing about it (any warning fails), and its
+# exposure score stays at or below 5.0. Offline checks: no systemd needs to run here.
+UNIT=packaging/systemd/gpuq.service
+unit_check() {
+  step "systemd unit: verify, and security score <= 5.0 ($UNIT)"
+  local dir out score
+  dir=$(mktemp -d)
+  # verify wants ExecStart's program to exist; the unit's /usr/local/bin/gpuq exists only installed.
+  sed 's|^ExecStart=/usr/local/bin/gpuq |ExecStart=/usr/bin/true |' "$UNIT" >"$dir/gpuq.service"
+  out=$(systemd-analyze verify --man=no "$dir/gpuq.service" 2>&1) || { echo "$out"; rm -rf "$dir"; return 1; }
+  rm -rf "$dir"
+  if [ -n "$out" ]; then echo "$out"; echo "systemd-analyze verify: warnings about $UNIT" >&2; return 1; fi
+  out=$(systemd-analyze security --offline=true --threshold=50 "$UNIT" 2>&1) || {
+    echo "$out" | grep -v '^✓'; echo "$UNIT: exposure above 5.0" >&2; return 1; }
+  score=$(echo "$out" | sed -n 's/.*Overall exposure level for gpuq.service: \([0-9.]*\).*/\1/p')
+  echo "verify: clean; exposure level $score (threshold 5.0)"
 }
 
 SERVICES_UP=
