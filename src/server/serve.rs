@@ -101,11 +101,18 @@ async fn run(args: &ServeArgs, database: &Database) -> Result<()> {
     let notifier = Notifier::new(Duration::from_millis(args.pass_interval_ms.max(50)));
     let mut state = AppState::new(
         pool.clone(),
-        args.site_root.to_string_lossy().as_ref(),
+        &args
+            .site_root
+            .as_deref()
+            .map(|dir| dir.to_string_lossy())
+            .unwrap_or_default(),
         pass.clone(),
         args.db.data_dir.join("logs"),
         notifier.clone(),
     );
+    if args.site_root.is_none() {
+        crate::server::http::use_embedded_site(&mut state)?;
+    }
     state.leptos_options.site_addr = args.listen;
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut tasks = JoinSet::new();
