@@ -41,5 +41,6 @@ else
 fi
 
 log "docker build -t $TAG (base $BASE)"
-docker build --build-arg BUILDER="$BASE" --build-arg BASE="$BASE" -t "$TAG" .
+# Host networking for the RUN steps: the default bridge may be missing (dockerd --bridge=none).
+docker build --network host --build-arg BUILDER="$BASE" --build-arg BASE="$BASE" -t "$TAG" .
 log "$TAG: $(docker image inspect -f '{{.Size}}' "$TAG" | awk '{printf "%.0f MB", $1/1e6}'), made in $(( $(date +%s) - started )) s"

@@ -69,6 +69,7 @@ services() {
 cleanup() {
   [ -n "$SERVER_PID" ] && kill "$SERVER_PID" 2>/dev/null || true
   [ -n "$SMOKE_CONTAINER" ] && docker rm -fv "$SMOKE_CONTAINER" >/dev/null 2>&1 || true
+  [ -n "$SMOKE_CONTAINER" ] && docker network rm "$SMOKE_CONTAINER" >/dev/null 2>&1 || true
   [ -n "$SERVICES_UP" ] && stop_test_postgres
   return 0
 }
@@ -120,7 +121,9 @@ image() {
   local t0 status ip page
   t0=$(date +%s)
   SMOKE_CONTAINER="gpuq-smoke-$$"
-  docker run -d --name "$SMOKE_CONTAINER" \
+  # Its own network (the default bridge may be missing: dockerd --bridge=none), reached by its IP.
+  docker network create "$SMOKE_CONTAINER" >/dev/null
+  docker run -d --name "$SMOKE_CONTAINER" --network "$SMOKE_CONTAINER" \
     -e GPUQ_GPU_SOURCE=sim -e GPUQ_SIM_GPUS="1x24576:NVIDIA GeForce RTX 3090" -e GPUQ_RUNNER=false \
     --health-interval 1s --health-timeout 3s --health-start-period 120s --health-retries 3 \
     gpuq:latest >/dev/null
@@ -139,7 +142,8 @@ image() {
   [ "$(curl -fsS -o /dev/null -w '%{content_type}' "http://$ip:3000/pkg/gpuq.wasm")" = application/wasm ] \
     || { echo "image smoke test: /pkg/gpuq.wasm is not served as application/wasm" >&2; return 1; }
   echo "healthy and serving the sign-in page $(( $(date +%s) - t0 )) s after docker run"
-  docker rm -fv "$SMOKE_CONTAINER" >/dev/null; SMOKE_CONTAINER=
+  docker rm -fv "$SMOKE_CONTAINER" >/dev/null; docker network rm "$SMOKE_CONTAINER" >/dev/null
+  SMOKE_CONTAINER=
 }
 
 case "$what" in
