@@ -1,6 +1,6 @@
 # The two commands: `make run` and `make test` (see README.md). `make test` runs the three parts
 # below in order; each part can also be run alone while working on it.
-.PHONY: run test lint test-rust test-e2e deps
+.PHONY: run test lint test-rust test-e2e image deps
 
 run:
 	scripts/run.sh
@@ -19,6 +19,10 @@ test-rust:
 # The browser bundle and the Playwright tests in headless Chromium.
 test-e2e:
 	scripts/test.sh e2e
+
+# The image gpuq:latest, built here without a registry (scripts/image.sh), and its smoke test.
+image:
+	scripts/test.sh image
 
 deps:
 	scripts/deps.sh

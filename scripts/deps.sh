@@ -29,6 +29,10 @@ if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb 
 fi
 command -v psql >/dev/null 2>&1 || need_apt+=(postgresql-client)
 command -v npm >/dev/null 2>&1 || need_apt+=(nodejs npm)
+command -v cc >/dev/null 2>&1 || need_apt+=(gcc libc6-dev)   # builds the tests' fake NVML
+command -v debootstrap >/dev/null 2>&1 || need_apt+=(debootstrap)   # `make image`'s base, no registry
+command -v systemd-analyze >/dev/null 2>&1 || need_apt+=(systemd)   # `make lint` checks the unit
+command -v curl >/dev/null 2>&1 || need_apt+=(curl)                 # the image's smoke test
 if [ ${#need_apt[@]} -gt 0 ]; then
   apt_install "${need_apt[@]}"
 fi

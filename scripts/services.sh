@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Starts what the tests need and is not yet running: dockerd (in the background), the local busybox
-# test image, and a throw-away Postgres cluster for the tests. Source it: it exports DATABASE_URL and
+# test image, the fake NVML and stub NVIDIA hook (tests/fixtures), and a throw-away Postgres cluster
+# for the tests. Source it: it exports DATABASE_URL and
 # defines stop_test_postgres.
 #   . scripts/services.sh
 set -euo pipefail
@@ -8,15 +9,95 @@ set -euo pipefail
 TEST_IMAGE=${GPUQ_TEST_IMAGE:-gpuq-test/busybox:latest}
 svc_log() { printf '\033[1;34m[services]\033[0m %s\n' "$*"; }
 
+# start_dockerd [--nvidia-hook-stub]: starts dockerd unless it runs. With --nvidia-hook-stub (the
+# tests), the stub NVIDIA hook is installed first where no real NVIDIA toolkit exists, so dockerd
+# registers its `nvidia` device driver; see install_nvidia_hook_stub and ensure_dockerd_nvidia_driver.
 start_dockerd() {
-  if docker info >/dev/null 2>&1; then return 0; fi
+  local stub=0
+  [ "${1:-}" = --nvidia-hook-stub ] && stub=1
+  [ "$stub" = 1 ] && install_nvidia_hook_stub
+  if docker info >/dev/null 2>&1; then
+    [ "$stub" = 1 ] && ensure_dockerd_nvidia_driver
+    return 0
+  fi
   svc_log "starting dockerd in the background (log: /var/log/gpuq-dockerd.log)"
   nohup dockerd >/var/log/gpuq-dockerd.log 2>&1 &
+  echo $! >"$GPUQ_DOCKERD_PIDFILE"
   for _ in $(seq 1 60); do
     if docker info >/dev/null 2>&1; then return 0; fi
     sleep 1
   done
   svc_log "dockerd did not come up within 60 s:"; tail -20 /var/log/gpuq-dockerd.log; return 1
+}
+
+# The dockerd this script started (only that one is ever restarted here).
+GPUQ_DOCKERD_PIDFILE=${GPUQ_DOCKERD_PIDFILE:-/run/gpuq-dockerd.pid}
+NVIDIA_HOOK_STUB_SRC=tests/fixtures/nvidia-hook/nvidia-container-runtime-hook
+NVIDIA_HOOK_STUB=${GPUQ_NVIDIA_HOOK_STUB:-/usr/local/bin/nvidia-container-runtime-hook}
+
+# Test machines only. dockerd registers its `nvidia` device driver (`--gpus`, DeviceRequests with
+# driver nvidia, which gpuq's containers on NVML cards carry) only when nvidia-container-runtime-hook
+# is on its PATH at start. Where no real NVIDIA container toolkit exists, this installs the stub
+# (it records its calls and lets the container start). A real hook or nvidia-ctk: nothing is done.
+install_nvidia_hook_stub() {
+  local found
+  found=$(command -v nvidia-container-runtime-hook 2>/dev/null || true)
+  if [ -n "$found" ] && grep -q '^# gpuq-test-stub' "$found" 2>/dev/null; then
+    cmp -s "$NVIDIA_HOOK_STUB_SRC" "$found" || install -m 0755 "$NVIDIA_HOOK_STUB_SRC" "$found"
+    return 0
+  fi
+  if [ -n "$found" ] || command -v nvidia-ctk >/dev/null 2>&1; then
+    svc_log "a real NVIDIA container toolkit is installed (${found:-nvidia-ctk}): no stub hook"
+    return 0
+  fi
+  svc_log "installing the stub NVIDIA hook as $NVIDIA_HOOK_STUB (no NVIDIA toolkit here; tests only)"
+  install -m 0755 "$NVIDIA_HOOK_STUB_SRC" "$NVIDIA_HOOK_STUB"
+}
+
+# Whether the running dockerd starts a container with an nvidia DeviceRequest (a made-up card).
+dockerd_has_nvidia_driver() {
+  build_test_image
+  local id out
+  id=$(docker create --network none --gpus device=GPU-00000000-0000-4000-8000-000000000000 \
+    --label gpuq.probe=nvidia-driver "$TEST_IMAGE" true)
+  out=$(docker start "$id" 2>&1) || true
+  docker rm -f "$id" >/dev/null 2>&1 || true
+  ! grep -q 'could not select device driver' <<<"$out"
+}
+
+# A dockerd started before the stub existed lacks the driver. It is restarted only when that is
+# safe: it is the one this script started and runs no containers, or GPUQ_RESTART_DOCKERD=1 says
+# the caller owns it. Otherwise the reason is printed and nothing changes (tests that need the
+# driver then start their own throw-away dockerd, see tests/it/support/nvml.rs).
+ensure_dockerd_nvidia_driver() {
+  if dockerd_has_nvidia_driver; then return 0; fi
+  local pid
+  pid=$(cat "$GPUQ_DOCKERD_PIDFILE" 2>/dev/null || true)
+  if [ "${GPUQ_RESTART_DOCKERD:-0}" != 1 ]; then
+    if [ -z "$pid" ] || ! kill -0 "$pid" 2>/dev/null || [ -n "$(docker ps -q)" ]; then
+      svc_log "dockerd runs without its nvidia device driver; not restarting a daemon this script did not start or that runs containers (GPUQ_RESTART_DOCKERD=1 to force)"
+      return 0
+    fi
+  fi
+  pid=${pid:-$(pidof dockerd || true)}
+  [ -n "$pid" ] || { svc_log "dockerd runs but its pid is unknown: not restarting it"; return 0; }
+  svc_log "restarting dockerd (pid $pid) so that it registers its nvidia device driver"
+  kill -TERM "$pid"
+  for _ in $(seq 1 30); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
+  start_dockerd
+  dockerd_has_nvidia_driver || { svc_log "dockerd still has no nvidia device driver"; return 1; }
+}
+
+# The fake libnvidia-ml.so.1 (tests/fixtures/fake-nvml) in target/fake-nvml/, built when missing or
+# older than its source. The Rust tests build it the same way themselves; this is for shells.
+build_fake_nvml() {
+  local src=tests/fixtures/fake-nvml out=${CARGO_TARGET_DIR:-target}/fake-nvml
+  local lib=$out/libnvidia-ml.so.1
+  if [ "$lib" -nt "$src/fake_nvml.c" ] && [ "$lib" -nt "$src/stubs.c" ]; then return 0; fi
+  svc_log "building the fake NVML ($lib)"
+  mkdir -p "$out"
+  "${CC:-cc}" -shared -fPIC -O2 -Wall -o "$lib.$$.tmp" "$src/fake_nvml.c" "$src/stubs.c" -lpthread
+  mv "$lib.$$.tmp" "$lib"
 }
 
 build_test_image() {

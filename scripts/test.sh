@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # The test command (`make test` = `scripts/test.sh all`): installs what is missing, starts services,
 # then runs format and lint checks, every Rust test and the browser tests. Exits non-zero on any
-# failure. One part alone: `scripts/test.sh lint|rust|e2e` (`make lint`, `make test-rust`,
-# `make test-e2e`).
+# failure. One part alone: `scripts/test.sh lint|rust|e2e|image` (`make lint`, `make test-rust`,
+# `make test-e2e`, `make image` and its smoke test).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 what=${1:-all}
 case "$what" in
-  all|lint|rust|e2e) ;;
-  *) echo "usage: $0 [all|lint|rust|e2e]" >&2; exit 2 ;;
+  all|lint|rust|e2e|image) ;;
+  *) echo "usage: $0 [all|lint|rust|e2e|image]" >&2; exit 2 ;;
 esac
 
 step() { printf '\n\033[1;32m==> %s\033[0m\n' "$*"; }
@@ -33,20 +33,43 @@ lint() {
   cargo clippy --all-targets --features ssr -- -D warnings
   step "cargo clippy (browser bundle)"
   cargo clippy --lib --features hydrate --target wasm32-unknown-unknown -- -D warnings
+  unit_check
+}
+
+# The service unit: `systemd-analyze verify` says nothing about it (any warning fails), and its
+# exposure score stays at or below 5.0. Offline checks: no systemd needs to run here.
+UNIT=packaging/systemd/gpuq.service
+unit_check() {
+  step "systemd unit: verify, and security score <= 5.0 ($UNIT)"
+  local dir out score
+  dir=$(mktemp -d)
+  # verify wants ExecStart's program to exist; the unit's /usr/local/bin/gpuq exists only installed.
+  sed 's|^ExecStart=/usr/local/bin/gpuq |ExecStart=/usr/bin/true |' "$UNIT" >"$dir/gpuq.service"
+  out=$(systemd-analyze verify --man=no "$dir/gpuq.service" 2>&1) || { echo "$out"; rm -rf "$dir"; return 1; }
+  rm -rf "$dir"
+  if [ -n "$out" ]; then echo "$out"; echo "systemd-analyze verify: warnings about $UNIT" >&2; return 1; fi
+  out=$(systemd-analyze security --offline=true --threshold=50 "$UNIT" 2>&1) || {
+    echo "$out" | grep -v '^✓'; echo "$UNIT: exposure above 5.0" >&2; return 1; }
+  score=$(echo "$out" | sed -n 's/.*Overall exposure level for gpuq.service: \([0-9.]*\).*/\1/p')
+  echo "verify: clean; exposure level $score (threshold 5.0)"
 }
 
 SERVICES_UP=
 SERVER_PID=
+SMOKE_CONTAINER=
 services() {
   [ -n "$SERVICES_UP" ] && return 0
   . scripts/services.sh
-  start_dockerd
+  start_dockerd --nvidia-hook-stub   # tests only: the stub NVIDIA hook where no real toolkit exists
   build_test_image
+  build_fake_nvml
   start_test_postgres
   SERVICES_UP=1
 }
 cleanup() {
   [ -n "$SERVER_PID" ] && kill "$SERVER_PID" 2>/dev/null || true
+  [ -n "$SMOKE_CONTAINER" ] && docker rm -fv "$SMOKE_CONTAINER" >/dev/null 2>&1 || true
+  [ -n "$SMOKE_CONTAINER" ] && docker network rm "$SMOKE_CONTAINER" >/dev/null 2>&1 || true
   [ -n "$SERVICES_UP" ] && stop_test_postgres
   return 0
 }
@@ -72,19 +95,62 @@ e2e() {
   export GPUQ_E2E_URL="http://127.0.0.1:$E2E_PORT"
   export GPUQ_E2E_ADMIN_PASSWORD="e2e-admin-password"
   mkdir -p target/e2e
-  GPUQ_BOOTSTRAP_ADMIN_PASSWORD="$GPUQ_E2E_ADMIN_PASSWORD" \
-    target/debug/gpuq serve --listen "127.0.0.1:$E2E_PORT" \
-    --database-url "${DATABASE_URL%/*}/$E2E_DB" --site-root target/site \
-    --data-dir target/e2e/data --node e2e --gpu-source sim --sim-gpus "2x24576:NVIDIA GeForce RTX 3090" \
-    >target/e2e/server.log 2>&1 &
+  # From an empty folder outside the checkout and without --site-root: the server serves the
+  # browser bundle it carries (end2end/tests/embedded.spec.ts checks that it was started so).
+  local repo serve_dir
+  repo=$PWD
+  serve_dir=$(mktemp -d /tmp/gpuq-e2e-cwd.XXXXXX)
+  export GPUQ_E2E_SITE=embedded
+  (cd "$serve_dir" && GPUQ_BOOTSTRAP_ADMIN_PASSWORD="$GPUQ_E2E_ADMIN_PASSWORD" \
+    exec "$repo/target/debug/gpuq" serve --listen "127.0.0.1:$E2E_PORT" \
+    --database-url "${DATABASE_URL%/*}/$E2E_DB" \
+    --data-dir "$repo/target/e2e/data" --node e2e --gpu-source sim --sim-gpus "2x24576:NVIDIA GeForce RTX 3090" \
+    >"$repo/target/e2e/server.log" 2>&1) &
   SERVER_PID=$!
   (cd end2end && npx playwright test)
+}
+
+# `make image`, then the image alone (embedded Postgres in its volume, simulated cards, no runner):
+# it must become healthy and serve the sign-in page and its WASM bundle.
+image() {
+  . scripts/services.sh
+  start_dockerd
+  step "make image (gpuq:latest, built offline: scripts/image.sh)"
+  scripts/image.sh
+  step "image smoke test: docker run gpuq:latest until healthy, then the sign-in page"
+  local t0 status ip page
+  t0=$(date +%s)
+  SMOKE_CONTAINER="gpuq-smoke-$$"
+  # Its own network (the default bridge may be missing: dockerd --bridge=none), reached by its IP.
+  docker network create "$SMOKE_CONTAINER" >/dev/null
+  docker run -d --name "$SMOKE_CONTAINER" --network "$SMOKE_CONTAINER" \
+    -e GPUQ_GPU_SOURCE=sim -e GPUQ_SIM_GPUS="1x24576:NVIDIA GeForce RTX 3090" -e GPUQ_RUNNER=false \
+    --health-interval 1s --health-timeout 3s --health-start-period 120s --health-retries 3 \
+    gpuq:latest >/dev/null
+  for _ in $(seq 1 120); do
+    status=$(docker inspect -f '{{.State.Health.Status}}' "$SMOKE_CONTAINER" 2>/dev/null || echo gone)
+    case "$status" in healthy|unhealthy|gone) break ;; esac
+    sleep 1
+  done
+  if [ "$status" != healthy ]; then
+    docker logs "$SMOKE_CONTAINER" 2>&1 | tail -30
+    echo "image smoke test: the container is $status, not healthy" >&2; return 1
+  fi
+  ip=$(docker inspect -f '{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}' "$SMOKE_CONTAINER")
+  page=$(curl -fsS "http://$ip:3000/login")
+  grep -q 'Sign in' <<<"$page" || { echo "image smoke test: /login has no sign-in form" >&2; return 1; }
+  [ "$(curl -fsS -o /dev/null -w '%{content_type}' "http://$ip:3000/pkg/gpuq.wasm")" = application/wasm ] \
+    || { echo "image smoke test: /pkg/gpuq.wasm is not served as application/wasm" >&2; return 1; }
+  echo "healthy and serving the sign-in page $(( $(date +%s) - t0 )) s after docker run"
+  docker rm -fv "$SMOKE_CONTAINER" >/dev/null; docker network rm "$SMOKE_CONTAINER" >/dev/null
+  SMOKE_CONTAINER=
 }
 
 case "$what" in
   lint) lint ;;
   rust) bundle; rust_tests ;;
   e2e) bundle; e2e ;;
+  image) image ;;
   all) lint; bundle; rust_tests; e2e ;;
 esac
 printf '\n\033[1;32m%s passed in %s s\033[0m\n' "$what" "$(( $(date +%s) - started ))"

@@ -38,9 +38,10 @@ pub struct ServeArgs {
     /// Database location.
     #[command(flatten)]
     pub db: DbArgs,
-    /// Folder with the built browser bundle (`pkg/`) and static files.
-    #[arg(long, env = "GPUQ_SITE_ROOT", default_value = "target/site")]
-    pub site_root: PathBuf,
+    /// Serve the browser bundle (`pkg/`, static files) from this folder, e.g. `target/site` while
+    /// developing. Without it gpuq serves the bundle built into its binary.
+    #[arg(long, env = "GPUQ_SITE_ROOT")]
+    pub site_root: Option<PathBuf>,
     /// Password for the `admin` user created on first start. When unset, a random one is written to
     /// `<data-dir>/bootstrap-admin-password` (mode 0600) and the log says where, not what.
     #[arg(long, env = "GPUQ_BOOTSTRAP_ADMIN_PASSWORD", hide_env_values = true)]
@@ -106,6 +107,10 @@ pub struct ServeArgs {
     /// scrape itself never queries the database.
     #[arg(long, env = "GPUQ_METRICS_REFRESH_MS", default_value_t = 5000)]
     pub metrics_refresh_ms: u64,
+    /// The NVML library to load for `--gpu-source nvml` (or `auto`): a path, or a name the dynamic
+    /// loader searches. Default: the system's `libnvidia-ml.so.1`.
+    #[arg(long, env = "GPUQ_NVML_LIB")]
+    pub nvml_lib: Option<PathBuf>,
 }
 
 /// Flags of `gpuq user add`.

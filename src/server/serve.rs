@@ -99,10 +99,11 @@ async fn run(args: &ServeArgs, database: &Database) -> Result<()> {
     }
     let mode: GpuMode = source.parse().map_err(|e| anyhow!("--gpu-source: {e}"))?;
     let job_uids = job_uid_range(args)?;
-    let inventory: Arc<dyn GpuInventory> = Arc::from(gpu::from_config(
+    let inventory: Arc<dyn GpuInventory> = Arc::from(gpu::from_config_with_lib(
         mode,
         args.sim_gpus.as_deref(),
         &args.node,
+        args.nvml_lib.as_deref(),
     )?);
     tracing::info!(node = %args.node, kind = ?inventory.kind(), "GPU inventory");
     gpu::sync::refresh(&pool, &inventory, &args.node)
@@ -111,11 +112,18 @@ async fn run(args: &ServeArgs, database: &Database) -> Result<()> {
     let notifier = Notifier::new(Duration::from_millis(args.pass_interval_ms.max(50)));
     let mut state = AppState::new(
         pool.clone(),
-        args.site_root.to_string_lossy().as_ref(),
+        &args
+            .site_root
+            .as_deref()
+            .map(|dir| dir.to_string_lossy())
+            .unwrap_or_default(),
         pass.clone(),
         args.db.data_dir.join("logs"),
         notifier.clone(),
     );
+    if args.site_root.is_none() {
+        crate::server::http::use_embedded_site(&mut state)?;
+    }
     state.leptos_options.site_addr = args.listen;
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut tasks = JoinSet::new();
@@ -391,6 +399,7 @@ pub async fn doctor(args: crate::server::config::DoctorArgs) -> Result<()> {
     let opts = doctor::DoctorOptions {
         gpu_source: s.gpu_source().0.to_owned(),
         sim_gpus: s.sim_gpus.clone(),
+        nvml_lib: s.nvml_lib.clone(),
         node: s.node.clone(),
         data_dir: s.db.data_dir.clone(),
         database_url: s.db.database_url.clone(),

@@ -31,10 +31,21 @@ pub struct AppState {
     pub streams: StreamSlots,
     /// The bound on concurrent password checks of sign-ins.
     pub hashing: HashGate,
+    /// Where the browser bundle is served from.
+    pub site: SiteSource,
+}
+
+/// Where the browser bundle (JS, WASM, CSS, static files) comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SiteSource {
+    /// The folder `leptos_options.site_root` on disk (`--site-root`, the tests).
+    Dir,
+    /// The bundle built into the binary (`gpuq serve` without `--site-root`).
+    Embedded,
 }
 
 impl AppState {
-    /// The state of one process: the bundle under `site_root`, job logs under `logs_dir`, and the
+    /// The state of one process: the bundle under `site_root` (see [`SiteSource`]), job logs under `logs_dir`, and the
     /// process's notifier (which the caller runs, see [`Notifier::run`]).
     pub fn new(
         pool: PgPool,
@@ -57,6 +68,7 @@ impl AppState {
             docker: None,
             streams: StreamSlots::default(),
             hashing: HashGate::per_core(),
+            site: SiteSource::Dir,
         }
     }
 }

@@ -2,7 +2,7 @@
 //! renaming workload types, roles, passwords, resubmission, sorting, and the "applied by a pass"
 //! signal. Real router, real Postgres.
 
-use crate::support::{TestApp, PASSWORD};
+use crate::support::{true_job, TestApp, PASSWORD};
 use gpuq::model::Role;
 use serde_json::json;
 use sqlx::PgPool;
@@ -11,10 +11,8 @@ const MODEL: &str = "NVIDIA GeForce RTX 3090";
 
 #[sqlx::test(migrations = false)]
 async fn renaming_a_workload_type_moves_its_queued_jobs_with_it(pool: PgPool) {
-    let app = TestApp::new(pool).await;
-    app.sim_cards(&format!("1x24576:{MODEL}"), "n1").await;
-    let admin = app.bearer("root", Role::Admin).await;
-    let member = app.bearer("alice", Role::Member).await;
+    let app = TestApp::with_one_card(pool, "n1").await;
+    let (admin, member) = app.admin_and_member("alice").await;
     app.workload(&admin, "llm", json!({ MODEL: 30000 })).await;
     app.workload(&admin, "small", json!({ MODEL: 1000 })).await;
     // A holder takes the card; a job of type `small` waits behind it.
@@ -39,7 +37,7 @@ async fn renaming_a_workload_type_moves_its_queued_jobs_with_it(pool: PgPool) {
         let (app, admin) = (&app, admin.clone());
         let path = format!("/api/v1/manifest/{from}/rename");
         let body = json!({ "to": to });
-        async move { app.api("POST", &path, Some(&admin), Some(body)).await }
+        async move { app.post_json(&path, &admin, body).await }
     };
     let bad = rename("small", "Not OK").await;
     assert_eq!(bad.status, 400, "{}", bad.text);
@@ -62,10 +60,7 @@ async fn renaming_a_workload_type_moves_its_queued_jobs_with_it(pool: PgPool) {
     assert!(kinds.contains(&"workload_renamed".to_owned()), "{kinds:?}");
 
     // History says what happened, newest first; a pass after the edit marks it applied.
-    let before = app
-        .api("GET", "/api/v1/manifest/history", Some(&member), None)
-        .await
-        .json();
+    let before = app.get("/api/v1/manifest/history", &member).await.json();
     assert_eq!(before["history"][0]["kind"], "manifest.rename");
     assert!(before["history"][0]["summary"]
         .as_str()
@@ -80,12 +75,8 @@ async fn renaming_a_workload_type_moves_its_queued_jobs_with_it(pool: PgPool) {
         .await
         .unwrap();
     app.pass().await;
-    let after: gpuq::model::ManifestState = serde_json::from_value(
-        app.api("GET", "/api/v1/manifest/history", Some(&member), None)
-            .await
-            .json(),
-    )
-    .unwrap();
+    let after: gpuq::model::ManifestState =
+        serde_json::from_value(app.get("/api/v1/manifest/history", &member).await.json()).unwrap();
     assert!(after.applied());
     assert_eq!(app.job(&member, waiting).await["status"], "admitted");
 }
@@ -95,20 +86,12 @@ async fn admins_change_roles_but_not_their_own(pool: PgPool) {
     let app = TestApp::new(pool).await;
     let admin = app.bearer("root", Role::Admin).await;
     let bob = app.add_user("bob", Role::Member).await;
-    let root_id = app
-        .api("GET", "/api/v1/me", Some(&admin), None)
-        .await
-        .json()["id"]
+    let root_id = app.get("/api/v1/me", &admin).await.json()["id"]
         .as_str()
         .unwrap()
         .to_owned();
     let r = app
-        .api(
-            "PATCH",
-            &format!("/api/v1/users/{bob}"),
-            Some(&admin),
-            Some(json!({ "role": "manager" })),
-        )
+        .update_user(&admin, bob, json!({ "role": "manager" }))
         .await;
     assert_eq!(r.status, 204, "{}", r.text);
     let token = app.token("bob", PASSWORD).await.json()["token"]
@@ -116,36 +99,22 @@ async fn admins_change_roles_but_not_their_own(pool: PgPool) {
         .unwrap()
         .to_owned();
     let me = app
-        .api("GET", "/api/v1/me", Some(&format!("Bearer {token}")), None)
+        .get("/api/v1/me", &format!("Bearer {token}"))
         .await
         .json();
     assert_eq!(me["role"], "manager");
 
     let selfish = app
-        .api(
-            "PATCH",
-            &format!("/api/v1/users/{root_id}"),
-            Some(&admin),
-            Some(json!({ "role": "member" })),
-        )
+        .update_user(&admin, &root_id, json!({ "role": "member" }))
         .await;
     assert_eq!(selfish.status, 400, "{}", selfish.text);
     assert_eq!(selfish.json()["field"], "role");
     let bad = app
-        .api(
-            "PATCH",
-            &format!("/api/v1/users/{bob}"),
-            Some(&admin),
-            Some(json!({ "role": "root" })),
-        )
+        .update_user(&admin, bob, json!({ "role": "root" }))
         .await;
     assert_eq!(bad.status, 400, "{}", bad.text);
-    let audited: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM audit_events WHERE kind = 'user.update' AND subject = 'bob'",
-    )
-    .fetch_one(&app.pool)
-    .await
-    .unwrap();
+    let sql = "SELECT count(*) FROM audit_events WHERE kind = 'user.update' AND subject = 'bob'";
+    let audited: i64 = app.scalar(sql).await;
     assert_eq!(audited, 1);
 }
 
@@ -156,40 +125,28 @@ async fn a_password_change_needs_the_current_one(pool: PgPool) {
     let change =
         |current: &str, new: &str| json!({ "current_password": current, "new_password": new });
     let wrong = app
-        .api(
-            "POST",
+        .post_json(
             "/api/v1/me/password",
-            Some(&carol),
-            Some(change("nope-nope", "another-secret")),
+            &carol,
+            change("nope-nope", "another-secret"),
         )
         .await;
     assert_eq!(wrong.status, 400, "{}", wrong.text);
     assert_eq!(wrong.json()["field"], "current_password");
     let short = app
-        .api(
-            "POST",
-            "/api/v1/me/password",
-            Some(&carol),
-            Some(change(PASSWORD, "short")),
-        )
+        .post_json("/api/v1/me/password", &carol, change(PASSWORD, "short"))
         .await;
     assert_eq!(short.status, 400);
     assert_eq!(short.json()["field"], "new_password");
     let same = app
-        .api(
-            "POST",
-            "/api/v1/me/password",
-            Some(&carol),
-            Some(change(PASSWORD, PASSWORD)),
-        )
+        .post_json("/api/v1/me/password", &carol, change(PASSWORD, PASSWORD))
         .await;
     assert_eq!(same.status, 400);
     let ok = app
-        .api(
-            "POST",
+        .post_json(
             "/api/v1/me/password",
-            Some(&carol),
-            Some(change(PASSWORD, "another-secret")),
+            &carol,
+            change(PASSWORD, "another-secret"),
         )
         .await;
     assert_eq!(ok.status, 204, "{}", ok.text);
@@ -199,30 +156,16 @@ async fn a_password_change_needs_the_current_one(pool: PgPool) {
 
 #[sqlx::test(migrations = false)]
 async fn only_the_owner_resubmits_and_the_copy_is_a_new_job(pool: PgPool) {
-    let app = TestApp::new(pool).await;
-    app.sim_cards(&format!("1x24576:{MODEL}"), "n1").await;
+    let app = TestApp::with_one_card(pool, "n1").await;
     let alice = app.bearer("alice", Role::Member).await;
     let admin = app.bearer("root", Role::Admin).await;
     let spec = json!({ "image": "gpuq-test/busybox:latest", "command": ["echo", "x"], "min_vram_mb": 500,
                        "env": { "SECRET": "alice-only" }, "name": "orig" });
     let first = app.submit_ok(&alice, spec).await;
-    let by_admin = app
-        .api(
-            "POST",
-            &format!("/api/v1/jobs/{first}/resubmit"),
-            Some(&admin),
-            None,
-        )
-        .await;
+    let resubmit = format!("/api/v1/jobs/{first}/resubmit");
+    let by_admin = app.post(&resubmit, &admin).await;
     assert_eq!(by_admin.status, 403, "{}", by_admin.text);
-    let copy = app
-        .api(
-            "POST",
-            &format!("/api/v1/jobs/{first}/resubmit"),
-            Some(&alice),
-            None,
-        )
-        .await;
+    let copy = app.post(&resubmit, &alice).await;
     assert_eq!(copy.status, 201, "{}", copy.text);
     let id: uuid::Uuid = copy.json()["job_id"].as_str().unwrap().parse().unwrap();
     assert_ne!(id, first);
@@ -234,27 +177,12 @@ async fn only_the_owner_resubmits_and_the_copy_is_a_new_job(pool: PgPool) {
 
     // Today's policy decides: an image no longer allowed is refused, naming the field.
     let mut policy = app
-        .api("GET", "/api/v1/settings/launch-policy", Some(&admin), None)
+        .get("/api/v1/settings/launch-policy", &admin)
         .await
         .json();
     policy["image_allowlist"] = json!(["registry.local/*"]);
-    let put = app
-        .api(
-            "PUT",
-            "/api/v1/settings/launch-policy",
-            Some(&admin),
-            Some(policy),
-        )
-        .await;
-    assert_eq!(put.status, 200, "{}", put.text);
-    let refused = app
-        .api(
-            "POST",
-            &format!("/api/v1/jobs/{first}/resubmit"),
-            Some(&alice),
-            None,
-        )
-        .await;
+    app.set_policy(&admin, policy).await;
+    let refused = app.post(&resubmit, &alice).await;
     assert_eq!(refused.status, 400, "{}", refused.text);
     assert_eq!(refused.json()["field"], "image");
 }
@@ -275,14 +203,7 @@ async fn job_lists_sort_as_asked(pool: PgPool) {
         let app = &app;
         let alice = alice.clone();
         async move {
-            let page = app
-                .api(
-                    "GET",
-                    &format!("/api/v1/jobs?sort={sort}"),
-                    Some(&alice),
-                    None,
-                )
-                .await;
+            let page = app.get(&format!("/api/v1/jobs?sort={sort}"), &alice).await;
             assert_eq!(page.status, 200, "{}", page.text);
             page.json()["jobs"]
                 .as_array()
@@ -296,31 +217,19 @@ async fn job_lists_sort_as_asked(pool: PgPool) {
     assert_eq!(names("oldest").await, ["b-low", "a-high", "c-mid"]);
     assert_eq!(names("queue").await, ["a-high", "c-mid", "b-low"]);
     assert_eq!(names("name").await, ["a-high", "b-low", "c-mid"]);
-    let bad = app
-        .api("GET", "/api/v1/jobs?sort=random", Some(&alice), None)
-        .await;
+    let bad = app.get("/api/v1/jobs?sort=random", &alice).await;
     assert_eq!(bad.status, 400);
     assert_eq!(bad.json()["field"], "sort");
 }
 
 #[sqlx::test(migrations = false)]
 async fn cards_show_how_long_each_holder_has_been_running(pool: PgPool) {
-    let app = TestApp::new(pool).await;
-    app.sim_cards(&format!("1x24576:{MODEL}"), "n1").await;
+    let app = TestApp::with_one_card(pool, "n1").await;
     let alice = app.bearer("alice", Role::Member).await;
-    let job = app
-        .submit_ok(
-            &alice,
-            json!({ "image": "gpuq-test/busybox:latest", "command": ["true"], "min_vram_mb": 3000 }),
-        )
-        .await;
+    let job = app.submit_ok(&alice, true_job(3000)).await;
     app.pass().await;
     let holder = |gpus: serde_json::Value| gpus["gpus"][0]["jobs"][0].clone();
-    let admitted = holder(
-        app.api("GET", "/api/v1/gpus", Some(&alice), None)
-            .await
-            .json(),
-    );
+    let admitted = holder(app.get("/api/v1/gpus", &alice).await.json());
     assert_eq!(admitted["status"], "admitted");
     assert_eq!(admitted["running_s"], serde_json::Value::Null);
     sqlx::query(
@@ -330,11 +239,7 @@ async fn cards_show_how_long_each_holder_has_been_running(pool: PgPool) {
     .execute(&app.pool)
     .await
     .unwrap();
-    let running = holder(
-        app.api("GET", "/api/v1/gpus", Some(&alice), None)
-            .await
-            .json(),
-    );
+    let running = holder(app.get("/api/v1/gpus", &alice).await.json());
     assert_eq!(running["status"], "running");
     let secs = running["running_s"].as_i64().unwrap();
     assert!((95..100).contains(&secs), "{secs}");
@@ -351,23 +256,13 @@ async fn a_password_change_ends_the_other_browser_sessions(pool: PgPool) {
     let me = |cookie: &str| {
         let cookie = cookie.to_owned();
         let app = &app;
-        async move {
-            app.api("GET", "/api/v1/me", Some(&cookie), None)
-                .await
-                .status
-        }
+        async move { app.get("/api/v1/me", &cookie).await.status }
     };
     assert_eq!(me(&here).await, 200);
     assert_eq!(me(&elsewhere).await, 200);
     // Through the account page's server function, from the `here` session.
-    let changed = app
-        .server_fn(
-            "change_password",
-            "current_password=correct+horse+battery&new_password=another-secret-1",
-            Some(&here),
-            &[],
-        )
-        .await;
+    let form = "current_password=correct+horse+battery&new_password=another-secret-1";
+    let changed = app.signed_in_call(&here, "change_password", form).await;
     assert_eq!(changed.status, 200, "{}", changed.text);
     assert_eq!(
         me(&here).await,
@@ -376,9 +271,7 @@ async fn a_password_change_ends_the_other_browser_sessions(pool: PgPool) {
     );
     assert_eq!(me(&elsewhere).await, 401, "other sessions end");
     assert_eq!(
-        app.api("GET", "/api/v1/me", Some(&token), None)
-            .await
-            .status,
+        app.get("/api/v1/me", &token).await.status,
         200,
         "API tokens are not sessions"
     );
@@ -386,11 +279,10 @@ async fn a_password_change_ends_the_other_browser_sessions(pool: PgPool) {
     let fresh = app.login("dora", "another-secret-1").await;
     assert_eq!(me(&fresh).await, 200);
     let r = app
-        .api(
-            "POST",
+        .post_json(
             "/api/v1/me/password",
-            Some(&token),
-            Some(json!({ "current_password": "another-secret-1", "new_password": "third-secret-22" })),
+            &token,
+            json!({ "current_password": "another-secret-1", "new_password": "third-secret-22" }),
         )
         .await;
     assert_eq!(r.status, 204, "{}", r.text);

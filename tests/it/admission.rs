@@ -21,9 +21,13 @@ fn job(extra: Value) -> Value {
 async fn setup(pool: PgPool) -> (TestApp, String, String) {
     let app = TestApp::new(pool).await;
     app.sim_cards(CARDS, "node-a").await;
-    let admin = app.bearer("root", Role::Admin).await;
-    let member = app.bearer("alice", Role::Member).await;
+    let (admin, member) = app.admin_and_member("alice").await;
     (app, admin, member)
+}
+
+/// A job that needs `count` cards with `mib` MiB free on each.
+fn cards(count: u32, mib: u32) -> Value {
+    job(json!({ "gpu_count": count, "min_vram_mb": mib }))
 }
 
 #[sqlx::test(migrations = false)]
@@ -176,21 +180,11 @@ async fn volumes_follow_the_allowlist_through_symlinks(pool: PgPool) {
         ]
     });
     let put = app
-        .api(
-            "PUT",
-            "/api/v1/settings/launch-policy",
-            Some(&admin),
-            Some(policy),
-        )
+        .put("/api/v1/settings/launch-policy", &admin, policy)
         .await;
     assert_eq!(put.status, 200, "{}", put.text);
     let member_put = app
-        .api(
-            "PUT",
-            "/api/v1/settings/launch-policy",
-            Some(&member),
-            Some(json!({})),
-        )
+        .put("/api/v1/settings/launch-policy", &member, json!({}))
         .await;
     assert_eq!(member_put.status, 403);
 
@@ -226,20 +220,13 @@ async fn admission_fills_cards_best_fit_and_explains_the_wait(pool: PgPool) {
     let (app, admin, member) = setup(pool).await;
     app.workload(&admin, "llm", json!({ RTX: 20480, A100: 30000 }))
         .await;
+    let llm = |name: &str| job(json!({ "workload": "llm", "name": name }));
     // Two llm jobs fit on two RTX cards (best fit keeps the A100 free), the third takes the last RTX.
-    let a = app
-        .submit_ok(&member, job(json!({ "workload": "llm", "name": "a" })))
-        .await;
-    let b = app
-        .submit_ok(&member, job(json!({ "workload": "llm", "name": "b" })))
-        .await;
-    let c = app
-        .submit_ok(&member, job(json!({ "workload": "llm", "name": "c" })))
-        .await;
+    let a = app.submit_ok(&member, llm("a")).await;
+    let b = app.submit_ok(&member, llm("b")).await;
+    let c = app.submit_ok(&member, llm("c")).await;
     // Two more: one lands on the A100 (30000 of 81920), then a 2-card job cannot fit.
-    let d = app
-        .submit_ok(&member, job(json!({ "workload": "llm", "name": "d" })))
-        .await;
+    let d = app.submit_ok(&member, llm("d")).await;
     let e = app
         .submit_ok(
             &member,
@@ -268,10 +255,7 @@ async fn admission_fills_cards_best_fit_and_explains_the_wait(pool: PgPool) {
         "{reason}"
     );
 
-    let gpus = app
-        .api("GET", "/api/v1/gpus", Some(&member), None)
-        .await
-        .json();
+    let gpus = app.get("/api/v1/gpus", &member).await.json();
     let cards = gpus["gpus"].as_array().unwrap();
     assert_eq!(cards.len(), 4);
     let rtx0 = &cards[0];
@@ -287,12 +271,7 @@ async fn multi_gpu_jobs_take_distinct_cards_of_one_node(pool: PgPool) {
     let (app, _admin, member) = setup(pool).await;
     app.sim_cards("2x24576:NVIDIA GeForce RTX 3090", "node-b")
         .await;
-    let id = app
-        .submit_ok(
-            &member,
-            job(json!({ "gpu_count": 3, "min_vram_mb": 10000 })),
-        )
-        .await;
+    let id = app.submit_ok(&member, cards(3, 10000)).await;
     assert_eq!(app.pass().await.admitted, 1);
     let v = app.job(&member, id).await;
     let cards = v["assigned_gpus"].as_array().unwrap();
@@ -307,39 +286,22 @@ async fn multi_gpu_jobs_take_distinct_cards_of_one_node(pool: PgPool) {
 #[sqlx::test(migrations = false)]
 async fn foreign_memory_lowers_what_is_admitted(pool: PgPool) {
     let (app, admin, member) = setup(pool).await;
-    let gpus = app
-        .api("GET", "/api/v1/gpus", Some(&admin), None)
-        .await
-        .json();
+    let gpus = app.get("/api/v1/gpus", &admin).await.json();
     let a100 = gpus["gpus"][3]["uuid"].as_str().unwrap().to_owned();
+    let sim = format!("/api/v1/gpus/{a100}/sim");
     // Foreign processes use 70000 MiB of the A100: a 20000 MiB job no longer fits anywhere.
     let set = app
-        .api(
-            "PUT",
-            &format!("/api/v1/gpus/{a100}/sim"),
-            Some(&admin),
-            Some(json!({ "external_mib": 70000 })),
-        )
+        .put(&sim, &admin, json!({ "external_mib": 70000 }))
         .await;
     assert_eq!(set.status, 204, "{}", set.text);
     assert_eq!(
-        app.api(
-            "PUT",
-            &format!("/api/v1/gpus/{a100}/sim"),
-            Some(&member),
-            Some(json!({ "external_mib": 0 }))
-        )
-        .await
-        .status,
+        app.put(&sim, &member, json!({ "external_mib": 0 }))
+            .await
+            .status,
         403
     );
     let too_much = app
-        .api(
-            "PUT",
-            &format!("/api/v1/gpus/{a100}/sim"),
-            Some(&admin),
-            Some(json!({ "external_mib": 90000 })),
-        )
+        .put(&sim, &admin, json!({ "external_mib": 90000 }))
         .await;
     assert_eq!(too_much.status, 400);
     let id = app
@@ -352,18 +314,14 @@ async fn foreign_memory_lowers_what_is_admitted(pool: PgPool) {
         reason.contains("needs 30000 MiB") && reason.contains("best free: 24576"),
         "{reason}"
     );
-    let view = app
-        .api("GET", "/api/v1/gpus", Some(&member), None)
-        .await
-        .json();
+    let view = app.get("/api/v1/gpus", &member).await.json();
     assert_eq!(view["gpus"][3]["external_mib"], 70000);
     assert_eq!(view["gpus"][3]["free_mib"], 81920 - 70000);
     // The foreign process exits: the job is admitted on the next pass.
-    app.api(
-        "PUT",
+    app.put(
         &format!("/api/v1/gpus/{a100}/sim"),
-        Some(&admin),
-        Some(json!({ "external_mib": 0 })),
+        &admin,
+        json!({ "external_mib": 0 }),
     )
     .await;
     assert_eq!(app.pass().await.admitted, 1);
@@ -377,63 +335,30 @@ async fn foreign_memory_lowers_what_is_admitted(pool: PgPool) {
 async fn cancel_frees_cards_and_respects_ownership(pool: PgPool) {
     let (app, admin, member) = setup(pool).await;
     let other = app.bearer("bob", Role::Member).await;
-    let queued = app
-        .submit_ok(
-            &member,
-            job(json!({ "gpu_count": 3, "min_vram_mb": 24576 })),
-        )
-        .await;
-    let waiting = app
-        .submit_ok(
-            &member,
-            job(json!({ "gpu_count": 3, "min_vram_mb": 24576 })),
-        )
-        .await;
+    let queued = app.submit_ok(&member, cards(3, 24576)).await;
+    let waiting = app.submit_ok(&member, cards(3, 24576)).await;
     assert_eq!(app.pass().await.admitted, 1);
     let forbidden = app
-        .api(
-            "POST",
-            &format!("/api/v1/jobs/{queued}/cancel"),
-            Some(&other),
-            None,
-        )
+        .post(&format!("/api/v1/jobs/{queued}/cancel"), &other)
         .await;
     assert_eq!(forbidden.status, 403);
     let c = app
-        .api(
-            "POST",
-            &format!("/api/v1/jobs/{waiting}/cancel"),
-            Some(&member),
-            None,
-        )
+        .post(&format!("/api/v1/jobs/{waiting}/cancel"), &member)
         .await;
     assert_eq!(c.status, 200, "{}", c.text);
     assert_eq!(c.json()["status"], "cancelled");
     // An admitted job cancelled by an admin: the next pass gives its cards back.
     let c = app
-        .api(
-            "POST",
-            &format!("/api/v1/jobs/{queued}/cancel"),
-            Some(&admin),
-            None,
-        )
+        .post(&format!("/api/v1/jobs/{queued}/cancel"), &admin)
         .await;
     assert_eq!(c.json()["status"], "cancelled");
     let again = app
-        .api(
-            "POST",
-            &format!("/api/v1/jobs/{queued}/cancel"),
-            Some(&admin),
-            None,
-        )
+        .post(&format!("/api/v1/jobs/{queued}/cancel"), &admin)
         .await;
     assert_eq!(again.status, 409);
     let out = app.pass().await;
     assert_eq!(out.reclaimed, 1);
-    let gpus = app
-        .api("GET", "/api/v1/gpus", Some(&member), None)
-        .await
-        .json();
+    let gpus = app.get("/api/v1/gpus", &member).await.json();
     assert!(gpus["gpus"]
         .as_array()
         .unwrap()
@@ -448,15 +373,13 @@ async fn cancel_frees_cards_and_respects_ownership(pool: PgPool) {
     );
     assert!(ledger_violations(&app.pool).await.is_empty());
     let missing = app
-        .api(
-            "POST",
+        .post(
             &format!("/api/v1/jobs/{}/cancel", uuid::Uuid::new_v4()),
-            Some(&admin),
-            None,
+            &admin,
         )
         .await;
     assert_eq!(missing.status, 404);
-    let not_an_id = app.api("GET", "/api/v1/jobs/xyz", Some(&admin), None).await;
+    let not_an_id = app.get("/api/v1/jobs/xyz", &admin).await;
     assert_eq!(not_an_id.json()["field"], "id");
 }
 
@@ -480,66 +403,37 @@ async fn the_list_filters_pages_and_hides_other_peoples_env(pool: PgPool) {
         .await;
     }
     app.pass().await;
-    let all = app
-        .api("GET", "/api/v1/jobs?per_page=3", Some(&bob), None)
-        .await
-        .json();
+    let all = app.get("/api/v1/jobs?per_page=3", &bob).await.json();
     assert_eq!(all["total"], 8);
     assert_eq!(all["jobs"].as_array().unwrap().len(), 3);
     assert_eq!(all["jobs"][0]["name"], "b2", "newest first");
-    let page3 = app
-        .api("GET", "/api/v1/jobs?per_page=3&page=3", Some(&bob), None)
-        .await
-        .json();
+    let page3 = app.get("/api/v1/jobs?per_page=3&page=3", &bob).await.json();
     assert_eq!(page3["jobs"].as_array().unwrap().len(), 2);
-    let mine = app
-        .api("GET", "/api/v1/jobs?mine=true", Some(&bob), None)
-        .await
-        .json();
+    let mine = app.get("/api/v1/jobs?mine=true", &bob).await.json();
     assert_eq!(mine["total"], 3);
-    let alices = app
-        .api("GET", "/api/v1/jobs?owner=alice", Some(&bob), None)
-        .await
-        .json();
+    let alices = app.get("/api/v1/jobs?owner=alice", &bob).await.json();
     assert_eq!(alices["total"], 5);
     assert!(alices["jobs"]
         .as_array()
         .unwrap()
         .iter()
         .all(|j| j["env"].is_null()));
-    let as_manager = app
-        .api("GET", "/api/v1/jobs?owner=alice", Some(&manager), None)
-        .await
-        .json();
+    let as_manager = app.get("/api/v1/jobs?owner=alice", &manager).await.json();
     // The env is the owner's and admins': managers read command lines, not secrets.
     assert!(as_manager["jobs"][0]["env"].is_null(), "{as_manager}");
     assert_eq!(as_manager["jobs"][0]["details_hidden"], false);
-    let as_admin = app
-        .api("GET", "/api/v1/jobs?owner=alice", Some(&admin), None)
-        .await
-        .json();
+    let as_admin = app.get("/api/v1/jobs?owner=alice", &admin).await.json();
     assert_eq!(as_admin["jobs"][0]["env"]["SECRET"], "x");
-    let own = app
-        .api("GET", "/api/v1/jobs?owner=alice", Some(&member), None)
-        .await
-        .json();
+    let own = app.get("/api/v1/jobs?owner=alice", &member).await.json();
     assert_eq!(own["jobs"][0]["env"]["SECRET"], "x");
-    let queued = app
-        .api("GET", "/api/v1/jobs?status=queued", Some(&admin), None)
-        .await
-        .json();
+    let queued = app.get("/api/v1/jobs?status=queued", &admin).await.json();
     // 4 cards: 1 of alice's 30000 MiB jobs fits (A100, twice: 81920 ≥ 60000) … the rest wait.
     for j in queued["jobs"].as_array().unwrap() {
         assert!(j["queue_position"].as_i64().unwrap() >= 1);
         assert!(j["wait_reason"].is_string());
     }
     let two = app
-        .api(
-            "GET",
-            "/api/v1/jobs?status=admitted,queued",
-            Some(&admin),
-            None,
-        )
+        .get("/api/v1/jobs?status=admitted,queued", &admin)
         .await
         .json();
     assert_eq!(two["total"], 8);
@@ -549,9 +443,7 @@ async fn the_list_filters_pages_and_hides_other_peoples_env(pool: PgPool) {
         ("per_page=501", "per_page"),
         ("bogus=1", "query"),
     ] {
-        let r = app
-            .api("GET", &format!("/api/v1/jobs?{q}"), Some(&admin), None)
-            .await;
+        let r = app.get(&format!("/api/v1/jobs?{q}"), &admin).await;
         assert_eq!(r.status, 400, "{q}");
         assert_eq!(r.json()["field"], field, "{q}");
     }
@@ -561,14 +453,8 @@ async fn the_list_filters_pages_and_hides_other_peoples_env(pool: PgPool) {
 #[sqlx::test(migrations = false)]
 async fn manifest_edits_are_admin_only_audited_and_decide_the_next_pass(pool: PgPool) {
     let (app, admin, member) = setup(pool).await;
-    let refused = app
-        .api(
-            "PUT",
-            "/api/v1/manifest/llm",
-            Some(&member),
-            Some(json!({ "vram_mib": { RTX: 1 } })),
-        )
-        .await;
+    let one_mib = || json!({ "vram_mib": { RTX: 1 } });
+    let refused = app.put("/api/v1/manifest/llm", &member, one_mib()).await;
     assert_eq!(refused.status, 403);
     app.workload(&admin, "llm", json!({ A100: 50000 })).await;
     let id = app
@@ -589,10 +475,7 @@ async fn manifest_edits_are_admin_only_audited_and_decide_the_next_pass(pool: Pg
     assert_eq!(app.pass().await.admitted, 1);
     let v = app.job(&member, id).await;
     assert_eq!(v["status"], "admitted");
-    let m = app
-        .api("GET", "/api/v1/manifest", Some(&member), None)
-        .await
-        .json();
+    let m = app.get("/api/v1/manifest", &member).await.json();
     assert_eq!(m["workloads"][0]["vram_mib"][RTX], 20000);
     assert_eq!(m["models_present"].as_array().unwrap().len(), 2);
     for (body, field) in [
@@ -603,38 +486,19 @@ async fn manifest_edits_are_admin_only_audited_and_decide_the_next_pass(pool: Pg
         ),
         (json!({ "vram_mib": { RTX: 1 }, "x": 1 }), "x"),
     ] {
-        let r = app
-            .api("PUT", "/api/v1/manifest/llm", Some(&admin), Some(body))
-            .await;
+        let r = app.put("/api/v1/manifest/llm", &admin, body).await;
         assert_eq!(r.status, 400, "{}", r.text);
         assert_eq!(r.json()["field"], field);
     }
     let bad_name = app
-        .api(
-            "PUT",
-            "/api/v1/manifest/Bad%20Name",
-            Some(&admin),
-            Some(json!({ "vram_mib": { RTX: 1 } })),
-        )
+        .put("/api/v1/manifest/Bad%20Name", &admin, one_mib())
         .await;
     assert_eq!(bad_name.json()["field"], "workload");
-    assert_eq!(
-        app.api("DELETE", "/api/v1/manifest/llm", Some(&admin), None)
-            .await
-            .status,
-        204
-    );
-    assert_eq!(
-        app.api("DELETE", "/api/v1/manifest/llm", Some(&admin), None)
-            .await
-            .status,
-        404
-    );
-    let audited: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM audit_events WHERE kind LIKE 'manifest.%'")
-            .fetch_one(&app.pool)
-            .await
-            .unwrap();
+    assert_eq!(app.delete("/api/v1/manifest/llm", &admin).await.status, 204);
+    assert_eq!(app.delete("/api/v1/manifest/llm", &admin).await.status, 404);
+    let audited: i64 = app
+        .scalar("SELECT count(*) FROM audit_events WHERE kind LIKE 'manifest.%'")
+        .await;
     assert_eq!(audited, 3);
     // The audit trails cannot be rewritten.
     let tamper = sqlx::query("UPDATE job_events SET actor = 'nobody'")
@@ -663,10 +527,7 @@ async fn a_vanished_card_goes_missing_and_is_not_used(pool: PgPool) {
     assert!(states
         .iter()
         .any(|(m, s, present)| m == A100 && s == "online" && !present));
-    let gpus = app
-        .api("GET", "/api/v1/gpus", Some(&member), None)
-        .await
-        .json();
+    let gpus = app.get("/api/v1/gpus", &member).await.json();
     let a100 = gpus["gpus"]
         .as_array()
         .unwrap()
@@ -725,16 +586,12 @@ async fn live_events_carry_changes_made_by_any_process(pool: PgPool) {
         .unwrap();
     let seen = read_stream_until(&mut body, "event: resync", 10).await;
     assert!(!seen.contains("<script>"), "{seen}");
-    let gpus = app
-        .api("GET", "/api/v1/gpus", Some(&admin), None)
-        .await
-        .json();
+    let gpus = app.get("/api/v1/gpus", &admin).await.json();
     let card = gpus["gpus"][0]["uuid"].as_str().unwrap().to_owned();
-    app.api(
-        "PATCH",
+    app.patch(
         &format!("/api/v1/gpus/{card}"),
-        Some(&admin),
-        Some(json!({ "state": "draining" })),
+        &admin,
+        json!({ "state": "draining" }),
     )
     .await;
     let seen = read_stream_until(&mut body, "gpu.state", 10).await;
@@ -767,10 +624,7 @@ async fn the_queue_order_is_one_definition_that_sql_and_rust_agree_on(pool: PgPo
     .await
     .unwrap();
     assert_eq!(by_sql, by_rust);
-    let listed = app
-        .api("GET", "/api/v1/jobs?sort=queue", Some(&admin), None)
-        .await
-        .json();
+    let listed = app.get("/api/v1/jobs?sort=queue", &admin).await.json();
     let by_api: Vec<uuid::Uuid> = listed["jobs"]
         .as_array()
         .unwrap()

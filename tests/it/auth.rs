@@ -1,7 +1,7 @@
 //! Sign-in, tokens, throttling, disabled users, roles and the cross-site check, against the real
 //! router and a real Postgres database.
 
-use crate::support::{TestApp, ORIGIN, PASSWORD};
+use crate::support::{true_job, TestApp, ORIGIN, PASSWORD};
 use gpuq::model::Role;
 use gpuq::server::auth::service::{self, MAX_FAILURES};
 use serde_json::json;
@@ -19,7 +19,7 @@ async fn token_authenticates_until_revoked(pool: PgPool) {
     assert_eq!(body["name"], "test");
     let bearer = format!("Bearer {token}");
 
-    let me = app.api("GET", "/api/v1/me", Some(&bearer), None).await;
+    let me = app.get("/api/v1/me", &bearer).await;
     assert_eq!(me.status, 200);
     assert_eq!(me.json()["username"], "alice");
     assert_eq!(me.json()["role"], "manager");
@@ -31,16 +31,9 @@ async fn token_authenticates_until_revoked(pool: PgPool) {
     assert_ne!(stored, token.as_bytes(), "the token itself is never stored");
 
     let id = body["id"].as_str().unwrap();
-    let revoked = app
-        .api(
-            "DELETE",
-            &format!("/api/v1/tokens/{id}"),
-            Some(&bearer),
-            None,
-        )
-        .await;
+    let revoked = app.delete(&format!("/api/v1/tokens/{id}"), &bearer).await;
     assert_eq!(revoked.status, 204, "{}", revoked.text);
-    let after = app.api("GET", "/api/v1/me", Some(&bearer), None).await;
+    let after = app.get("/api/v1/me", &bearer).await;
     assert_eq!(after.status, 401);
     assert_eq!(after.json()["error"], "not signed in");
 }
@@ -137,58 +130,23 @@ async fn disabling_a_user_stops_sessions_and_tokens_at_once(pool: PgPool) {
             .unwrap()
     );
     let cookie = app.login("frank", PASSWORD).await;
-    assert_eq!(
-        app.api("GET", "/api/v1/me", Some(&token), None)
-            .await
-            .status,
-        200
-    );
-    assert_eq!(
-        app.api("GET", "/api/v1/me", Some(&cookie), None)
-            .await
-            .status,
-        200
-    );
+    assert_eq!(app.get("/api/v1/me", &token).await.status, 200);
+    assert_eq!(app.get("/api/v1/me", &cookie).await.status, 200);
 
     let patch = app
-        .api(
-            "PATCH",
-            &format!("/api/v1/users/{member}"),
-            Some(&admin),
-            Some(json!({ "disabled": true })),
-        )
+        .update_user(&admin, member, json!({ "disabled": true }))
         .await;
     assert_eq!(patch.status, 204, "{}", patch.text);
 
-    assert_eq!(
-        app.api("GET", "/api/v1/me", Some(&token), None)
-            .await
-            .status,
-        401
-    );
-    assert_eq!(
-        app.api("GET", "/api/v1/me", Some(&cookie), None)
-            .await
-            .status,
-        401
-    );
+    assert_eq!(app.get("/api/v1/me", &token).await.status, 401);
+    assert_eq!(app.get("/api/v1/me", &cookie).await.status, 401);
     let again = app.token("frank", PASSWORD).await;
     assert_eq!(again.status, 403, "{}", again.text);
     assert!(again.json()["error"].as_str().unwrap().contains("disabled"));
 
-    app.api(
-        "PATCH",
-        &format!("/api/v1/users/{member}"),
-        Some(&admin),
-        Some(json!({ "disabled": false })),
-    )
-    .await;
-    assert_eq!(
-        app.api("GET", "/api/v1/me", Some(&token), None)
-            .await
-            .status,
-        200
-    );
+    app.update_user(&admin, member, json!({ "disabled": false }))
+        .await;
+    assert_eq!(app.get("/api/v1/me", &token).await.status, 200);
 }
 
 #[sqlx::test(migrations = false)]
@@ -205,7 +163,7 @@ async fn roles_are_checked_on_the_server(pool: PgPool) {
                 .as_str()
                 .unwrap()
         );
-        let rest = app.api("GET", "/api/v1/users", Some(&bearer), None).await;
+        let rest = app.get("/api/v1/users", &bearer).await;
         assert_eq!(
             rest.status,
             if allowed { 200 } else { 403 },
@@ -213,12 +171,7 @@ async fn roles_are_checked_on_the_server(pool: PgPool) {
             rest.text
         );
         let create = app
-            .api(
-                "POST",
-                "/api/v1/users",
-                Some(&bearer),
-                Some(json!({ "username": format!("new-{name}"), "role": "member", "password": PASSWORD })),
-            )
+            .post_json("/api/v1/users", &bearer, json!({ "username": format!("new-{name}"), "role": "member", "password": PASSWORD }))
             .await;
         assert_eq!(
             create.status,
@@ -269,42 +222,16 @@ async fn bad_requests_name_the_field(pool: PgPool) {
         assert_eq!(reply.status, 400, "{}", reply.text);
         assert_eq!(reply.json()["field"], field, "{}", reply.text);
     }
-    let short = app
-        .api(
-            "POST",
-            "/api/v1/users",
-            Some(&admin),
-            Some(json!({ "username": "kim", "role": "member", "password": "short" })),
-        )
-        .await;
+    let short = app.create_user(&admin, "kim", "member", "short").await;
     assert_eq!(short.status, 400);
     assert_eq!(short.json()["field"], "password");
     let bad_name = app
-        .api(
-            "POST",
-            "/api/v1/users",
-            Some(&admin),
-            Some(json!({ "username": "Kim Smith", "role": "member", "password": PASSWORD })),
-        )
+        .create_user(&admin, "Kim Smith", "member", PASSWORD)
         .await;
     assert_eq!(bad_name.json()["field"], "username");
-    let bad_role = app
-        .api(
-            "POST",
-            "/api/v1/users",
-            Some(&admin),
-            Some(json!({ "username": "kim", "role": "root", "password": PASSWORD })),
-        )
-        .await;
+    let bad_role = app.create_user(&admin, "kim", "root", PASSWORD).await;
     assert_eq!(bad_role.status, 400);
-    let dup = app
-        .api(
-            "POST",
-            "/api/v1/users",
-            Some(&admin),
-            Some(json!({ "username": "root", "role": "member", "password": PASSWORD })),
-        )
-        .await;
+    let dup = app.create_user(&admin, "root", "member", PASSWORD).await;
     assert_eq!(dup.status, 409);
 }
 
@@ -312,53 +239,24 @@ async fn bad_requests_name_the_field(pool: PgPool) {
 async fn login_sets_a_strict_http_only_cookie_and_rotates_the_session(pool: PgPool) {
     let app = TestApp::new(pool).await;
     app.add_user("jane", Role::Member).await;
-    let first = app
-        .server_fn(
-            "login",
-            &format!("username=jane&password={}", PASSWORD.replace(' ', "+")),
-            None,
-            &[],
-        )
-        .await;
+    let first = app.login_reply("jane", PASSWORD, None).await;
     let flags = first.set_cookie_header();
     assert!(flags.contains("HttpOnly"), "{flags}");
     assert!(flags.contains("SameSite=Strict"), "{flags}");
     let cookie = first.session_cookie().unwrap();
 
-    let second = app
-        .server_fn(
-            "login",
-            &format!("username=jane&password={}", PASSWORD.replace(' ', "+")),
-            Some(&cookie),
-            &[],
-        )
-        .await;
+    let second = app.login_reply("jane", PASSWORD, Some(&cookie)).await;
     let rotated = second
         .session_cookie()
         .expect("a new session id at sign-in");
     assert_ne!(rotated, cookie);
     // The old id no longer authenticates; the new one does.
-    assert_eq!(
-        app.api("GET", "/api/v1/me", Some(&cookie), None)
-            .await
-            .status,
-        401
-    );
-    assert_eq!(
-        app.api("GET", "/api/v1/me", Some(&rotated), None)
-            .await
-            .status,
-        200
-    );
+    assert_eq!(app.get("/api/v1/me", &cookie).await.status, 401);
+    assert_eq!(app.get("/api/v1/me", &rotated).await.status, 200);
 
     let out = app.server_fn("logout", "", Some(&rotated), &[]).await;
     assert!(out.status.as_u16() < 400, "{}", out.text);
-    assert_eq!(
-        app.api("GET", "/api/v1/me", Some(&rotated), None)
-            .await
-            .status,
-        401
-    );
+    assert_eq!(app.get("/api/v1/me", &rotated).await.status, 401);
 }
 
 #[sqlx::test(migrations = false)]
@@ -391,12 +289,7 @@ async fn cross_site_state_changes_are_refused(pool: PgPool) {
         .await;
     assert_eq!(no_proof.status, 403);
     // The session survived every refused attempt.
-    assert_eq!(
-        app.api("GET", "/api/v1/me", Some(&cookie), None)
-            .await
-            .status,
-        200
-    );
+    assert_eq!(app.get("/api/v1/me", &cookie).await.status, 200);
 
     // A login forged from another site is refused too.
     let forged_login = app
@@ -445,12 +338,7 @@ async fn configured_bootstrap_password_is_used(pool: PgPool) {
     let me = app.token("admin", "s3cret-admin-pw").await;
     assert_eq!(me.status, 201);
     let bearer = format!("Bearer {}", me.json()["token"].as_str().unwrap());
-    assert_eq!(
-        app.api("GET", "/api/v1/me", Some(&bearer), None)
-            .await
-            .json()["role"],
-        "admin"
-    );
+    assert_eq!(app.get("/api/v1/me", &bearer).await.json()["role"], "admin");
 }
 
 #[sqlx::test(migrations = false)]
@@ -460,7 +348,7 @@ async fn probes_report_health_and_readiness(pool: PgPool) {
     assert_eq!(health.status, 200);
     assert_eq!(health.json()["status"], "ok");
     let admin = app.bearer("root", Role::Admin).await;
-    let ready = app.api("GET", "/readyz", Some(&admin), None).await;
+    let ready = app.get("/readyz", &admin).await;
     assert_eq!(ready.status, 200);
     assert_eq!(ready.json()["checks"]["database"], "ok");
     app.pool.close().await;
@@ -578,22 +466,15 @@ async fn the_openapi_document_describes_every_route(pool: PgPool) {
 /// without an entry fails this test.
 #[sqlx::test(migrations = false)]
 async fn every_route_allows_exactly_the_roles_it_should(pool: PgPool) {
-    let app = TestApp::new(pool).await;
-    let cards = app
-        .sim_cards("2x24576:NVIDIA GeForce RTX 3090", "roles")
-        .await;
+    let (app, cards) = TestApp::with_cards(pool, "2x24576:NVIDIA GeForce RTX 3090", "roles").await;
     let owner = app.bearer("alice", Role::Member).await;
     let other = app.bearer("bob", Role::Member).await;
     let manager = app.bearer("mia", Role::Manager).await;
     let admin = app.bearer("root", Role::Admin).await;
-    let spec =
-        json!({ "image": "gpuq-test/busybox:latest", "command": ["true"], "min_vram_mb": 1000 });
+    let spec = true_job(1000);
     let job = app.submit_ok(&owner, spec.clone()).await;
     let card = gpuq::model::gpu_id(&cards[0]);
-    let bob_id = app
-        .api("GET", "/api/v1/me", Some(&other), None)
-        .await
-        .json()["id"]
+    let bob_id = app.get("/api/v1/me", &other).await.json()["id"]
         .as_str()
         .unwrap()
         .to_owned();
@@ -601,10 +482,7 @@ async fn every_route_allows_exactly_the_roles_it_should(pool: PgPool) {
         let bearer = bearer.to_owned();
         let app = &app;
         async move {
-            let list = app
-                .api("GET", "/api/v1/tokens", Some(&bearer), None)
-                .await
-                .json();
+            let list = app.get("/api/v1/tokens", &bearer).await.json();
             list[0]["id"].as_str().unwrap().to_owned()
         }
     };
@@ -617,7 +495,7 @@ async fn every_route_allows_exactly_the_roles_it_should(pool: PgPool) {
     const ANYONE: [bool; 5] = [true; 5];
     const MANAGER: [bool; 5] = [false, false, false, true, true];
     let policy = app
-        .api("GET", "/api/v1/settings/launch-policy", Some(&admin), None)
+        .get("/api/v1/settings/launch-policy", &admin)
         .await
         .json();
     let table: Vec<(&str, String, Option<serde_json::Value>, [bool; 5])> = vec![
@@ -728,12 +606,7 @@ async fn every_route_allows_exactly_the_roles_it_should(pool: PgPool) {
     // Token routes act on the caller's own tokens: another user's token is not found, not revoked.
     let alices = token_id(&owner).await;
     let r = app
-        .api(
-            "DELETE",
-            &format!("/api/v1/tokens/{alices}"),
-            Some(&other),
-            None,
-        )
+        .delete(&format!("/api/v1/tokens/{alices}"), &other)
         .await;
     assert_eq!(r.status, 404);
     let r = app
@@ -787,33 +660,16 @@ async fn sign_ins_and_tokens_are_audited(pool: PgPool) {
     assert_eq!(app.token("tess", "wrong password").await.status, 401);
     let cookie = app.login("tess", PASSWORD).await;
     let made = app
-        .server_fn(
-            "create_token",
-            "name=ci&expires_in_days=30",
-            Some(&cookie),
-            &[],
-        )
+        .signed_in_call(&cookie, "create_token", "name=ci&expires_in_days=30")
         .await;
     assert_eq!(made.status, 200, "{}", made.text);
     let bearer = format!("Bearer {}", made.json()["token"].as_str().unwrap());
     let id = made.json()["id"].as_str().unwrap().to_owned();
     // Used twice in a row: audited once (at most once per token per interval).
     for _ in 0..2 {
-        assert_eq!(
-            app.api("GET", "/api/v1/me", Some(&bearer), None)
-                .await
-                .status,
-            200
-        );
+        assert_eq!(app.get("/api/v1/me", &bearer).await.status, 200);
     }
-    let revoked = app
-        .api(
-            "DELETE",
-            &format!("/api/v1/tokens/{id}"),
-            Some(&cookie),
-            None,
-        )
-        .await;
+    let revoked = app.delete(&format!("/api/v1/tokens/{id}"), &cookie).await;
     assert_eq!(revoked.status, 204, "{}", revoked.text);
 
     let trail: Vec<(String, String, String)> = sqlx::query_as(

@@ -3,7 +3,6 @@
 //! it is seen again.
 
 use crate::support::TestApp;
-use gpuq::model::Role;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 
@@ -16,10 +15,7 @@ fn one_card_job(name: &str) -> Value {
 
 /// Each card's state, by index.
 async fn states(app: &TestApp, bearer: &str) -> Vec<String> {
-    let gpus = app
-        .api("GET", "/api/v1/gpus", Some(bearer), None)
-        .await
-        .json();
+    let gpus = app.get("/api/v1/gpus", bearer).await.json();
     gpus["gpus"]
         .as_array()
         .unwrap()
@@ -30,11 +26,10 @@ async fn states(app: &TestApp, bearer: &str) -> Vec<String> {
 
 async fn set_state(app: &TestApp, admin: &str, card: uuid::Uuid, state: &str) -> u16 {
     let id = gpuq::model::gpu_id(&card);
-    app.api(
-        "PATCH",
+    app.patch(
         &format!("/api/v1/gpus/{id}"),
-        Some(admin),
-        Some(json!({ "state": state })),
+        admin,
+        json!({ "state": state }),
     )
     .await
     .status
@@ -56,8 +51,7 @@ async fn an_admins_offline_and_drain_hold_across_inventory_refreshes(pool: PgPoo
     let app = TestApp::new(pool).await;
     let spec = format!("3x24576:{RTX}");
     let cards = app.sim_cards(&spec, "node-a").await;
-    let admin = app.bearer("root", Role::Admin).await;
-    let member = app.bearer("alice", Role::Member).await;
+    let (admin, member) = app.admin_and_member("alice").await;
     assert_eq!(set_state(&app, &admin, cards[0], "offline").await, 204);
     assert_eq!(set_state(&app, &admin, cards[1], "draining").await, 204);
     // Several refreshes, as the inventory does every few seconds: the admin's decision stands.
@@ -81,11 +75,10 @@ async fn an_admins_offline_and_drain_hold_across_inventory_refreshes(pool: PgPoo
     assert_eq!(cards_of(&app, &member, second).await, [0]);
     // `missing` is the inventory's word, not an admin's.
     let r = app
-        .api(
-            "PATCH",
+        .patch(
             &format!("/api/v1/gpus/{}", gpuq::model::gpu_id(&cards[2])),
-            Some(&admin),
-            Some(json!({ "state": "missing" })),
+            &admin,
+            json!({ "state": "missing" }),
         )
         .await;
     assert_eq!(r.status, 400, "{}", r.text);
@@ -99,8 +92,7 @@ async fn a_card_the_inventory_stops_seeing_is_missing_and_returns_to_its_admins_
     let app = TestApp::new(pool).await;
     let three = format!("3x24576:{RTX}");
     let cards = app.sim_cards(&three, "node-a").await;
-    let admin = app.bearer("root", Role::Admin).await;
-    let member = app.bearer("alice", Role::Member).await;
+    let (admin, member) = app.admin_and_member("alice").await;
     assert_eq!(set_state(&app, &admin, cards[1], "draining").await, 204);
     // The node now sees only its first card.
     app.sim_cards(&format!("1x24576:{RTX}"), "node-a").await;
@@ -108,10 +100,7 @@ async fn a_card_the_inventory_stops_seeing_is_missing_and_returns_to_its_admins_
         states(&app, &member).await,
         ["online", "missing", "missing"]
     );
-    let gpus = app
-        .api("GET", "/api/v1/gpus", Some(&member), None)
-        .await
-        .json();
+    let gpus = app.get("/api/v1/gpus", &member).await.json();
     assert_eq!(
         gpus["gpus"][2]["free_mib"], 0,
         "a missing card offers nothing"

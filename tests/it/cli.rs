@@ -1,6 +1,6 @@
 //! `gpuq user add` and the embedded Postgres, as a script or an operator uses them.
 
-use crate::support::{database_url, free_port, start_server, TestApp, PASSWORD};
+use crate::support::{database_url, Serve, TestApp, PASSWORD};
 use gpuq::server::db::embedded::EmbeddedPg;
 use sqlx::PgPool;
 use std::io::Write;
@@ -185,12 +185,10 @@ fn text(out: &std::process::Output) -> String {
 #[sqlx::test(migrations = false)]
 async fn the_cli_submits_lists_shows_and_cancels_against_a_real_server(pool: PgPool) {
     let app = TestApp::new(pool).await;
-    let url = database_url(&app.pool);
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let _server = start_server(&url, port, &dir.path().join("server.log"), &[]).await;
-    let server = format!("http://127.0.0.1:{port}");
-    let config = dir.path().join("config");
+    let serve = Serve::new(&app.pool, &[]);
+    let _server = serve.start("server.log").await;
+    let server = serve.base();
+    let config = serve.dir.path().join("config");
     let env = [
         ("GPUQ_URL", server.as_str()),
         ("GPUQ_CONFIG_DIR", config.to_str().unwrap()),

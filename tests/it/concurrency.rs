@@ -59,13 +59,8 @@ async fn four_concurrent_passes_under_a_burst_keep_the_ledger_exact(pool: PgPool
         ids.push(app.submit_ok(&alice, s).await);
         if i % 7 == 3 {
             let victim = ids[(i as usize * 13) % ids.len()];
-            app.api(
-                "POST",
-                &format!("/api/v1/jobs/{victim}/cancel"),
-                Some(&alice),
-                None,
-            )
-            .await;
+            app.post(&format!("/api/v1/jobs/{victim}/cancel"), &alice)
+                .await;
         }
         if i % 11 == 5 {
             // Some admitted jobs "finish": the next pass must reclaim their cards.

@@ -2,7 +2,7 @@
 //! silence the append-only audit trails (`job_events`, `audit_events`).
 
 use crate::support::app::TestApp;
-use gpuq::model::Role;
+use crate::support::true_job;
 use serde_json::json;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
@@ -38,28 +38,19 @@ async fn the_app_role_runs_the_application_but_cannot_touch_the_audit_trail(owne
 
     // The application works as this role: users, tokens, sign-in, policy, manifest, submit,
     // cancel; each writes to the audit trails.
-    let admin = app.bearer("root", Role::Admin).await;
-    let member = app.bearer("ann", Role::Member).await;
+    let (admin, member) = app.admin_and_member("ann").await;
     app.login("ann", crate::support::app::PASSWORD).await;
     let r = app
-        .api(
-            "PUT",
+        .put(
             "/api/v1/settings/launch-policy",
-            Some(&admin),
-            Some(json!({ "pids_limit": 512 })),
+            &admin,
+            json!({ "pids_limit": 512 }),
         )
         .await;
     assert_eq!(r.status, 200, "{}", r.text);
-    let job = app
-        .submit_ok(&member, json!({ "image": "gpuq-test/busybox:latest", "command": ["true"], "min_vram_mb": 1000 }))
-        .await;
+    let job = app.submit_ok(&member, true_job(1000)).await;
     let r = app
-        .api(
-            "POST",
-            &format!("/api/v1/jobs/{job}/cancel"),
-            Some(&member),
-            None,
-        )
+        .post(&format!("/api/v1/jobs/{job}/cancel"), &member)
         .await;
     assert!(r.status.is_success(), "{}", r.text);
     let (job_events, audit_events): (i64, i64) = sqlx::query_as(

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::support::docker::{all_logs, docker, request, run, Cleanup, IMAGE};
+use crate::support::docker::{all_logs, docker, request, request_alone, run, Cleanup, IMAGE};
 use futures_util::future::join_all;
 use futures_util::StreamExt;
 use gpuq::server::runtime::{
@@ -227,8 +227,7 @@ async fn stop_kills_after_grace() {
 async fn list_managed_finds_labelled_containers() {
     let d = docker().await;
     let c = Cleanup::default();
-    let mut r = request(&["sh", "-c", "exit 5"], vec![]);
-    r.node = format!("node-{}", r.job_id);
+    let mut r = request_alone(&["sh", "-c", "exit 5"]);
     r.attempt = 7;
     let (id, code) = run(&d, &c, &r, LaunchMode::Fenced).await;
     assert_eq!(code, 5);
@@ -310,8 +309,7 @@ async fn unreachable_daemon_is_reported() {
 async fn managed_pids_are_the_host_pids_of_running_job_processes() {
     let d = docker().await;
     let c = Cleanup::default();
-    let mut r = request(&["sh", "-c", "sleep 30 & sleep 30 & wait"], vec![]);
-    r.node = format!("node-{}", r.job_id);
+    let r = request_alone(&["sh", "-c", "sleep 30 & sleep 30 & wait"]);
     c.track(&r);
     let id = d.create(&r, LaunchMode::Fenced).await.unwrap();
     assert!(

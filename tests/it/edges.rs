@@ -35,10 +35,7 @@ async fn security_headers_are_on_every_response(pool: PgPool) {
     let answers = [
         ("healthz", app.api("GET", "/healthz", None, None).await),
         ("readyz", app.api("GET", "/readyz", None, None).await),
-        (
-            "api 200",
-            app.api("GET", "/api/v1/me", Some(&bearer), None).await,
-        ),
+        ("api 200", app.get("/api/v1/me", &bearer).await),
         ("api 401", app.api("GET", "/api/v1/me", None, None).await),
         (
             "api 404",
@@ -46,8 +43,7 @@ async fn security_headers_are_on_every_response(pool: PgPool) {
         ),
         (
             "api 400",
-            app.api("POST", "/api/v1/jobs", Some(&bearer), Some(json!({})))
-                .await,
+            app.post_json("/api/v1/jobs", &bearer, json!({})).await,
         ),
         ("login page", app.page("/login", None).await),
         ("page redirect", app.page("/jobs", None).await),
@@ -122,14 +118,7 @@ async fn secure_cookies_use_the_host_prefix_and_hsts(pool: PgPool) {
     )
     .await;
     app.add_user("pia", Role::Member).await;
-    let reply = app
-        .server_fn(
-            "login",
-            &format!("username=pia&password={}", PASSWORD.replace(' ', "+")),
-            None,
-            &[],
-        )
-        .await;
+    let reply = app.login_reply("pia", PASSWORD, None).await;
     assert!(reply.status.as_u16() < 400, "{}", reply.text);
     let set_cookie = reply.set_cookie_header();
     assert!(
@@ -141,7 +130,7 @@ async fn secure_cookies_use_the_host_prefix_and_hsts(pool: PgPool) {
     }
     assert!(!set_cookie.contains("Domain"), "{set_cookie}");
     let cookie = set_cookie.split(';').next().unwrap().to_owned();
-    let me = app.api("GET", "/api/v1/me", Some(&cookie), None).await;
+    let me = app.get("/api/v1/me", &cookie).await;
     assert_eq!(me.status, 200, "{}", me.text);
     for reply in [&reply, &me, &app.page("/login", None).await] {
         let hsts = reply.headers[header::STRICT_TRANSPORT_SECURITY]
@@ -183,15 +172,13 @@ async fn strangers_get_a_303_to_sign_in_and_come_back(pool: PgPool) {
 
 #[sqlx::test(migrations = false)]
 async fn readyz_shows_details_to_admins_only(pool: PgPool) {
-    let app = TestApp::new(pool).await;
-    let admin = app.bearer("root", Role::Admin).await;
-    let member = app.bearer("rita", Role::Member).await;
+    let (app, admin, member) = TestApp::with_admin_and_member(pool, "rita").await;
     let anonymous = app.api("GET", "/readyz", None, None).await;
     assert_eq!(anonymous.status, 200);
     assert_eq!(anonymous.json(), json!({ "status": "ready" }));
-    let as_member = app.api("GET", "/readyz", Some(&member), None).await;
+    let as_member = app.get("/readyz", &member).await;
     assert_eq!(as_member.json(), json!({ "status": "ready" }));
-    let as_admin = app.api("GET", "/readyz", Some(&admin), None).await;
+    let as_admin = app.get("/readyz", &admin).await;
     assert_eq!(
         as_admin.json()["checks"]["database"],
         "ok",

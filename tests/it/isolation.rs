@@ -3,11 +3,13 @@
 //! never-mount list, re-checks of re-adopted containers and gpuq's job network. The attacks
 //! themselves are in `attacks::isolation`.
 
-use crate::support::isolation::{container_of, facts_of, job, job_ids_of, log, open_dir, IsoNode};
-use crate::support::{database_url, free_port, start_server, wait_status, TestApp};
+use crate::support::isolation::{
+    allowed_tempdir, container_of, facts_of, job, job_ids_of, log, open_dir, IsoNode,
+};
+use crate::support::{cancel_and_wait, database_url, failure_reason, wait_status, Serve, TestApp};
 use gpuq::model::Role;
 use gpuq::server::db::job_uids::{self, JobUidRange};
-use gpuq::server::runtime::{ensure_sim_devices, Docker, ICC_OPTION, JOB_NETWORK};
+use gpuq::server::runtime::{Docker, ICC_OPTION, JOB_NETWORK};
 use serde_json::json;
 use sqlx::PgPool;
 
@@ -19,11 +21,8 @@ async fn run_ok(app: &TestApp, bearer: &str, script: &str) -> String {
 }
 
 async fn user_id(app: &TestApp, name: &str) -> uuid::Uuid {
-    sqlx::query_scalar("SELECT id FROM users WHERE username = $1")
-        .bind(name)
-        .fetch_one(&app.pool)
+    app.scalar_of("SELECT id FROM users WHERE username = $1", name)
         .await
-        .unwrap()
 }
 
 #[sqlx::test(migrations = false)]
@@ -57,9 +56,7 @@ async fn each_user_gets_one_job_uid_from_the_range_on_first_launch(pool: PgPool)
     // The range is used up: a third user's job fails, saying what to do.
     let carol = app.bearer("carol", Role::Member).await;
     let id = app.submit_ok(&carol, job("id -u", &[])).await;
-    let v = wait_status(&app, &carol, id, &["succeeded", "failed"], 60).await;
-    assert_eq!(v["status"], "failed", "{v}");
-    let reason = v["status_reason"].as_str().unwrap();
+    let reason = failure_reason(&app, &carol, id).await;
     assert!(
         reason.contains("job_uid") && reason.contains("--job-uid-range"),
         "{reason}"
@@ -95,22 +92,12 @@ async fn allocation_skips_uids_an_admin_assigned(pool: PgPool) {
 
 #[sqlx::test(migrations = false)]
 async fn admins_set_job_uids_and_conflicts_name_the_field(pool: PgPool) {
-    let app = TestApp::new(pool).await;
-    let admin = app.bearer("root", Role::Admin).await;
-    let alice = app.bearer("alice", Role::Member).await;
+    let (app, admin, alice) = TestApp::with_admin_and_member(pool, "alice").await;
     app.bearer("bob", Role::Member).await;
     let (a, b) = (user_id(&app, "alice").await, user_id(&app, "bob").await);
     let patch = |id: uuid::Uuid, body: serde_json::Value, who: String| {
         let app = &app;
-        async move {
-            app.api(
-                "PATCH",
-                &format!("/api/v1/users/{id}"),
-                Some(&who),
-                Some(body),
-            )
-            .await
-        }
+        async move { app.patch(&format!("/api/v1/users/{id}"), &who, body).await }
     };
     let r = patch(
         a,
@@ -138,12 +125,8 @@ async fn admins_set_job_uids_and_conflicts_name_the_field(pool: PgPool) {
     let r = patch(a, json!({ "job_uid": 1000 }), alice.clone()).await;
     assert_eq!(r.status, 403, "{}", r.text);
     // The audit trail records the change.
-    let audited: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM audit_events WHERE kind = 'user.update' AND detail ? 'job_uid'",
-    )
-    .fetch_one(&app.pool)
-    .await
-    .unwrap();
+    let sql = "SELECT count(*) FROM audit_events WHERE kind = 'user.update' AND detail ? 'job_uid'";
+    let audited: i64 = app.scalar(sql).await;
     assert_eq!(audited, 1);
     // Jobs run as what the admin set.
     let node = IsoNode::start(&app, "iso-admin-uid", vec![], Default::default()).await;
@@ -154,9 +137,7 @@ async fn admins_set_job_uids_and_conflicts_name_the_field(pool: PgPool) {
 
 #[sqlx::test(migrations = false)]
 async fn only_root_images_run_as_root(pool: PgPool) {
-    let app = TestApp::new(pool).await;
-    let admin = app.bearer("root", Role::Admin).await;
-    let alice = app.bearer("alice", Role::Member).await;
+    let (app, admin, alice) = TestApp::with_admin_and_member(pool, "alice").await;
     let node = IsoNode::start(&app, "iso-root", vec![], Default::default()).await;
     let text = run_ok(&app, &alice, "echo uid=$(id -u)").await;
     assert!(!text.contains("uid=0"), "{text}");
@@ -176,9 +157,7 @@ async fn only_root_images_run_as_root(pool: PgPool) {
 
 #[sqlx::test(migrations = false)]
 async fn cpu_and_shm_limits_user_and_network_are_what_docker_runs(pool: PgPool) {
-    let app = TestApp::new(pool).await;
-    let admin = app.bearer("root", Role::Admin).await;
-    let alice = app.bearer("alice", Role::Member).await;
+    let (app, admin, alice) = TestApp::with_admin_and_member(pool, "alice").await;
     app.set_policy(&admin, json!({ "cpus_per_job": 1.5, "shm_mib": 128 }))
         .await;
     let node = IsoNode::start(&app, "iso-limits", vec![], Default::default()).await;
@@ -204,31 +183,14 @@ async fn cpu_and_shm_limits_user_and_network_are_what_docker_runs(pool: PgPool) 
         assert!(std::time::Instant::now() < deadline, "/dev/shm: {text}");
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
-    let c = app
-        .api(
-            "POST",
-            &format!("/api/v1/jobs/{id}/cancel"),
-            Some(&alice),
-            None,
-        )
-        .await;
-    assert_eq!(c.status, 200, "{}", c.text);
-    wait_status(&app, &alice, id, &["cancelled"], 30).await;
+    cancel_and_wait(&app, &alice, id).await;
     node.stop().await;
 }
 
 #[sqlx::test(migrations = false)]
 async fn the_never_mount_list_holds_at_submit_and_at_launch(pool: PgPool) {
-    let app = TestApp::new(pool).await;
-    let admin = app.bearer("root", Role::Admin).await;
-    let alice = app.bearer("alice", Role::Member).await;
-    let root = tempfile::tempdir().unwrap();
-    let tree = open_dir(&root.path().join("tree"));
-    app.set_policy(
-        &admin,
-        json!({ "volume_allowlist": [{ "path": tree.to_str().unwrap() }] }),
-    )
-    .await;
+    let (app, admin, alice) = TestApp::with_admin_and_member(pool, "alice").await;
+    let (_root, tree) = allowed_tempdir(&app, &admin, "tree").await;
     // Symlinks inside the allowlisted tree to the runtime's sockets and state, and /boot.
     for (name, target) in [
         ("run", "/run"),
@@ -253,9 +215,7 @@ async fn the_never_mount_list_holds_at_submit_and_at_launch(pool: PgPool) {
         .submit_ok(&alice, job("ls /x", &[format!("{}:/x", data.display())]))
         .await;
     let node = IsoNode::start(&app, "iso-never", vec![data.clone()], Default::default()).await;
-    let v = wait_status(&app, &alice, id, &["succeeded", "failed"], 60).await;
-    assert_eq!(v["status"], "failed", "{v}");
-    let reason = v["status_reason"].as_str().unwrap();
+    let reason = failure_reason(&app, &alice, id).await;
     assert!(
         reason.contains("volumes[0]") && reason.contains("never mount"),
         "{reason}"
@@ -278,36 +238,15 @@ async fn the_never_mount_list_holds_at_submit_and_at_launch(pool: PgPool) {
 /// of re-adopting it, and re-adopts the other.
 #[sqlx::test(migrations = false)]
 async fn a_readopted_container_whose_volume_moved_is_stopped(pool: PgPool) {
-    let app = TestApp::new(pool).await;
-    ensure_sim_devices(4).unwrap();
-    let admin = app.bearer("root", Role::Admin).await;
-    let alice = app.bearer("alice", Role::Member).await;
-    let root = tempfile::tempdir().unwrap();
-    let shared = open_dir(&root.path().join("shared"));
+    let app = TestApp::with_sim_devices(pool, 4).await;
+    let (admin, alice) = app.admin_and_member("alice").await;
+    let (root, shared) = allowed_tempdir(&app, &admin, "shared").await;
     let outside = open_dir(&root.path().join("outside"));
-    app.set_policy(
-        &admin,
-        json!({ "volume_allowlist": [{ "path": shared.to_str().unwrap() }] }),
-    )
-    .await;
     let proj = open_dir(&shared.join("proj"));
     let kept = open_dir(&shared.join("kept"));
-    let data = root.path().join("data");
-    let url = database_url(&app.pool);
-    let port = free_port();
-    let args = [
-        "--runner",
-        "true",
-        "--data-dir",
-        data.to_str().unwrap(),
-        "--node",
-        "iso-readopt",
-        "--stop-grace-s",
-        "1",
-        "--job-uid-range",
-        "270000-270009",
-    ];
-    let server = start_server(&url, port, &root.path().join("a.log"), &args).await;
+    let uids = ["--stop-grace-s", "1", "--job-uid-range", "270000-270009"];
+    let serve = Serve::runner(&app.pool, "iso-readopt", &uids);
+    let server = serve.start("a.log").await;
     let moved = app
         .submit_ok(&alice, job("sleep 60", &[format!("{}:/x", proj.display())]))
         .await;
@@ -320,13 +259,11 @@ async fn a_readopted_container_whose_volume_moved_is_stopped(pool: PgPool) {
     let (uid, _) = job_ids_of(&app, "alice").await;
     assert!((270_000..=270_009).contains(&uid.unwrap()), "{uid:?}");
     // kill -9: the containers run on without gpuq.
-    let pid = nix::unistd::Pid::from_raw(server.0.id() as i32);
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).unwrap();
-    drop(server);
+    server.kill9();
     std::fs::rename(&proj, shared.join("proj.old")).unwrap();
     std::os::unix::fs::symlink(&outside, &proj).unwrap();
     let container = container_of(&app, moved).await.unwrap();
-    let _again = start_server(&url, port, &root.path().join("b.log"), &args).await;
+    let _again = serve.start("b.log").await;
     let v = wait_status(&app, &alice, moved, &["failed", "succeeded"], 30).await;
     assert_eq!(v["status"], "failed", "{v}");
     let reason = v["status_reason"].as_str().unwrap();
@@ -349,16 +286,7 @@ async fn a_readopted_container_whose_volume_moved_is_stopped(pool: PgPool) {
     .unwrap();
     assert_eq!(readopted, 1);
     assert_eq!(app.job(&alice, stays).await["status"], "running");
-    let c = app
-        .api(
-            "POST",
-            &format!("/api/v1/jobs/{stays}/cancel"),
-            Some(&alice),
-            None,
-        )
-        .await;
-    assert_eq!(c.status, 200, "{}", c.text);
-    wait_status(&app, &alice, stays, &["cancelled"], 30).await;
+    cancel_and_wait(&app, &alice, stays).await;
 }
 
 #[sqlx::test(migrations = false)]

@@ -19,6 +19,7 @@ mod isolation;
 mod logs_json;
 mod metrics;
 mod notifier;
+mod nvml;
 mod planner_props;
 mod retention;
 mod roles;

@@ -2,7 +2,7 @@
 //! notifications (shown with a backstop timer too slow to explain them), a lost connection makes
 //! every subscriber refetch, and a whole `gpuq serve` holds exactly one LISTEN connection.
 
-use crate::support::{database_url, free_port, start_server, wait_status, Node, TestApp};
+use crate::support::{get_with, json_of, wait_status, Node, Serve, TestApp};
 use gpuq::model::Role;
 use gpuq::server::runtime::{ensure_sim_devices, LaunchMode};
 use serde_json::json;
@@ -47,45 +47,23 @@ fn sh(script: &str) -> serde_json::Value {
 
 #[sqlx::test(migrations = false)]
 async fn one_gpuq_serve_holds_one_listen_connection(pool: PgPool) {
-    let app = TestApp::new(pool).await;
-    ensure_sim_devices(4).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let data = dir.path().to_str().unwrap().to_owned();
+    let app = TestApp::with_sim_devices(pool, 4).await;
     // Everything that listens is on: scheduler, runner, live pages, log follows.
-    let args = [
-        "--runner",
-        "true",
-        "--data-dir",
-        &data,
-        "--node",
-        "one-listen",
-    ];
-    let url = database_url(&app.pool);
-    let _server = start_server(&url, port, &dir.path().join("s.log"), &args).await;
+    let serve = Serve::runner(&app.pool, "one-listen", &[]);
+    let _server = serve.start("s.log").await;
+    let port = serve.port;
     until_listening(&app.pool).await;
     let client = reqwest::Client::new();
     let (_, bearer) = crate::support::api_as_admin(port).await;
     // A live stream open and a job run to its end: still one connection.
-    let mut events = client
-        .get(format!("http://127.0.0.1:{port}/api/v1/events"))
-        .header("authorization", &bearer)
-        .send()
-        .await
-        .unwrap();
+    let events_url = format!("http://127.0.0.1:{port}/api/v1/events");
+    let mut events = get_with(&client, &events_url, &bearer).await;
     assert_eq!(events.status(), 200);
     let id = crate::support::post_job(&client, port, &bearer, &sh("echo hi")).await;
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let v: serde_json::Value = client
-            .get(format!("http://127.0.0.1:{port}/api/v1/jobs/{id}"))
-            .header("authorization", &bearer)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let url = format!("http://127.0.0.1:{port}/api/v1/jobs/{id}");
+        let v = json_of(client.get(url).header("authorization", &bearer)).await;
         if v["status"] == "succeeded" {
             break;
         }
@@ -108,12 +86,7 @@ async fn cancelling_a_running_job_wakes_its_runner_through_a_notification(pool: 
     wait_status(&app, &member, id, &["running"], 30).await;
     let asked = Instant::now();
     let c = app
-        .api(
-            "POST",
-            &format!("/api/v1/jobs/{id}/cancel"),
-            Some(&member),
-            None,
-        )
+        .post(&format!("/api/v1/jobs/{id}/cancel"), &member)
         .await;
     assert_eq!(c.status, 200, "{}", c.text);
     let v = wait_status(&app, &member, id, &["cancelled"], 30).await;
@@ -138,12 +111,7 @@ async fn a_followed_log_wakes_on_new_lines_and_ends_with_its_job(pool: PgPool) {
     wait_status(&app, &member, id, &["running", "succeeded"], 30).await;
     let started = Instant::now();
     let r = app
-        .api(
-            "GET",
-            &format!("/api/v1/jobs/{id}/logs?follow=true"),
-            Some(&member),
-            None,
-        )
+        .get(&format!("/api/v1/jobs/{id}/logs?follow=true"), &member)
         .await;
     assert_eq!(r.status, 200, "{}", r.text);
     let expected: Vec<String> = (1..=4).map(|i| format!("tick {i}")).collect();

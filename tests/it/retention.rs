@@ -1,7 +1,7 @@
 //! Job logs do not fill the disk: finished jobs' logs go after `log_retention_days`, and past
 //! `log_total_mib` the oldest finished jobs' go first. A running job's log is never removed.
 
-use crate::support::TestApp;
+use crate::support::{true_job, TestApp};
 use gpuq::model::Role;
 use gpuq::server::jobs::retention::{sweep, Swept};
 use serde_json::json;
@@ -9,12 +9,9 @@ use sqlx::PgPool;
 
 #[sqlx::test(migrations = false)]
 async fn old_logs_go_then_the_oldest_past_the_size_cap(pool: PgPool) {
-    let app = TestApp::new(pool.clone()).await;
-    app.sim_cards("1x24576:NVIDIA GeForce RTX 3090", "logs")
-        .await;
+    let app = TestApp::with_one_card(pool.clone(), "logs").await;
     let admin = app.bearer("root", Role::Admin).await;
-    let spec =
-        json!({ "image": "gpuq-test/busybox:latest", "command": ["true"], "min_vram_mb": 1000 });
+    let spec = true_job(1000);
     let mut ids = Vec::new();
     for _ in 0..5 {
         ids.push(app.submit_ok(&admin, spec.clone()).await);

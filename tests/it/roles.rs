@@ -3,7 +3,7 @@
 //! server function, so a new one without an entry fails this test. (REST routes have the same
 //! table in `tests/auth.rs`.)
 
-use crate::support::{Reply, TestApp};
+use crate::support::{true_job, Reply, TestApp};
 use axum::body::Body;
 use axum::http::{header, Request};
 use gpuq::model::Role;
@@ -44,23 +44,15 @@ fn error_kind(reply: &Reply) -> Option<String> {
 
 #[sqlx::test(migrations = false)]
 async fn every_server_function_allows_exactly_the_roles_it_should(pool: PgPool) {
-    let app = TestApp::new(pool).await;
-    let cards = app
-        .sim_cards("2x24576:NVIDIA GeForce RTX 3090", "roles")
-        .await;
+    let (app, cards) = TestApp::with_cards(pool, "2x24576:NVIDIA GeForce RTX 3090", "roles").await;
     let owner_bearer = app.bearer("alice", Role::Member).await;
     app.add_user("bob", Role::Member).await;
     app.add_user("mia", Role::Manager).await;
     let admin_bearer = app.bearer("root", Role::Admin).await;
-    let job = app
-        .submit_ok(
-            &owner_bearer,
-            json!({ "image": "gpuq-test/busybox:latest", "command": ["true"], "min_vram_mb": 1000 }),
-        )
-        .await;
+    let job = app.submit_ok(&owner_bearer, true_job(1000)).await;
     let card = gpuq::model::gpu_id(&cards[0]);
     let bob_id = app
-        .api("GET", "/api/v1/users", Some(&admin_bearer), None)
+        .get("/api/v1/users", &admin_bearer)
         .await
         .json()
         .as_array()
@@ -72,12 +64,7 @@ async fn every_server_function_allows_exactly_the_roles_it_should(pool: PgPool) 
         .unwrap()
         .to_owned();
     let policy = app
-        .api(
-            "GET",
-            "/api/v1/settings/launch-policy",
-            Some(&admin_bearer),
-            None,
-        )
+        .get("/api/v1/settings/launch-policy", &admin_bearer)
         .await
         .json();
     let cookies = [
@@ -96,9 +83,7 @@ async fn every_server_function_allows_exactly_the_roles_it_should(pool: PgPool) 
     const OWNER: [bool; 5] = [false, true, false, false, false];
     const OWNER_ADMIN: [bool; 5] = [false, true, false, false, true];
     const OWNER_MANAGER: [bool; 5] = [false, true, false, true, true];
-    let spec =
-        json!({ "image": "gpuq-test/busybox:latest", "command": ["true"], "min_vram_mb": 1000 })
-            .to_string();
+    let spec = true_job(1000).to_string();
     let spec_form = format!("spec={}", urlencode(&spec));
     let form = |s: &str| Args::Form(s.to_owned());
     let table: Vec<(&str, Args, [bool; 5])> = vec![
@@ -244,9 +229,7 @@ fn urlencode(s: &str) -> String {
 /// The rules live in `gpuq::server::jobs::access`; this table is their test.
 #[sqlx::test(migrations = false)]
 async fn what_each_role_reads_of_a_members_job(pool: PgPool) {
-    let app = TestApp::new(pool).await;
-    app.sim_cards("1x24576:NVIDIA GeForce RTX 3090", "roles")
-        .await;
+    let app = TestApp::with_one_card(pool, "roles").await;
     let bearers = [
         app.bearer("alice", Role::Member).await,
         app.bearer("bob", Role::Member).await,

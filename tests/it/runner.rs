@@ -1,8 +1,7 @@
 //! Layer 2 end to end: real Postgres, real dockerd, simulated cards fenced through device nodes.
 
-use crate::support::{
-    api_as_admin, database_url, free_port, post_job, start_server, wait_status, Node, TestApp,
-};
+use crate::support::isolation::{container_of, event_kinds};
+use crate::support::{api_as_admin, get_with, post_job, wait_status, Node, Serve, TestApp};
 use gpuq::model::Role;
 use gpuq::server::runtime::{ensure_sim_devices, Docker, LaunchMode};
 use serde_json::{json, Value};
@@ -28,38 +27,29 @@ async fn setup(pool: PgPool, node: &str, cards: usize) -> (TestApp, String) {
     (app, member)
 }
 
+/// [`setup`], then a fenced node of that name.
+async fn fenced(pool: PgPool, node: &str, cards: usize) -> (TestApp, String, Node) {
+    let (app, member) = setup(pool, node, cards).await;
+    let node = Node::start(&app, node, LaunchMode::Fenced).await;
+    (app, member, node)
+}
+
 async fn logs(app: &TestApp, bearer: &str, id: uuid::Uuid, query: &str) -> String {
     let r = app
-        .api(
-            "GET",
-            &format!("/api/v1/jobs/{id}/logs{query}"),
-            Some(bearer),
-            None,
-        )
+        .get(&format!("/api/v1/jobs/{id}/logs{query}"), bearer)
         .await;
     assert_eq!(r.status, 200, "{}", r.text);
     r.text
 }
 
 async fn reserved(app: &TestApp) -> i64 {
-    sqlx::query_scalar("SELECT coalesce(sum(reserved_mib), 0)::bigint FROM gpus")
-        .fetch_one(&app.pool)
+    app.scalar("SELECT coalesce(sum(reserved_mib), 0)::bigint FROM gpus")
         .await
-        .unwrap()
-}
-
-async fn event_kinds(app: &TestApp, id: uuid::Uuid) -> Vec<String> {
-    sqlx::query_scalar("SELECT kind FROM job_events WHERE job_id = $1 ORDER BY id")
-        .bind(id)
-        .fetch_all(&app.pool)
-        .await
-        .unwrap()
 }
 
 #[sqlx::test(migrations = false)]
 async fn jobs_run_log_exit_and_free_their_cards(pool: PgPool) {
-    let (app, member) = setup(pool, "r1", 2).await;
-    let node = Node::start(&app, "r1", LaunchMode::Fenced).await;
+    let (app, member, node) = fenced(pool, "r1", 2).await;
     let ok = app
         .submit_ok(&member, sh("echo one; echo two >&2; echo three", json!({})))
         .await;
@@ -115,9 +105,7 @@ async fn jobs_run_log_exit_and_free_their_cards(pool: PgPool) {
     assert_eq!(reserved(&app).await, 0, "cards are free again");
     // Others' logs are private to members; managers may read them.
     let bob = app.bearer("bob", Role::Member).await;
-    let r = app
-        .api("GET", &format!("/api/v1/jobs/{ok}/logs"), Some(&bob), None)
-        .await;
+    let r = app.get(&format!("/api/v1/jobs/{ok}/logs"), &bob).await;
     assert_eq!(r.status, 403);
     let mia = app.bearer("mia", Role::Manager).await;
     assert!(logs(&app, &mia, ok, "").await.contains("three"));
@@ -130,28 +118,14 @@ async fn jobs_run_log_exit_and_free_their_cards(pool: PgPool) {
 
 #[sqlx::test(migrations = false)]
 async fn deadlines_and_cancellation_stop_running_jobs(pool: PgPool) {
-    let (app, member) = setup(pool, "r2", 2).await;
-    let node = Node::start(&app, "r2", LaunchMode::Fenced).await;
-    let slow = app
-        .submit_ok(
-            &member,
-            sh("echo started; sleep 60", json!({ "timeout_s": 2 })),
-        )
-        .await;
-    let cancel_me = app
-        .submit_ok(
-            &member,
-            sh("trap 'exit 0' TERM; echo up; sleep 60 & wait", json!({})),
-        )
-        .await;
+    let (app, member, node) = fenced(pool, "r2", 2).await;
+    let spec = sh("echo started; sleep 60", json!({ "timeout_s": 2 }));
+    let slow = app.submit_ok(&member, spec).await;
+    let spec = sh("trap 'exit 0' TERM; echo up; sleep 60 & wait", json!({}));
+    let cancel_me = app.submit_ok(&member, spec).await;
     wait_status(&app, &member, cancel_me, &["running"], 30).await;
     let c = app
-        .api(
-            "POST",
-            &format!("/api/v1/jobs/{cancel_me}/cancel"),
-            Some(&member),
-            None,
-        )
+        .post(&format!("/api/v1/jobs/{cancel_me}/cancel"), &member)
         .await;
     assert_eq!(c.status, 200, "{}", c.text);
     let started = Instant::now();
@@ -173,8 +147,7 @@ async fn deadlines_and_cancellation_stop_running_jobs(pool: PgPool) {
 
 #[sqlx::test(migrations = false)]
 async fn each_job_sees_exactly_its_own_card(pool: PgPool) {
-    let (app, member) = setup(pool, "r3", 3).await;
-    let node = Node::start(&app, "r3", LaunchMode::Fenced).await;
+    let (app, member, node) = fenced(pool, "r3", 3).await;
     let probe = "ls /dev | grep gpuq-sim; echo \"NV=$NVIDIA_VISIBLE_DEVICES\"; sleep 1";
     let mut ids = Vec::new();
     for _ in 0..3 {
@@ -200,14 +173,9 @@ async fn each_job_sees_exactly_its_own_card(pool: PgPool) {
 
 #[sqlx::test(migrations = false)]
 async fn launch_problems_fail_the_job_with_a_reason(pool: PgPool) {
-    let (app, member) = setup(pool, "r4", 1).await;
-    let node = Node::start(&app, "r4", LaunchMode::Fenced).await;
-    let missing = app
-        .submit_ok(
-            &member,
-            json!({ "image": "gpuq-test/not-here:1", "command": ["true"], "min_vram_mb": 1000 }),
-        )
-        .await;
+    let (app, member, node) = fenced(pool, "r4", 1).await;
+    let spec = json!({ "image": "gpuq-test/not-here:1", "command": ["true"], "min_vram_mb": 1000 });
+    let missing = app.submit_ok(&member, spec).await;
     let v = wait_status(&app, &member, missing, &["failed"], 30).await;
     assert!(
         v["status_reason"].as_str().unwrap().contains("not present"),
@@ -216,11 +184,7 @@ async fn launch_problems_fail_the_job_with_a_reason(pool: PgPool) {
     // A container removed behind gpuq's back: the job fails with a reason and frees its card.
     let doomed = app.submit_ok(&member, sh("sleep 60", json!({}))).await;
     wait_status(&app, &member, doomed, &["running"], 30).await;
-    let container: String = sqlx::query_scalar("SELECT container_id FROM jobs WHERE id = $1")
-        .bind(doomed)
-        .fetch_one(&app.pool)
-        .await
-        .unwrap();
+    let container = container_of(&app, doomed).await.unwrap();
     let out = std::process::Command::new("docker")
         .args(["rm", "-f", &container])
         .output()
@@ -262,23 +226,10 @@ async fn privileged_launches_are_refused_by_the_fence_check(pool: PgPool) {
 
 #[sqlx::test(migrations = false)]
 async fn killed_server_readopts_its_running_containers(pool: PgPool) {
-    let app = TestApp::new(pool).await;
-    ensure_sim_devices(4).unwrap();
-    let url = database_url(&app.pool);
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let data = dir.path().to_str().unwrap().to_owned();
-    let args = [
-        "--runner",
-        "true",
-        "--data-dir",
-        &data,
-        "--node",
-        "k9",
-        "--stop-grace-s",
-        "1",
-    ];
-    let server = start_server(&url, port, &dir.path().join("a.log"), &args).await;
+    let app = TestApp::with_sim_devices(pool, 4).await;
+    let serve = Serve::runner(&app.pool, "k9", &["--stop-grace-s", "1"]);
+    let server = serve.start("a.log").await;
+    let port = serve.port;
     let (client, bearer) = api_as_admin(port).await;
     let script = "for i in $(seq 1 40); do echo line $i; sleep 0.2; done";
     let mut ids = Vec::new();
@@ -299,15 +250,9 @@ async fn killed_server_readopts_its_running_containers(pool: PgPool) {
         assert!(Instant::now() < deadline, "jobs never started");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let ledger: Vec<(uuid::Uuid, i64)> =
-        sqlx::query_as("SELECT uuid, reserved_mib FROM gpus ORDER BY uuid")
-            .fetch_all(&app.pool)
-            .await
-            .unwrap();
+    let ledger = reservations(&app).await;
     // kill -9: no shutdown code runs.
-    let pid = nix::unistd::Pid::from_raw(server.0.id() as i32);
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).unwrap();
-    drop(server);
+    server.kill9();
     let docker = Docker::connect().await.unwrap();
     let alive = docker.list_managed(Some("k9")).await.unwrap();
     assert_eq!(
@@ -316,15 +261,11 @@ async fn killed_server_readopts_its_running_containers(pool: PgPool) {
         "containers outlive gpuq: {alive:?}"
     );
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let after: Vec<(uuid::Uuid, i64)> =
-        sqlx::query_as("SELECT uuid, reserved_mib FROM gpus ORDER BY uuid")
-            .fetch_all(&app.pool)
-            .await
-            .unwrap();
+    let after = reservations(&app).await;
     assert_eq!(ledger, after, "the ledger did not move while gpuq was down");
 
     let restarted_at = Instant::now();
-    let _again = start_server(&url, port, &dir.path().join("b.log"), &args).await;
+    let _again = serve.start("b.log").await;
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let readopted: i64 =
@@ -350,12 +291,18 @@ async fn killed_server_readopts_its_running_containers(pool: PgPool) {
         let v = wait_status(&app, &admin, id, &["succeeded", "failed"], 60).await;
         assert_eq!(v["status"], "succeeded", "{v}");
         assert_eq!(v["exit_code"], 0);
-        let text = logs(&app_with_logs(&app, dir.path()), &admin, id, "").await;
+        let text = logs(&app_with_logs(&app, serve.dir.path()), &admin, id, "").await;
         let expected: Vec<String> = (1..=40).map(|i| format!("line {i}")).collect();
         let got: Vec<&str> = text.lines().collect();
         assert_eq!(got, expected, "no duplicated or missing lines");
     }
     assert_eq!(reserved(&app).await, 0);
+}
+
+/// Each card's reservation, by card.
+async fn reservations(app: &TestApp) -> Vec<(uuid::Uuid, i64)> {
+    let sql = "SELECT uuid, reserved_mib FROM gpus ORDER BY uuid";
+    sqlx::query_as(sql).fetch_all(&app.pool).await.unwrap()
 }
 
 /// The test app reading logs from a server's data directory.
@@ -365,25 +312,13 @@ fn app_with_logs(app: &TestApp, data_dir: &std::path::Path) -> TestApp {
 
 #[sqlx::test(migrations = false)]
 async fn two_servers_on_one_docker_launch_every_job_once(pool: PgPool) {
-    let app = TestApp::new(pool).await;
-    ensure_sim_devices(4).unwrap();
-    let url = database_url(&app.pool);
-    let dir = tempfile::tempdir().unwrap();
-    let ports = [free_port(), free_port()];
+    let app = TestApp::with_sim_devices(pool, 4).await;
+    let serves = [(); 2].map(|_| Serve::runner(&app.pool, "dup", &[]));
     let mut servers = Vec::new();
-    for (n, port) in ports.iter().enumerate() {
-        let data = dir.path().join(format!("d{n}"));
-        let data = data.to_str().unwrap().to_owned();
-        let args = [
-            "--runner",
-            "true",
-            "--data-dir",
-            data.as_str(),
-            "--node",
-            "dup",
-        ];
-        servers.push(start_server(&url, *port, &dir.path().join(format!("{n}.log")), &args).await);
+    for (n, serve) in serves.iter().enumerate() {
+        servers.push(serve.start(&format!("{n}.log")).await);
     }
+    let ports = serves.each_ref().map(|s| s.port);
     let (client, bearer) = api_as_admin(ports[0]).await;
     let mut ids = Vec::new();
     for i in 0..12 {
@@ -412,29 +347,14 @@ async fn two_servers_on_one_docker_launch_every_job_once(pool: PgPool) {
 #[sqlx::test(migrations = false)]
 async fn without_docker_the_node_starts_nothing_frees_nothing_and_says_why(pool: PgPool) {
     let app = TestApp::new(pool).await;
-    let url = database_url(&app.pool);
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let data = dir.path().to_str().unwrap().to_owned();
-    let args = [
-        "--runner",
-        "true",
-        "--data-dir",
-        &data,
-        "--node",
-        "nodocker",
-        "--docker-socket",
-        "/nonexistent/docker.sock",
-    ];
-    let _server = start_server(&url, port, &dir.path().join("s.log"), &args).await;
+    let socket = ["--docker-socket", "/nonexistent/docker.sock"];
+    let serve = Serve::runner(&app.pool, "nodocker", &socket);
+    let _server = serve.start("s.log").await;
+    let port = serve.port;
     // The checks are shown to admins only.
     let (client, admin) = api_as_admin(port).await;
-    let ready = client
-        .get(format!("http://127.0.0.1:{port}/readyz"))
-        .header("authorization", &admin)
-        .send()
-        .await
-        .unwrap();
+    let ready_url = format!("http://127.0.0.1:{port}/readyz");
+    let ready = get_with(&client, &ready_url, &admin).await;
     assert_eq!(ready.status(), 503);
     let body: Value = ready.json().await.unwrap();
     assert_eq!(body["checks"]["database"], "ok");
@@ -459,22 +379,10 @@ async fn without_docker_the_node_starts_nothing_frees_nothing_and_says_why(pool:
 
 #[sqlx::test(migrations = false)]
 async fn gpuq_logs_follows_a_running_job_to_its_end(pool: PgPool) {
-    let app = TestApp::new(pool).await;
-    ensure_sim_devices(4).unwrap();
-    let url = database_url(&app.pool);
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let data = dir.path().to_str().unwrap().to_owned();
-    let args = [
-        "--runner",
-        "true",
-        "--data-dir",
-        &data,
-        "--node",
-        "cli-logs",
-    ];
-    let _server = start_server(&url, port, &dir.path().join("s.log"), &args).await;
-    let server = format!("http://127.0.0.1:{port}");
+    let app = TestApp::with_sim_devices(pool, 4).await;
+    let serve = Serve::runner(&app.pool, "cli-logs", &[]);
+    let _server = serve.start("s.log").await;
+    let (server, port) = (serve.base(), serve.port);
     let (client, bearer) = api_as_admin(port).await;
     let script = "for i in 1 2 3 4 5; do echo tick $i; sleep 0.3; done";
     let id = post_job(&client, port, &bearer, &sh(script, json!({})))

@@ -1,7 +1,7 @@
 //! Usage: the sampler and its retention, the report's figures against hand-computed ones, range
 //! checks, the CSV exports and who may see any of it.
 
-use crate::support::{TestApp, PASSWORD};
+use crate::support::{true_job, TestApp, PASSWORD};
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use gpuq::model::Role;
 use gpuq::server::gpu::GpuInfo;
@@ -12,6 +12,12 @@ use uuid::Uuid;
 
 const RTX: &str = "NVIDIA GeForce RTX 3090";
 
+/// Simulated cards as `gpuq serve --gpu-source sim --sim-gpus <spec>` on `node` sees them.
+fn sim_inventory(spec: &str, node: &str) -> std::sync::Arc<dyn gpuq::server::gpu::GpuInventory> {
+    use gpuq::server::gpu::{from_config, GpuMode};
+    std::sync::Arc::from(from_config(GpuMode::Sim, Some(spec), node).unwrap())
+}
+
 fn at(h: u32, m: u32, s: u32) -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2025, 1, 1, h, m, s).unwrap()
 }
@@ -20,10 +26,7 @@ fn at(h: u32, m: u32, s: u32) -> DateTime<Utc> {
 type SampleCols = (Uuid, i64, i64, Option<i64>, Option<i64>, Option<i32>);
 
 async fn count_samples(app: &TestApp) -> i64 {
-    sqlx::query_scalar("SELECT count(*) FROM gpu_samples")
-        .fetch_one(&app.pool)
-        .await
-        .unwrap()
+    app.scalar("SELECT count(*) FROM gpu_samples").await
 }
 
 #[sqlx::test(migrations = false)]
@@ -32,33 +35,20 @@ async fn the_sampler_records_each_card_of_its_node_and_prunes_past_the_retention
     let cards = app.sim_cards(&format!("2x24576:{RTX}"), "node-s").await;
     app.sim_cards("1x81920:NVIDIA A100 80GB", "node-other")
         .await;
-    let admin = app.bearer("root", Role::Admin).await;
-    let member = app.bearer("alice", Role::Member).await;
-    app.submit_ok(
-        &member,
-        json!({ "image": "gpuq-test/busybox:latest", "command": ["true"], "min_vram_mb": 1000 }),
-    )
-    .await;
+    let (admin, member) = app.admin_and_member("alice").await;
+    app.submit_ok(&member, true_job(1000)).await;
     app.pass().await;
     let r = app
-        .api(
-            "PUT",
+        .put(
             &format!("/api/v1/gpus/GPU-{}/sim", cards[1]),
-            Some(&admin),
-            Some(json!({ "external_mib": 512 })),
+            &admin,
+            json!({ "external_mib": 512 }),
         )
         .await;
     assert_eq!(r.status, 204, "{}", r.text);
 
     // A simulated card: reserved from the ledger, foreign memory as set, no measured use.
-    let inventory: std::sync::Arc<dyn gpuq::server::gpu::GpuInventory> = std::sync::Arc::from(
-        gpuq::server::gpu::from_config(
-            gpuq::server::gpu::GpuMode::Sim,
-            Some(&format!("2x24576:{RTX}")),
-            "node-s",
-        )
-        .unwrap(),
-    );
+    let inventory = sim_inventory(&format!("2x24576:{RTX}"), "node-s");
     let now = Utc::now();
     let written = sampler::sample(&app.pool, &inventory, "node-s", now)
         .await
@@ -135,14 +125,7 @@ async fn the_sampler_records_each_card_of_its_node_and_prunes_past_the_retention
 async fn the_sampling_task_samples_until_stopped_and_records_its_settings(pool: PgPool) {
     let app = TestApp::new(pool).await;
     app.sim_cards(&format!("1x24576:{RTX}"), "node-t").await;
-    let inventory: std::sync::Arc<dyn gpuq::server::gpu::GpuInventory> = std::sync::Arc::from(
-        gpuq::server::gpu::from_config(
-            gpuq::server::gpu::GpuMode::Sim,
-            Some(&format!("1x24576:{RTX}")),
-            "node-t",
-        )
-        .unwrap(),
-    );
+    let inventory = sim_inventory(&format!("1x24576:{RTX}"), "node-t");
     let (stop, rx) = tokio::sync::watch::channel(false);
     let sampling = Sampling {
         every: std::time::Duration::from_millis(50),
@@ -167,9 +150,7 @@ async fn the_sampling_task_samples_until_stopped_and_records_its_settings(pool: 
     assert_eq!(recorded.retention, sampling.retention);
     // The recorded retention bounds the ranges every process accepts.
     let manager = app.bearer("mia", Role::Manager).await;
-    let r = app
-        .api("GET", "/api/v1/usage?from=-49h", Some(&manager), None)
-        .await;
+    let r = app.get("/api/v1/usage?from=-49h", &manager).await;
     assert_eq!(r.status, 400, "{}", r.text);
     assert_eq!(r.json()["field"], "from");
     assert!(r.json()["error"].as_str().unwrap().contains("48 h"));
@@ -193,6 +174,11 @@ async fn history(app: &TestApp, id: Uuid, status: &str, times: [Option<DateTime<
     .unwrap();
 }
 
+/// Each total's key and job count, in the report's order.
+fn jobs_by_key(totals: &[gpuq::model::UsageTotal]) -> Vec<(&str, i64)> {
+    totals.iter().map(|t| (t.key.as_str(), t.jobs)).collect()
+}
+
 fn close(a: f64, b: f64) -> bool {
     (a - b).abs() < 1e-6
 }
@@ -201,8 +187,7 @@ fn close(a: f64, b: f64) -> bool {
 async fn the_report_matches_hand_computed_figures(pool: PgPool) {
     let app = TestApp::new(pool).await;
     let cards = app.sim_cards(&format!("3x24576:{RTX}"), "node-r").await;
-    let admin = app.bearer("root", Role::Admin).await;
-    let alice = app.bearer("alice", Role::Member).await;
+    let (admin, alice) = app.admin_and_member("alice").await;
     let bob = app.bearer("bob", Role::Member).await;
     app.workload(&admin, "train", json!({ RTX: 4096 })).await;
     let spec = |extra: serde_json::Value| {
@@ -232,55 +217,28 @@ async fn the_report_matches_hand_computed_figures(pool: PgPool) {
         .submit_ok(&alice, spec(json!({ "min_vram_mb": 1000 })))
         .await;
     // Range 10:00–12:00; "now" is 11:30.
-    history(
-        &app,
-        a,
-        "succeeded",
-        [
-            Some(at(9, 0, 0)),
-            Some(at(9, 0, 30)),
-            Some(at(9, 0, 30)),
-            Some(at(10, 30, 0)),
-        ],
-    )
-    .await;
-    history(
-        &app,
-        b,
-        "running",
-        [
-            Some(at(10, 0, 0)),
-            Some(at(10, 0, 5)),
-            Some(at(11, 0, 0)),
-            None,
-        ],
-    )
-    .await;
-    history(
-        &app,
-        c,
-        "succeeded",
-        [
-            Some(at(10, 0, 0)),
-            Some(at(10, 20, 0)),
-            Some(at(10, 20, 0)),
-            Some(at(13, 0, 0)),
-        ],
-    )
-    .await;
-    history(
-        &app,
-        e,
-        "succeeded",
-        [
-            Some(at(8, 0, 0)),
-            Some(at(8, 0, 0)),
-            Some(at(8, 0, 0)),
-            Some(at(9, 0, 0)),
-        ],
-    )
-    .await;
-    history(&app, d, "queued", [Some(at(10, 0, 0)), None, None, None]).await;
+    let t = |h, m, s| Some(at(h, m, s));
+    for (id, status, times) in [
+        (
+            a,
+            "succeeded",
+            [t(9, 0, 0), t(9, 0, 30), t(9, 0, 30), t(10, 30, 0)],
+        ),
+        (b, "running", [t(10, 0, 0), t(10, 0, 5), t(11, 0, 0), None]),
+        (
+            c,
+            "succeeded",
+            [t(10, 0, 0), t(10, 20, 0), t(10, 20, 0), t(13, 0, 0)],
+        ),
+        (
+            e,
+            "succeeded",
+            [t(8, 0, 0), t(8, 0, 0), t(8, 0, 0), t(9, 0, 0)],
+        ),
+        (d, "queued", [t(10, 0, 0), None, None, None]),
+    ] {
+        history(&app, id, status, times).await;
+    }
     // Samples of one card: two in the first 15 s bucket, one in the next, two outside the range.
     for (t, reserved, used) in [
         (at(9, 59, 59), 9999, Some(9999)),
@@ -368,11 +326,7 @@ async fn the_report_matches_hand_computed_figures(pool: PgPool) {
     // 2048 MiB; b 11:00–now (11:30) on 2 cards of 4096 MiB each; e ran before the range.
     let alice_gpu = 0.5 + 100.0 / 60.0;
     let alice_vram = 0.5 * 1000.0 / 1024.0 + 100.0 / 60.0 * 2.0;
-    let users: Vec<_> = report
-        .by_user
-        .iter()
-        .map(|t| (t.key.as_str(), t.jobs))
-        .collect();
+    let users = jobs_by_key(&report.by_user);
     assert_eq!(users, vec![("alice", 2), ("bob", 1)]);
     assert!(
         close(report.by_user[0].gpu_hours, alice_gpu),
@@ -394,11 +348,7 @@ async fn the_report_matches_hand_computed_figures(pool: PgPool) {
         "{:?}",
         report.by_user
     );
-    let workloads: Vec<_> = report
-        .by_workload
-        .iter()
-        .map(|t| (t.key.as_str(), t.jobs))
-        .collect();
+    let workloads = jobs_by_key(&report.by_workload);
     assert_eq!(workloads, vec![("(custom VRAM)", 2), ("train", 1)]);
     assert!(close(report.by_workload[0].gpu_hours, alice_gpu));
     assert!(close(report.by_workload[1].vram_gib_hours, 4.0));
@@ -406,11 +356,9 @@ async fn the_report_matches_hand_computed_figures(pool: PgPool) {
     // The per-job CSV carries the same figures, one row per job that ran in the range.
     let manager = app.bearer("mia", Role::Manager).await;
     let csv = app
-        .api(
-            "GET",
+        .get(
             "/api/v1/usage/jobs.csv?from=2025-01-01T10:00:00Z&to=2025-01-01T12:00:00Z",
-            Some(&manager),
-            None,
+            &manager,
         )
         .await;
     assert_eq!(csv.status, 200, "{}", csv.text);
@@ -445,16 +393,12 @@ async fn ranges_are_checked_and_name_their_field(pool: PgPool) {
             "/api/v1/usage/samples.csv",
             "/api/v1/usage/jobs.csv",
         ] {
-            let r = app
-                .api("GET", &format!("{path}?{query}"), Some(&manager), None)
-                .await;
+            let r = app.get(&format!("{path}?{query}"), &manager).await;
             assert_eq!(r.status, 400, "{path}?{query}: {}", r.text);
             assert_eq!(r.json()["field"], field, "{path}?{query}: {}", r.text);
         }
     }
-    let ok = app
-        .api("GET", "/api/v1/usage?from=-30d", Some(&manager), None)
-        .await;
+    let ok = app.get("/api/v1/usage?from=-30d", &manager).await;
     assert_eq!(ok.status, 200, "{}", ok.text);
     assert_eq!(ok.json()["retention_h"], 720);
     assert_eq!(ok.json()["wait"]["buckets"].as_array().unwrap().len(), 6);
@@ -464,14 +408,7 @@ async fn ranges_are_checked_and_name_their_field(pool: PgPool) {
 async fn the_samples_csv_has_a_header_and_a_row_per_sample(pool: PgPool) {
     let app = TestApp::new(pool).await;
     let cards = app.sim_cards(&format!("2x24576:{RTX}"), "node-c").await;
-    let inventory: std::sync::Arc<dyn gpuq::server::gpu::GpuInventory> = std::sync::Arc::from(
-        gpuq::server::gpu::from_config(
-            gpuq::server::gpu::GpuMode::Sim,
-            Some(&format!("2x24576:{RTX}")),
-            "node-c",
-        )
-        .unwrap(),
-    );
+    let inventory = sim_inventory(&format!("2x24576:{RTX}"), "node-c");
     let now = Utc::now();
     for back in [600, 300] {
         sampler::sample(
@@ -485,12 +422,7 @@ async fn the_samples_csv_has_a_header_and_a_row_per_sample(pool: PgPool) {
     }
     let manager = app.bearer("mia", Role::Manager).await;
     let r = app
-        .api(
-            "GET",
-            "/api/v1/usage/samples.csv?from=-1h",
-            Some(&manager),
-            None,
-        )
+        .get("/api/v1/usage/samples.csv?from=-1h", &manager)
         .await;
     assert_eq!(r.status, 200, "{}", r.text);
     assert!(r.headers["content-type"]
@@ -516,12 +448,7 @@ async fn the_samples_csv_has_a_header_and_a_row_per_sample(pool: PgPool) {
     assert_eq!(first[8], "0");
     // A range before the samples has the header only.
     let empty = app
-        .api(
-            "GET",
-            "/api/v1/usage/samples.csv?from=-3h&to=-2h",
-            Some(&manager),
-            None,
-        )
+        .get("/api/v1/usage/samples.csv?from=-3h&to=-2h", &manager)
         .await;
     assert_eq!(empty.text, format!("{}\n", usage::csv::SAMPLES_HEADER));
 }
@@ -538,19 +465,11 @@ async fn managers_and_admins_see_usage_and_members_are_refused(pool: PgPool) {
         "/api/v1/usage/jobs.csv",
     ] {
         assert_eq!(app.api("GET", path, None, None).await.status, 401, "{path}");
-        let refused = app.api("GET", path, Some(&member), None).await;
+        let refused = app.get(path, &member).await;
         assert_eq!(refused.status, 403, "{path}");
         assert_eq!(refused.json()["kind"], "forbidden");
-        assert_eq!(
-            app.api("GET", path, Some(&manager), None).await.status,
-            200,
-            "{path}"
-        );
-        assert_eq!(
-            app.api("GET", path, Some(&admin), None).await.status,
-            200,
-            "{path}"
-        );
+        assert_eq!(app.get(path, &manager).await.status, 200, "{path}");
+        assert_eq!(app.get(path, &admin).await.status, 200, "{path}");
     }
 
     // The page's server function: the same rule.

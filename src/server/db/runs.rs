@@ -108,49 +108,60 @@ pub async fn set_created(
 
 /// `starting` → `running`. Returns false if the job left `starting`.
 pub async fn set_running(pool: &PgPool, job: Uuid, node: &str) -> sqlx::Result<bool> {
-    let mut tx = pool.begin().await?;
-    let r = sqlx::query(
-        "UPDATE jobs SET status = 'running', started_at = clock_timestamp() WHERE id = $1 AND status = 'starting'",
+    leave_starting(
+        pool,
+        job,
+        node,
+        "status = 'running', started_at = clock_timestamp()",
+        (JobEventKind::Started, json!({})),
+        Some(JobStatus::Running),
     )
-    .bind(job)
-    .execute(&mut *tx)
-    .await?;
-    if r.rows_affected() == 1 {
-        events::job_event(
-            &mut *tx,
-            job,
-            &actor(node),
-            JobEventKind::Started,
-            json!({}),
-        )
-        .await?;
-        events::job_changed(&mut *tx, job, JobStatus::Running).await?;
-    }
-    tx.commit().await?;
-    Ok(r.rows_affected() == 1)
+    .await
 }
 
 /// Gives a claimed job back to `admitted` (its cards stay reserved) so a later attempt launches it:
 /// for launches interrupted by Docker being unreachable or gpuq stopping.
 pub async fn unclaim(pool: &PgPool, job: Uuid, node: &str, why: &str) -> sqlx::Result<()> {
-    let mut tx = pool.begin().await?;
-    let r = sqlx::query(
-        "UPDATE jobs SET status = 'admitted', container_id = NULL WHERE id = $1 AND status = 'starting'",
+    leave_starting(
+        pool,
+        job,
+        node,
+        "status = 'admitted', container_id = NULL",
+        (JobEventKind::LaunchDeferred, json!({ "reason": why })),
+        None,
     )
+    .await
+    .map(drop)
+}
+
+/// Moves a `starting` job on with `set` (a fixed SET list) and records the event, in one
+/// transaction; with `tell`, the live pages (and runners) hear of the new status. An unclaimed job
+/// is not announced: that would wake the runner straight into the failure it just backed off from.
+/// Returns false if the job had left `starting`.
+async fn leave_starting(
+    pool: &PgPool,
+    job: Uuid,
+    node: &str,
+    set: &'static str,
+    (kind, detail): (JobEventKind, Value),
+    tell: Option<JobStatus>,
+) -> sqlx::Result<bool> {
+    let mut tx = pool.begin().await?;
+    let r = sqlx::query(&format!(
+        "UPDATE jobs SET {set} WHERE id = $1 AND status = 'starting'"
+    ))
     .bind(job)
     .execute(&mut *tx)
     .await?;
-    if r.rows_affected() == 1 {
-        events::job_event(
-            &mut *tx,
-            job,
-            &actor(node),
-            JobEventKind::LaunchDeferred,
-            json!({ "reason": why }),
-        )
-        .await?;
+    let moved = r.rows_affected() == 1;
+    if moved {
+        events::job_event(&mut *tx, job, &actor(node), kind, detail).await?;
+        if let Some(to) = tell {
+            events::job_changed(&mut *tx, job, to).await?;
+        }
     }
-    tx.commit().await
+    tx.commit().await?;
+    Ok(moved)
 }
 
 /// How a run ended.

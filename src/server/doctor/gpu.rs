@@ -14,7 +14,7 @@ use serde_json::json;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-/// The library NVML is loaded from (what nvml-wrapper's `Nvml::init` opens).
+/// The library NVML is loaded from by default (what nvml-wrapper's `Nvml::init` opens).
 pub const NVML_LIBRARY: &str = "libnvidia-ml.so.1";
 
 /// One card as the doctor saw it.
@@ -60,7 +60,12 @@ pub(super) fn cards(opts: &DoctorOptions) -> Cards {
             "use --gpu-source auto, nvml or sim",
         )),
         Ok(true) => sim_cards(opts),
-        Ok(false) => match nvml_cards() {
+        Ok(false) => match nvml_cards(
+            &opts
+                .nvml_lib
+                .as_ref()
+                .map_or_else(|| NVML_LIBRARY.to_owned(), |p| p.display().to_string()),
+        ) {
             Ok(c) => c,
             Err(check) => fail(check),
         },
@@ -109,24 +114,24 @@ fn sim_cards(opts: &DoctorOptions) -> Cards {
     }
 }
 
-fn nvml_cards() -> Result<Cards, Check> {
+fn nvml_cards(library: &str) -> Result<Cards, Check> {
     use nvml_wrapper::error::NvmlError;
     use nvml_wrapper::Nvml;
     let nvml = Nvml::builder()
-        .lib_path(std::ffi::OsStr::new(NVML_LIBRARY))
+        .lib_path(std::ffi::OsStr::new(library))
         .init()
         .map_err(|e| {
             let why = match &e {
                 NvmlError::LibloadingError(inner) => {
-                    format!("NVML could not be loaded from {NVML_LIBRARY}: {inner}")
+                    format!("NVML could not be loaded from {library}: {inner}")
                 }
-                other => format!("NVML ({NVML_LIBRARY}) failed to initialise: {other}"),
+                other => format!("NVML ({library}) failed to initialise: {other}"),
             };
             Check::fail(
                 "gpus",
                 why,
                 format!(
-                    "install the NVIDIA driver (it provides {NVML_LIBRARY}) and check `nvidia-smi`; \
+                    "install the NVIDIA driver (it provides {library}) and check `nvidia-smi`; \
                      without cards use --gpu-source sim --sim-gpus COUNTxMiB:MODEL"
                 ),
             )
@@ -134,7 +139,7 @@ fn nvml_cards() -> Result<Cards, Check> {
     let nvml_err = |what: &str, e: NvmlError| {
         Check::fail(
             "gpus",
-            format!("NVML ({NVML_LIBRARY}): {what}: {e}"),
+            format!("NVML ({library}): {what}: {e}"),
             "check the driver with `nvidia-smi`; reboot after a driver upgrade",
         )
     };
@@ -166,7 +171,7 @@ fn nvml_cards() -> Result<Cards, Check> {
         cards.push(SeenCard { index, uuid });
     }
     let data = json!({
-        "source": "nvml", "library": NVML_LIBRARY, "driver_version": driver,
+        "source": "nvml", "library": library, "driver_version": driver,
         "nvml_version": version, "cards": listed,
     });
     let migs: Vec<String> = listed
@@ -174,7 +179,7 @@ fn nvml_cards() -> Result<Cards, Check> {
         .map(|c| format!("{} MIG {}", c["index"], c["mig"].as_str().unwrap_or("?")))
         .collect();
     let detail = format!(
-        "driver {driver}, NVML {version} ({NVML_LIBRARY}), {count} cards [{}]",
+        "driver {driver}, NVML {version} ({library}), {count} cards [{}]",
         migs.join(", ")
     );
     let any_mig = listed.iter().any(|c| c["mig"] == "enabled");

@@ -89,6 +89,8 @@ pub struct DoctorOptions {
     pub gpu_source: String,
     /// Simulated cards, when any.
     pub sim_gpus: Option<String>,
+    /// The NVML library to load (`--nvml-lib`); `None` = the system's `libnvidia-ml.so.1`.
+    pub nvml_lib: Option<PathBuf>,
     /// This node's name.
     pub node: String,
     /// gpuq's data directory.

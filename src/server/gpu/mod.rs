@@ -5,6 +5,7 @@
 //! on development or CI machines without any NVIDIA driver (simulation).
 
 mod nvml;
+mod nvml_usage;
 mod sim;
 pub mod sync;
 pub mod views;
@@ -12,12 +13,14 @@ pub mod views;
 #[cfg(test)]
 mod tests;
 
-pub use nvml::{external_mib_from_processes, parse_nvml_uuid, NvmlInventory};
+pub use nvml::{external_mib_from_processes, parse_nvml_uuid, NvmlInventory, DEFAULT_NVML_LIB};
+pub use nvml_usage::{AccountingPeak, CardProcess};
 pub use sim::{parse_sim_spec, sim_uuid, SimCard, SimInventory, SIM_UUID_NAMESPACE};
 
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 use std::fmt;
+use std::path::Path;
 use std::str::FromStr;
 
 /// One card as observed now; the admission logic works only from these values,
@@ -42,6 +45,20 @@ pub struct GpuInfo {
     pub utilization_pct: Option<u32>,
     /// True for cards from `--sim-gpus`, so they are never mistaken for real ones.
     pub simulated: bool,
+}
+
+/// A card the inventory sees but does not offer to admission (a MIG-enabled card or a MIG
+/// device: gpuq places jobs on whole cards only), kept so it can be shown as such.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SkippedCard {
+    /// Driver index.
+    pub index: u32,
+    /// The identifier NVML gave (`GPU-…` or `MIG-…`).
+    pub id: String,
+    /// Marketing name, when readable.
+    pub model: Option<String>,
+    /// Why it is not scheduled.
+    pub reason: String,
 }
 
 /// Which back-end produced the inventory, so the rest of gpuq can report it and
@@ -90,15 +107,24 @@ pub trait GpuInventory: Send + Sync {
     fn kind(&self) -> InventoryKind;
     /// Observes all cards now; `ours` separates gpuq's memory from foreign use.
     fn snapshot(&self, ours: &OurProcesses) -> Result<Vec<GpuInfo>, GpuError>;
+    /// Cards the last snapshot saw but left out (MIG), so they can be shown as such.
+    fn skipped(&self) -> Vec<SkippedCard> {
+        Vec::new()
+    }
 }
 
 /// Failures are distinct variants so start-up can print actionable guidance
 /// and the poller can tell a missing driver from a transient NVML fault.
 #[derive(Debug, thiserror::Error)]
 pub enum GpuError {
-    /// The driver's shared library is absent; the fix is installing it or simulating.
-    #[error("NVIDIA driver library libnvidia-ml.so.1 could not be loaded: {0}; install the driver or use --gpu-source sim --sim-gpus COUNTxMiB:MODEL[,...]")]
-    LibraryMissing(String),
+    /// The driver's shared library is absent; the fix is installing it, naming it, or simulating.
+    #[error("NVIDIA driver library {path} could not be loaded: {reason}; install the driver, name the library with --nvml-lib PATH, or use --gpu-source sim --sim-gpus COUNTxMiB:MODEL[,...]")]
+    LibraryMissing {
+        /// The library looked for (a name the dynamic loader searches, or the `--nvml-lib` path).
+        path: String,
+        /// What the loader said.
+        reason: String,
+    },
     /// NVML was loaded but a call failed (driver not running, GPU lost, ...).
     #[error("NVML (libnvidia-ml) call failed: {0}")]
     Nvml(String),
@@ -164,26 +190,37 @@ impl fmt::Display for GpuMode {
 ///   is tried; if it cannot be loaded the reason is logged with `warn` and
 ///   `NoGpus` is returned, explaining how to install the driver or simulate.
 ///
-/// `node` only seeds the stable UUIDs of simulated cards.
+/// `node` only seeds the stable UUIDs of simulated cards. NVML is loaded from the system's
+/// [`DEFAULT_NVML_LIB`]; [`from_config_with_lib`] names another library.
 pub fn from_config(
     mode: GpuMode,
     sim_spec: Option<&str>,
     node: &str,
 ) -> Result<Box<dyn GpuInventory>, GpuError> {
+    from_config_with_lib(mode, sim_spec, node, None)
+}
+
+/// [`from_config`], loading NVML from `nvml_lib` (`--nvml-lib`) when given.
+pub fn from_config_with_lib(
+    mode: GpuMode,
+    sim_spec: Option<&str>,
+    node: &str,
+    nvml_lib: Option<&Path>,
+) -> Result<Box<dyn GpuInventory>, GpuError> {
     let sim_spec = sim_spec.filter(|s| !s.trim().is_empty());
     match (mode, sim_spec) {
-        (GpuMode::Nvml, _) => Ok(Box::new(NvmlInventory::new()?)),
+        (GpuMode::Nvml, _) => Ok(Box::new(NvmlInventory::new(nvml_lib)?)),
         (GpuMode::Sim, None) => Err(GpuError::MissingSimSpec),
         (GpuMode::Sim | GpuMode::Auto, Some(spec)) => {
             Ok(Box::new(SimInventory::from_spec(spec, node)?))
         }
-        (GpuMode::Auto, None) => match NvmlInventory::new() {
+        (GpuMode::Auto, None) => match NvmlInventory::new(nvml_lib) {
             Ok(inv) => Ok(Box::new(inv)),
             Err(e) => {
                 tracing::warn!(error = %e, "GPU mode auto: NVML unavailable and no --sim-gpus given");
                 let reason = match e {
-                    GpuError::LibraryMissing(r) => {
-                        format!("libnvidia-ml.so.1 could not be loaded ({r})")
+                    GpuError::LibraryMissing { path, reason } => {
+                        format!("{path} could not be loaded ({reason})")
                     }
                     other => other.to_string(),
                 };

@@ -1,20 +1,43 @@
 //! Real cards observed through NVML (`libnvidia-ml.so.1`, loaded at run time
 //! by nvml-wrapper via libloading, so the binary starts on driver-less hosts).
 
-use super::{GpuError, GpuInfo, GpuInventory, InventoryKind, OurProcesses};
+use super::{GpuError, GpuInfo, GpuInventory, InventoryKind, OurProcesses, SkippedCard};
 use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::struct_wrappers::device::ProcessInfo;
 use nvml_wrapper::{Device, Nvml};
 use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::path::Path;
+use std::sync::Mutex;
 use uuid::Uuid;
 
-const MIB: u64 = 1024 * 1024;
+pub(super) const MIB: u64 = 1024 * 1024;
+
+/// The library NVML is loaded from unless `--nvml-lib` names another: the dynamic loader finds it.
+pub const DEFAULT_NVML_LIB: &str = "libnvidia-ml.so.1";
+
+/// `nvmlDeviceGetMigMode`'s "enabled" (`NVML_DEVICE_MIG_ENABLE`).
+const MIG_ENABLED: u32 = 1;
 
 /// Inventory backed by the NVIDIA driver; holds the initialised library for
 /// the life of the process because NVML init is comparatively expensive.
 pub struct NvmlInventory {
-    nvml: Nvml,
+    pub(super) nvml: Nvml,
+    /// The library loaded (as given: a name the loader searches, or a path), named in errors.
+    lib: String,
+    /// Cards seen by the last snapshot but not offered to admission (MIG), so they can be shown.
+    skipped: Mutex<Vec<SkippedCard>>,
+}
+
+/// What reading one NVML device gave.
+enum Read {
+    /// A whole card that admission may use.
+    Card(GpuInfo),
+    /// A card gpuq sees but does not schedule (MIG), and why.
+    Skipped(SkippedCard),
+    /// Nothing usable (logged where it failed).
+    Unreadable,
 }
 
 impl std::fmt::Debug for NvmlInventory {
@@ -24,48 +47,72 @@ impl std::fmt::Debug for NvmlInventory {
 }
 
 impl NvmlInventory {
-    /// Loads and initialises NVML once; returns `LibraryMissing` when the
-    /// shared library is absent so start-up can explain the remedy.
-    pub fn new() -> Result<Self, GpuError> {
-        match Nvml::init() {
-            Ok(nvml) => Ok(NvmlInventory { nvml }),
-            Err(e) => Err(init_error(e)),
+    /// Loads and initialises NVML once from `lib` (default [`DEFAULT_NVML_LIB`]); returns
+    /// `LibraryMissing`, naming the library, when it cannot be loaded so start-up can explain the
+    /// remedy.
+    pub fn new(lib: Option<&Path>) -> Result<Self, GpuError> {
+        let lib_os: &OsStr = lib.map_or(OsStr::new(DEFAULT_NVML_LIB), Path::as_os_str);
+        let name = lib_os.to_string_lossy().into_owned();
+        match Nvml::builder().lib_path(lib_os).init() {
+            Ok(nvml) => Ok(NvmlInventory {
+                nvml,
+                lib: name,
+                skipped: Mutex::default(),
+            }),
+            Err(e) => Err(init_error(&name, e)),
         }
     }
 
-    /// Reads one device; `None` when it cannot be identified or sized, because
-    /// a card without a UUID or total memory is useless for admission.
-    fn read_device(&self, position: u32, ours: &OurProcesses) -> Option<GpuInfo> {
-        let device = match self.nvml.device_by_index(position) {
-            Ok(d) => d,
-            Err(e) => {
-                tracing::warn!(position, error = %e, "skipping GPU: NVML cannot open it");
-                return None;
-            }
+    /// The library this inventory loaded, as it was named.
+    pub fn library(&self) -> &str {
+        &self.lib
+    }
+
+    /// Opens the device at `position`, logging why not.
+    pub(super) fn device(&self, position: u32) -> Option<Device<'_>> {
+        self.nvml
+            .device_by_index(position)
+            .map_err(|e| tracing::warn!(position, error = %e, "skipping GPU: NVML cannot open it"))
+            .ok()
+    }
+
+    /// Reads one device. A card without a UUID or total memory is useless for admission; a MIG
+    /// card (or MIG device) is seen but skipped: gpuq places jobs on whole cards only.
+    fn read_device(&self, position: u32, ours: &OurProcesses) -> Read {
+        let Some(device) = self.device(position) else {
+            return Read::Unreadable;
         };
         let raw_uuid = match device.uuid() {
             Ok(u) => u,
             Err(e) => {
                 tracing::warn!(position, error = %e, "skipping GPU: NVML cannot read its UUID");
-                return None;
+                return Read::Unreadable;
             }
         };
+        if let Some(reason) = mig_reason(&device, &raw_uuid) {
+            return Read::Skipped(SkippedCard {
+                index: field(position, "index", device.index()).unwrap_or(position),
+                id: raw_uuid,
+                model: field(position, "name", device.name()),
+                reason: reason.into(),
+            });
+        }
         let Some(uuid) = parse_nvml_uuid(&raw_uuid) else {
-            tracing::warn!(position, uuid = %raw_uuid, "skipping GPU: UUID is not GPU-<uuid> (MIG?)");
-            return None;
+            tracing::warn!(position, uuid = %raw_uuid, "skipping GPU: UUID is not GPU-<uuid>");
+            return Read::Unreadable;
         };
         let memory = match device.memory_info() {
             Ok(m) => m,
             Err(e) => {
                 tracing::warn!(position, %uuid, error = %e, "skipping GPU: NVML cannot read its memory");
-                return None;
+                return Read::Unreadable;
             }
         };
         let index = field(position, "index", device.index()).unwrap_or(position);
         let model = field(position, "name", device.name()).unwrap_or_else(|| "unknown".into());
         let utilization_pct =
             field(position, "utilization", device.utilization_rates()).map(|u| u.gpu);
-        Some(GpuInfo {
+        Read::Card(GpuInfo {
             uuid,
             index,
             model,
@@ -75,6 +122,42 @@ impl NvmlInventory {
             utilization_pct,
             simulated: false,
         })
+    }
+
+    /// Keeps the skipped cards of this snapshot, and says so in the log when the set changes
+    /// (not on every refresh).
+    fn note_skipped(&self, now: Vec<SkippedCard>) {
+        let mut kept = self.skipped.lock().unwrap_or_else(|p| p.into_inner());
+        if *kept != now {
+            for card in now.iter().filter(|c| !kept.contains(c)) {
+                tracing::warn!(
+                    index = card.index,
+                    id = %card.id,
+                    model = card.model.as_deref().unwrap_or("unknown"),
+                    reason = %card.reason,
+                    "GPU seen but not scheduled"
+                );
+            }
+            *kept = now;
+        }
+    }
+}
+
+/// Why a device is a MIG card or MIG device gpuq does not schedule; `None` for a whole card.
+/// A card that cannot report its MIG mode (`NotSupported` on pre-Ampere cards) is a whole card.
+fn mig_reason(device: &Device<'_>, raw_uuid: &str) -> Option<&'static str> {
+    if raw_uuid.trim().starts_with("MIG-") {
+        return Some("MIG device: gpuq schedules whole cards only");
+    }
+    match device.mig_mode() {
+        Ok(mode) if mode.current == MIG_ENABLED => {
+            Some("MIG mode enabled: gpuq schedules whole cards only")
+        }
+        Ok(_) | Err(NvmlError::NotSupported) => None,
+        Err(e) => {
+            tracing::debug!(uuid = raw_uuid, error = %e, "NVML MIG mode unavailable; taken as a whole card");
+            None
+        }
     }
 }
 
@@ -113,18 +196,25 @@ fn external_mib(device: &Device<'_>, position: u32, ours: &OurProcesses) -> Opti
 
 /// Turns an optional per-field NVML failure into `None`, logged at debug,
 /// so one unsupported query never hides the rest of the card.
-fn field<T>(position: u32, what: &str, r: Result<T, NvmlError>) -> Option<T> {
+pub(super) fn field<T>(position: u32, what: &str, r: Result<T, NvmlError>) -> Option<T> {
     r.map_err(|e| tracing::debug!(position, field = what, error = %e, "NVML field unavailable"))
         .ok()
 }
 
 /// Maps init failures to `LibraryMissing` when the library itself is absent,
-/// which is the common, operator-fixable case.
-fn init_error(e: NvmlError) -> GpuError {
+/// which is the common, operator-fixable case; both name the library `lib`.
+fn init_error(lib: &str, e: NvmlError) -> GpuError {
+    let path = lib.to_string();
     match e {
-        NvmlError::LibloadingError(inner) => GpuError::LibraryMissing(inner.to_string()),
-        NvmlError::LibraryNotFound => GpuError::LibraryMissing(e.to_string()),
-        other => GpuError::Nvml(format!("initialisation failed: {other}")),
+        NvmlError::LibloadingError(inner) => GpuError::LibraryMissing {
+            path,
+            reason: inner.to_string(),
+        },
+        NvmlError::LibraryNotFound => GpuError::LibraryMissing {
+            path,
+            reason: e.to_string(),
+        },
+        other => GpuError::Nvml(format!("initialising {lib} failed: {other}")),
     }
 }
 
@@ -159,12 +249,12 @@ pub fn external_mib_from_processes(
 }
 
 /// Total memory rounds down so we never offer memory the card lacks.
-fn mib_floor(bytes: u64) -> i64 {
+pub(super) fn mib_floor(bytes: u64) -> i64 {
     i64::try_from(bytes / MIB).unwrap_or(i64::MAX)
 }
 
 /// Used memory rounds up so partial MiB in use are never ignored.
-fn mib_ceil(bytes: u64) -> i64 {
+pub(super) fn mib_ceil(bytes: u64) -> i64 {
     i64::try_from(bytes.div_ceil(MIB)).unwrap_or(i64::MAX)
 }
 
@@ -178,9 +268,24 @@ impl GpuInventory for NvmlInventory {
             .nvml
             .device_count()
             .map_err(|e| GpuError::Nvml(format!("cannot count devices: {e}")))?;
-        Ok((0..count)
-            .filter_map(|position| self.read_device(position, ours))
-            .collect())
+        let mut cards = Vec::new();
+        let mut skipped = Vec::new();
+        for position in 0..count {
+            match self.read_device(position, ours) {
+                Read::Card(card) => cards.push(card),
+                Read::Skipped(card) => skipped.push(card),
+                Read::Unreadable => {}
+            }
+        }
+        self.note_skipped(skipped);
+        Ok(cards)
+    }
+
+    fn skipped(&self) -> Vec<SkippedCard> {
+        self.skipped
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 }
 

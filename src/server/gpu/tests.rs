@@ -64,12 +64,12 @@ fn nvml_mode_reports_missing_library() {
         }
         Err(e) => {
             assert!(
-                matches!(e, GpuError::LibraryMissing(_) | GpuError::Nvml(_)),
+                matches!(e, GpuError::LibraryMissing { .. } | GpuError::Nvml(_)),
                 "{e:?}"
             );
             let msg = e.to_string();
             assert!(msg.contains("libnvidia-ml"), "{msg}");
-            if matches!(e, GpuError::LibraryMissing(_)) {
+            if matches!(e, GpuError::LibraryMissing { .. }) {
                 assert!(msg.contains("--gpu-source sim --sim-gpus"), "{msg}");
             }
         }
@@ -97,4 +97,23 @@ fn inventory_is_object_safe_and_shareable() {
     assert_send_sync::<NvmlInventory>();
     let ours: OurProcesses = [1u32, 2, 2].into_iter().collect();
     assert_eq!(ours.pids.len(), 2);
+}
+
+#[test]
+fn a_wrong_nvml_lib_path_is_named_in_the_error() {
+    let path = std::path::Path::new("/nonexistent/gpuq-test/libnvidia-ml.so.1");
+    for mode in [GpuMode::Nvml, GpuMode::Auto] {
+        let e = err_of(from_config_with_lib(mode, None, "n", Some(path)));
+        let msg = e.to_string();
+        assert!(
+            msg.contains("/nonexistent/gpuq-test/libnvidia-ml.so.1"),
+            "{msg}"
+        );
+    }
+    let e = err_of(from_config_with_lib(GpuMode::Nvml, None, "n", Some(path)));
+    assert!(
+        matches!(&e, GpuError::LibraryMissing { path: p, .. } if p.contains("gpuq-test")),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("--nvml-lib"), "{e}");
 }

@@ -1,5 +1,6 @@
 //! The HTTP surface: pages, server functions, REST v1, probes; and the layers around them.
 
+mod assets;
 mod caller;
 mod cluster;
 mod csrf;
@@ -15,6 +16,7 @@ pub mod openapi;
 mod usage;
 mod v1;
 
+pub use assets::use_embedded as use_embedded_site;
 pub use error::ApiError;
 pub use json::ApiJson;
 
@@ -62,9 +64,12 @@ pub fn app(state: AppState, opts: HttpOptions) -> Router {
     let routes = generate_route_list(App);
     let leptos_options = state.leptos_options.clone();
     let pages = Router::new()
-        .leptos_routes_with_context(&state, routes, headers::provide_nonce, move || {
-            shell(leptos_options.clone())
-        })
+        .leptos_routes_with_context(
+            &state,
+            routes,
+            assets::page_context(state.site),
+            move || shell(leptos_options.clone()),
+        )
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             gate::pages_need_sign_in,
@@ -85,10 +90,7 @@ pub fn app(state: AppState, opts: HttpOptions) -> Router {
                 .merge(usage::router()),
         )
         .merge(pages)
-        .fallback(leptos_axum::file_and_error_handler_with_context::<
-            AppState,
-            _,
-        >(headers::provide_nonce, shell))
+        .fallback(assets::fallback)
         .layer(axum::middleware::from_fn(error::server_fn_status))
         .layer(sessions)
         .layer(axum::middleware::from_fn(csrf::same_origin_only))

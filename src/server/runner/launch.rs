@@ -12,6 +12,7 @@ use crate::server::runtime::{verify, GrantedGpu, LaunchRequest, Mount, RunAs, Ru
 use chrono::{DateTime, Utc};
 use serde_json::json;
 use std::sync::Arc;
+use tokio::sync::OwnedSemaphorePermit;
 
 /// Why a launch did not happen.
 pub(super) enum NotLaunched {
@@ -22,9 +23,12 @@ pub(super) enum NotLaunched {
 }
 
 impl Runner {
-    /// Launches a claimed job and supervises it to its end.
-    pub(super) async fn launch(self: Arc<Self>, job: RunRow) {
-        match self.start_container(&job).await {
+    /// Launches a claimed job, holding a launch `slot` until its container has started (or the
+    /// launch gave up), and supervises it to its end.
+    pub(super) async fn launch(self: Arc<Self>, job: RunRow, slot: Option<OwnedSemaphorePermit>) {
+        let started = self.start_container(&job).await;
+        self.free_slot(slot);
+        match started {
             Ok((container, deadline)) => self.supervise(job.id, container, deadline).await,
             Err(NotLaunched::Retry(why)) => {
                 tracing::warn!(job = %job.id, %why, "launch deferred");

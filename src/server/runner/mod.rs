@@ -20,8 +20,13 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
-use tokio::sync::{watch, Notify};
+use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 use uuid::Uuid;
+
+/// Launches (claim → container started) in flight at once on one node. dockerd serialises much
+/// of its work: hundreds of concurrent creates make every one of them slow, so claimed jobs beyond
+/// this wait `admitted` (their cards held) and are claimed as launches finish.
+pub const MAX_LAUNCHING: usize = 16;
 
 /// Settings of a runner.
 #[derive(Debug, Clone)]
@@ -76,6 +81,10 @@ pub struct Runner {
     notifier: Notifier,
     /// One bell per supervised job, rung when its stop is asked for.
     cancels: Mutex<HashMap<Uuid, Arc<Notify>>>,
+    /// Launch slots ([`MAX_LAUNCHING`]); a launch holds one until its container has started.
+    launching: Arc<Semaphore>,
+    /// Rung when a launch gives its slot back, so waiting admitted jobs are claimed at once.
+    slot_freed: Notify,
 }
 
 impl Runner {
@@ -94,6 +103,8 @@ impl Runner {
             health,
             notifier,
             cancels: Mutex::new(HashMap::new()),
+            launching: Arc::new(Semaphore::new(MAX_LAUNCHING)),
+            slot_freed: Notify::new(),
         })
     }
 
@@ -160,6 +171,10 @@ impl Runner {
             note = tokio::select! {
                 _ = stop.changed() => break,
                 n = notes.recv() => n,
+                _ = self.slot_freed.notified() => {
+                    self.claim().await;
+                    Note::Wake
+                }
             };
         }
     }
@@ -173,14 +188,26 @@ impl Runner {
             return;
         }
         self.health.report(None);
-        match runs::claim(&self.pool, &self.cfg.node, 16).await {
+        // Only this loop claims, and slots only come back meanwhile, so every claimed job gets one.
+        let free = self.launching.available_permits();
+        if free == 0 {
+            return;
+        }
+        match runs::claim(&self.pool, &self.cfg.node, free as i64).await {
             Ok(jobs) => {
                 for job in jobs {
-                    tokio::spawn(Arc::clone(self).launch(job));
+                    let slot = Arc::clone(&self.launching).try_acquire_owned().ok();
+                    tokio::spawn(Arc::clone(self).launch(job, slot));
                 }
             }
             Err(e) => tracing::warn!(error = %e, "claiming admitted jobs failed"),
         }
+    }
+
+    /// Gives a launch slot back and has the run loop claim what waits for one.
+    fn free_slot(&self, slot: Option<OwnedSemaphorePermit>) {
+        drop(slot);
+        self.slot_freed.notify_one();
     }
 
     /// The bell a supervised job's stop rings; registered for as long as the job is supervised.

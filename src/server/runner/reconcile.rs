@@ -82,33 +82,26 @@ pub(super) async fn reconcile(runner: &Arc<Runner>) -> Result<()> {
                 runner.record_end(job.id, &end).await;
                 remove(runner, &c.id).await;
             }
-            Some(c) => {
-                // Created but never started: start afresh with a new attempt.
-                remove(runner, &c.id).await;
-                runs::unclaim(
-                    &runner.pool,
-                    job.id,
-                    &node,
-                    "launch interrupted by a restart",
-                )
-                .await?;
-            }
-            None if job.status == JobStatus::Starting && job.container_id.is_none() => {
-                runs::unclaim(
-                    &runner.pool,
-                    job.id,
-                    &node,
-                    "launch interrupted by a restart",
-                )
-                .await?;
-            }
-            None => {
+            None if job.status != JobStatus::Starting || job.container_id.is_some() => {
                 let end = Ending {
                     status: JobStatus::Failed,
                     exit_code: None,
                     reason: Some("its container vanished while gpuq was down".into()),
                 };
                 runner.record_end(job.id, &end).await;
+            }
+            // Created but never started, or never created: start afresh with a new attempt.
+            created => {
+                if let Some(c) = created {
+                    remove(runner, &c.id).await;
+                }
+                runs::unclaim(
+                    &runner.pool,
+                    job.id,
+                    &node,
+                    "launch interrupted by a restart",
+                )
+                .await?;
             }
         }
     }

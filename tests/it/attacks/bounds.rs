@@ -13,15 +13,18 @@ async fn count(pool: &PgPool, sql: &str) -> i64 {
     sqlx::query_scalar(sql).fetch_one(pool).await.unwrap()
 }
 
+/// An app with one card on node `bounds` whose launch policy its admin set to `policy`, and a
+/// member `mallory`: the app and the admin's and the member's bearer headers.
+async fn capped(pool: PgPool, policy: Value) -> (TestApp, String, String) {
+    let app = TestApp::with_one_card(pool, "bounds").await;
+    let (admin, member) = app.admin_and_member("mallory").await;
+    app.set_policy(&admin, policy).await;
+    (app, admin, member)
+}
+
 #[sqlx::test(migrations = false)]
 async fn forty_parallel_submits_past_the_queued_cap_queue_exactly_the_cap(pool: PgPool) {
-    let app = TestApp::new(pool.clone()).await;
-    app.sim_cards("1x24576:NVIDIA GeForce RTX 3090", "bounds")
-        .await;
-    let admin = app.bearer("root", Role::Admin).await;
-    let member = app.bearer("mallory", Role::Member).await;
-    app.set_policy(&admin, json!({ "max_queued_per_user": 5 }))
-        .await;
+    let (app, admin, member) = capped(pool.clone(), json!({ "max_queued_per_user": 5 })).await;
 
     // No admission pass runs here: every accepted job stays queued and counts against the cap.
     let spec = json!({ "image": IMAGE, "command": ["true"], "min_vram_mb": 1000 });
@@ -62,12 +65,7 @@ async fn forty_parallel_submits_past_the_queued_cap_queue_exactly_the_cap(pool: 
         .map(|r| r.json()["job_id"].as_str().unwrap().parse().unwrap())
         .unwrap();
     let r = app
-        .api(
-            "POST",
-            &format!("/api/v1/jobs/{first}/cancel"),
-            Some(&member),
-            None,
-        )
+        .post(&format!("/api/v1/jobs/{first}/cancel"), &member)
         .await;
     assert!(r.status.is_success(), "{}", r.text);
     app.submit_ok(&member, spec.clone()).await;
@@ -79,8 +77,7 @@ async fn a_member_past_the_running_cap_waits_and_is_told_which_cap(pool: PgPool)
     let app = TestApp::new(pool.clone()).await;
     app.sim_cards("2x24576:NVIDIA GeForce RTX 3090", "bounds")
         .await;
-    let admin = app.bearer("root", Role::Admin).await;
-    let member = app.bearer("mallory", Role::Member).await;
+    let (admin, member) = app.admin_and_member("mallory").await;
     let other = app.bearer("olive", Role::Member).await;
     app.set_policy(&admin, json!({ "max_running_per_user": 2 }))
         .await;
@@ -132,13 +129,7 @@ async fn a_member_past_the_running_cap_waits_and_is_told_which_cap(pool: PgPool)
 
 #[sqlx::test(migrations = false)]
 async fn a_flood_of_jobs_without_gpus_runs_at_most_the_node_cap(pool: PgPool) {
-    let app = TestApp::new(pool.clone()).await;
-    app.sim_cards("1x24576:NVIDIA GeForce RTX 3090", "bounds")
-        .await;
-    let admin = app.bearer("root", Role::Admin).await;
-    let member = app.bearer("mallory", Role::Member).await;
-    app.set_policy(&admin, json!({ "max_cpu_jobs_per_node": 3 }))
-        .await;
+    let (app, _, member) = capped(pool.clone(), json!({ "max_cpu_jobs_per_node": 3 })).await;
     let spec = json!({ "image": IMAGE, "command": ["true"], "gpu_count": 0 });
     let ids: Vec<uuid::Uuid> =
         futures_util::future::join_all((0..6).map(|_| app.submit_ok(&member, spec.clone()))).await;
@@ -163,9 +154,7 @@ async fn a_flood_of_jobs_without_gpus_runs_at_most_the_node_cap(pool: PgPool) {
 
 #[sqlx::test(migrations = false)]
 async fn a_member_cannot_raise_their_priority_or_pack_a_card_with_tiny_jobs(pool: PgPool) {
-    let app = TestApp::new(pool).await;
-    app.sim_cards("1x24576:NVIDIA GeForce RTX 3090", "bounds")
-        .await;
+    let app = TestApp::with_one_card(pool, "bounds").await;
     let member = app.bearer("mallory", Role::Member).await;
     let manager = app.bearer("mia", Role::Manager).await;
 

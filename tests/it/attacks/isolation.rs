@@ -2,9 +2,10 @@
 //! account against real Postgres and dockerd, through a fenced node as `gpuq serve` runs one.
 
 use crate::support::isolation::{
-    container_of, event_kinds, facts_of, ip_of, job, job_ids_of, log, open_dir, IsoNode,
+    allowed_tempdir, container_of, event_kinds, facts_of, ip_of, job, job_ids_of, log, open_dir,
+    IsoNode,
 };
-use crate::support::{wait_status, TestApp};
+use crate::support::{cancel_and_wait, wait_status, TestApp};
 use gpuq::model::Role;
 use gpuq::server::runtime::Docker;
 use serde_json::json;
@@ -14,44 +15,29 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// A job running `script` with `dir` mounted at `/data`.
+fn on_data(script: &str, dir: &std::path::Path) -> serde_json::Value {
+    job(script, &[format!("{}:/data", dir.display())])
+}
+
 /// A member queues jobs whose volumes are folders inside the allowlisted tree, then, while the
 /// jobs wait, swaps the folders for symlinks: one to a host folder outside the allowlist, one to
 /// `/etc`. The runner resolves them again at launch: both jobs fail naming the volume, and no
 /// container is ever created, so the host folders are never mounted.
 #[sqlx::test(migrations = false)]
 async fn a_volume_swapped_for_a_symlink_while_queued_is_never_mounted(pool: PgPool) {
-    let app = TestApp::new(pool).await;
-    let admin = app.bearer("root", Role::Admin).await;
-    let member = app.bearer("mallory", Role::Member).await;
-    let root = tempfile::tempdir().unwrap();
-    let shared = open_dir(&root.path().join("shared"));
+    let (app, admin, member) = TestApp::with_admin_and_member(pool, "mallory").await;
+    let (root, shared) = allowed_tempdir(&app, &admin, "shared").await;
     let secret = root.path().join("secret");
     std::fs::create_dir_all(&secret).unwrap();
     std::fs::write(secret.join("token"), "host-secret-4711\n").unwrap();
-    app.set_policy(
-        &admin,
-        json!({ "volume_allowlist": [{ "path": shared.to_str().unwrap() }] }),
-    )
-    .await;
     let proj = open_dir(&shared.join("proj"));
     let proj2 = open_dir(&shared.join("proj2"));
     let to_secret = app
-        .submit_ok(
-            &member,
-            job(
-                "cat /data/token; ls /data",
-                &[format!("{}:/data", proj.display())],
-            ),
-        )
+        .submit_ok(&member, on_data("cat /data/token; ls /data", &proj))
         .await;
     let to_etc = app
-        .submit_ok(
-            &member,
-            job(
-                "cat /data/hostname; ls /data",
-                &[format!("{}:/data", proj2.display())],
-            ),
-        )
+        .submit_ok(&member, on_data("cat /data/hostname; ls /data", &proj2))
         .await;
     // No node runs yet: the jobs wait in the queue while the member swaps the folders.
     for id in [to_secret, to_etc] {
@@ -94,26 +80,13 @@ async fn a_volume_swapped_for_a_symlink_while_queued_is_never_mounted(pool: PgPo
 /// the file belongs to that uid: at most a setuid-to-the-member binary, no root shell.
 #[sqlx::test(migrations = false)]
 async fn a_setuid_plant_on_a_mounted_folder_belongs_to_the_member(pool: PgPool) {
-    let app = TestApp::new(pool).await;
-    let admin = app.bearer("root", Role::Admin).await;
-    let member = app.bearer("mallory", Role::Member).await;
-    let root = tempfile::tempdir().unwrap();
-    let shared = open_dir(&root.path().join("shared"));
-    app.set_policy(
-        &admin,
-        json!({ "volume_allowlist": [{ "path": shared.to_str().unwrap() }] }),
-    )
-    .await;
+    let (app, admin, member) = TestApp::with_admin_and_member(pool, "mallory").await;
+    let (_root, shared) = allowed_tempdir(&app, &admin, "shared").await;
     let node = IsoNode::start(&app, "iso-suid", vec![], Default::default()).await;
     let script = "echo uid=$(id -u) gid=$(id -g); busybox cp /bin/busybox /data/rootshell; \
                   busybox chmod 4755 /data/rootshell; echo chmod=$?; \
                   busybox chown 0:0 /data/rootshell; echo chown=$?";
-    let id = app
-        .submit_ok(
-            &member,
-            job(script, &[format!("{}:/data", shared.display())]),
-        )
-        .await;
+    let id = app.submit_ok(&member, on_data(script, &shared)).await;
     let v = wait_status(&app, &member, id, &["succeeded", "failed"], 60).await;
     assert_eq!(v["status"], "succeeded", "{v}");
     let text = log(&app, &member, id).await;
@@ -210,25 +183,14 @@ async fn a_neighbours_open_port_is_unreachable(pool: PgPool) {
     let a_log = log(&app, &alice, a).await;
     assert!(!a_log.contains("a-got-a-connection"), "{a_log}");
     assert_eq!(facts_of(&app, a).await.networks, ["gpuq-jobs"]);
-    let c = app
-        .api(
-            "POST",
-            &format!("/api/v1/jobs/{a}/cancel"),
-            Some(&alice),
-            None,
-        )
-        .await;
-    assert_eq!(c.status, 200, "{}", c.text);
-    wait_status(&app, &alice, a, &["cancelled"], 30).await;
+    cancel_and_wait(&app, &alice, a).await;
     node.stop().await;
 }
 
 /// Under the `none` network policy a job has loopback only: neither the host nor anyone else.
 #[sqlx::test(migrations = false)]
 async fn under_network_none_a_job_reaches_nothing(pool: PgPool) {
-    let app = TestApp::new(pool).await;
-    let admin = app.bearer("root", Role::Admin).await;
-    let mallory = app.bearer("mallory", Role::Member).await;
+    let (app, admin, mallory) = TestApp::with_admin_and_member(pool, "mallory").await;
     app.set_policy(&admin, json!({ "network": "none" })).await;
     let node = IsoNode::start(&app, "iso-none", vec![], Default::default()).await;
     let (port, accepted) = outside_listener().await;

@@ -2,7 +2,7 @@
 //!
 //! The attacker is anonymous (guessing) or a member holding only an API token (minting).
 
-use crate::support::{TestApp, PASSWORD};
+use crate::support::{Reply, TestApp, PASSWORD};
 use futures_util::future::join_all;
 use gpuq::model::Role;
 use gpuq::server::auth::service::{BACKOFF_MAX_S, MAX_FAILURES};
@@ -157,11 +157,10 @@ async fn a_token_cannot_mint_tokens(pool: PgPool) {
     );
 
     let via_rest = app
-        .api(
-            "POST",
+        .post_json(
             "/api/v1/tokens",
-            Some(&bearer),
-            Some(json!({ "username": "mallory", "password": PASSWORD, "name": "spare" })),
+            &bearer,
+            json!({ "username": "mallory", "password": PASSWORD, "name": "spare" }),
         )
         .await;
     assert_eq!(via_rest.status, 403, "{}", via_rest.text);
@@ -170,7 +169,7 @@ async fn a_token_cannot_mint_tokens(pool: PgPool) {
         .unwrap()
         .contains("cannot create tokens"));
 
-    let tokens = app.api("GET", "/api/v1/tokens", Some(&bearer), None).await;
+    let tokens = app.get("/api/v1/tokens", &bearer).await;
     assert_eq!(
         tokens.json().as_array().unwrap().len(),
         1,
@@ -186,52 +185,40 @@ async fn a_token_cannot_mint_tokens(pool: PgPool) {
     assert_eq!(from_session.status, 200, "{}", from_session.text);
 }
 
+/// Asks for a token of `ivan`'s named `name` that expires after `days`.
+async fn ivans_token(app: &TestApp, name: &str, days: i64) -> Reply {
+    let body =
+        json!({ "username": "ivan", "password": PASSWORD, "name": name, "expires_in_days": days });
+    app.api("POST", "/api/v1/tokens", None, Some(body)).await
+}
+
 /// A member keeps using a token past its expiry: refused with 401, and the token list shows it
 /// expired.
 #[sqlx::test(migrations = false)]
 async fn an_expired_token_is_refused(pool: PgPool) {
     let app = TestApp::new(pool).await;
     app.add_user("ivan", Role::Member).await;
-    let made = app
-        .api(
-            "POST",
-            "/api/v1/tokens",
-            None,
-            Some(json!({ "username": "ivan", "password": PASSWORD, "name": "short", "expires_in_days": 1 })),
-        )
-        .await;
+    let made = ivans_token(&app, "short", 1).await;
     assert_eq!(made.status, 201, "{}", made.text);
     assert!(made.json()["expires_at"].is_string());
     let bearer = format!("Bearer {}", made.json()["token"].as_str().unwrap());
-    assert_eq!(
-        app.api("GET", "/api/v1/me", Some(&bearer), None)
-            .await
-            .status,
-        200
-    );
+    assert_eq!(app.get("/api/v1/me", &bearer).await.status, 200);
 
     sqlx::query("UPDATE api_tokens SET expires_at = now() - interval '1 second'")
         .execute(&app.pool)
         .await
         .unwrap();
-    let refused = app.api("GET", "/api/v1/me", Some(&bearer), None).await;
+    let refused = app.get("/api/v1/me", &bearer).await;
     assert_eq!(refused.status, 401, "{}", refused.text);
 
     let cookie = app.login("ivan", PASSWORD).await;
-    let list = app.api("GET", "/api/v1/tokens", Some(&cookie), None).await;
+    let list = app.get("/api/v1/tokens", &cookie).await;
     let token = &list.json()[0];
     assert_eq!(token["name"], "short");
     assert_eq!(token["expired"], true, "{}", list.text);
 
     for days in [0, 100_000] {
-        let bad = app
-            .api(
-                "POST",
-                "/api/v1/tokens",
-                None,
-                Some(json!({ "username": "ivan", "password": PASSWORD, "name": "x", "expires_in_days": days })),
-            )
-            .await;
+        let bad = ivans_token(&app, "x", days).await;
         assert_eq!(bad.status, 400, "{}", bad.text);
         assert_eq!(bad.json()["field"], "expires_in_days");
     }

@@ -2,40 +2,31 @@
 //! position): that explains a wait. Another member's command line (tokens travel in them), volumes,
 //! env, status details, event trail and log are not theirs to read; managers read all but the env.
 
-use crate::support::{read_stream_until, TestApp};
+use crate::support::{read_stream_until, true_job, TestApp};
 use gpuq::model::Role;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 
 const SECRET: &str = "hf_SeCrEt_t0ken";
 
+/// A job named `name` whose command line and env carry [`SECRET`].
+fn secret_job(name: &str, vram_mb: u64) -> Value {
+    json!({ "image": "gpuq-test/busybox:latest", "name": name,
+            "command": ["sh", "-c", format!("echo --token={SECRET}")],
+            "env": { "HF_TOKEN": SECRET }, "min_vram_mb": vram_mb })
+}
+
 #[sqlx::test(migrations = false)]
 async fn a_member_cannot_read_another_members_command_env_trail_or_log(pool: PgPool) {
-    let app = TestApp::new(pool).await;
-    app.sim_cards("1x24576:NVIDIA GeForce RTX 3090", "vis")
-        .await;
+    let app = TestApp::with_one_card(pool, "vis").await;
     let alice = app.bearer("alice", Role::Member).await;
     let bob = app.bearer("bob", Role::Member).await;
     let manager = app.bearer("mia", Role::Manager).await;
     let admin = app.bearer("root", Role::Admin).await;
     // 30000 MiB never fits a 24 GiB card: it is rejected, and its reason is a status detail.
-    let r = app
-        .submit(
-            &alice,
-            json!({ "image": "gpuq-test/busybox:latest", "name": "alice-big",
-                    "command": ["sh", "-c", format!("echo --token={SECRET}")],
-                    "env": { "HF_TOKEN": SECRET }, "min_vram_mb": 30000 }),
-        )
-        .await;
+    let r = app.submit(&alice, secret_job("alice-big", 30000)).await;
     assert_eq!(r.status, 400, "{}", r.text);
-    let waiting = app
-        .submit_ok(
-            &alice,
-            json!({ "image": "gpuq-test/busybox:latest", "name": "alice-wait",
-                    "command": ["sh", "-c", format!("echo --token={SECRET}")],
-                    "env": { "HF_TOKEN": SECRET }, "min_vram_mb": 1000 }),
-        )
-        .await;
+    let waiting = app.submit_ok(&alice, secret_job("alice-wait", 1000)).await;
 
     // The job as each role sees it.
     let as_bob = app.job(&bob, waiting).await;
@@ -62,31 +53,20 @@ async fn a_member_cannot_read_another_members_command_env_trail_or_log(pool: PgP
     assert!(as_alice.to_string().contains(SECRET));
 
     // The list, the job page's server function and the log say no more.
-    let list = app.api("GET", "/api/v1/jobs", Some(&bob), None).await;
+    let list = app.get("/api/v1/jobs", &bob).await;
     assert_eq!(list.status, 200);
     assert!(!list.text.contains(SECRET), "{}", list.text);
     assert!(list.text.contains("alice-wait"));
-    let rejected = app
-        .api("GET", "/api/v1/jobs?status=rejected", Some(&bob), None)
-        .await;
+    let rejected = app.get("/api/v1/jobs?status=rejected", &bob).await;
     assert!(rejected.text.contains("alice-big"), "{}", rejected.text);
     assert!(
         !rejected.text.contains("the largest card"),
         "status details: {}",
         rejected.text
     );
-    let own = app
-        .api("GET", "/api/v1/jobs?status=rejected", Some(&alice), None)
-        .await;
+    let own = app.get("/api/v1/jobs?status=rejected", &alice).await;
     assert!(own.text.contains("the largest card"), "{}", own.text);
-    let log = app
-        .api(
-            "GET",
-            &format!("/api/v1/jobs/{waiting}/logs"),
-            Some(&bob),
-            None,
-        )
-        .await;
+    let log = app.get(&format!("/api/v1/jobs/{waiting}/logs"), &bob).await;
     assert_eq!(log.status, 403, "{}", log.text);
     let cookie = app.login("bob", crate::support::PASSWORD).await;
     let detail = app
@@ -100,33 +80,20 @@ async fn a_member_cannot_read_another_members_command_env_trail_or_log(pool: PgP
         "the trail is the owner's: {detail}"
     );
     assert!(!detail.to_string().contains(SECRET));
-    let env = app
-        .api(
-            "GET",
-            &format!("/api/v1/jobs/{waiting}"),
-            Some(&admin),
-            None,
-        )
-        .await;
+    let env = app.get(&format!("/api/v1/jobs/{waiting}"), &admin).await;
     assert!(env.json()["env"].is_object(), "admins read the env");
 }
 
 #[sqlx::test(migrations = false)]
 async fn a_members_live_stream_carries_only_their_own_jobs(pool: PgPool) {
-    let app = TestApp::new(pool).await;
-    app.sim_cards("1x24576:NVIDIA GeForce RTX 3090", "vis")
-        .await;
+    let app = TestApp::with_one_card(pool, "vis").await;
     let alice = app.bearer("alice", Role::Member).await;
     let bob = app.bearer("bob", Role::Member).await;
     let (stop, notifier) = app.start_notifier();
     let mut body = app.live_stream(&bob).await;
-    let hers = app
-        .submit_ok(&alice, json!({ "image": "gpuq-test/busybox:latest", "command": ["true"], "min_vram_mb": 1000 }))
-        .await;
+    let hers = app.submit_ok(&alice, true_job(1000)).await;
     let seen = read_stream_until(&mut body, "event: queue", 10).await;
-    let his = app
-        .submit_ok(&bob, json!({ "image": "gpuq-test/busybox:latest", "command": ["true"], "min_vram_mb": 1000 }))
-        .await;
+    let his = app.submit_ok(&bob, true_job(1000)).await;
     let seen = seen + &read_stream_until(&mut body, &his.to_string(), 10).await;
     assert!(
         !seen.contains(&hers.to_string()),

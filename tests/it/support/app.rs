@@ -316,16 +316,21 @@ impl TestApp {
             .await
     }
 
+    /// The login server function's reply to `name` and `password`, sent with `cookie` (a
+    /// session the browser already holds) if any.
+    pub async fn login_reply(&self, name: &str, password: &str, cookie: Option<&str>) -> Reply {
+        let form = format!("username={name}&password={}", password.replace(' ', "+"));
+        self.server_fn("login", &form, cookie, &[]).await
+    }
+
+    /// Calls a server function from our own page, signed in with the session `cookie`.
+    pub async fn signed_in_call(&self, cookie: &str, endpoint: &str, form: &str) -> Reply {
+        self.server_fn(endpoint, form, Some(cookie), &[]).await
+    }
+
     /// Signs in through the login server function and returns the session cookie.
     pub async fn login(&self, name: &str, password: &str) -> String {
-        let reply = self
-            .server_fn(
-                "login",
-                &format!("username={name}&password={}", password.replace(' ', "+")),
-                None,
-                &[],
-            )
-            .await;
+        let reply = self.login_reply(name, password, None).await;
         assert!(
             reply.status.as_u16() < 400,
             "login failed: {} {}",

@@ -45,6 +45,14 @@ pub fn request(argv: &[&str], gpus: Vec<GrantedGpu>) -> LaunchRequest {
     }
 }
 
+/// A launch request without cards on a node of its own (named after the job), so that what
+/// is listed by node is this job's container only.
+pub fn request_alone(argv: &[&str]) -> LaunchRequest {
+    let mut r = request(argv, vec![]);
+    r.node = format!("node-{}", r.job_id);
+    r
+}
+
 /// Removes every container registered with it when dropped, panics included.
 #[derive(Default)]
 pub struct Cleanup {

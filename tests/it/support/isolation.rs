@@ -8,6 +8,7 @@ use gpuq::server::runtime::{ContainerFacts, Docker, LaunchMode};
 use serde_json::{json, Value};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use tempfile::TempDir;
 
 /// The test image (busybox: `busybox nc`, `busybox chmod`, … for what is not linked).
 pub const IMAGE: &str = "gpuq-test/busybox:latest";
@@ -39,27 +40,27 @@ pub fn open_dir(path: &Path) -> PathBuf {
     path.to_path_buf()
 }
 
+/// A fresh temporary folder and a folder `name` in it that anyone may write, saved (by `admin`)
+/// as the policy's one allowed volume.
+pub async fn allowed_tempdir(app: &TestApp, admin: &str, name: &str) -> (TempDir, PathBuf) {
+    let root = tempfile::tempdir().unwrap();
+    let dir = open_dir(&root.path().join(name));
+    let allow = json!({ "volume_allowlist": [{ "path": dir.to_str().unwrap() }] });
+    app.set_policy(admin, allow).await;
+    (root, dir)
+}
+
 /// A job's log as its owner reads it.
 pub async fn log(app: &TestApp, bearer: &str, id: uuid::Uuid) -> String {
-    let r = app
-        .api(
-            "GET",
-            &format!("/api/v1/jobs/{id}/logs"),
-            Some(bearer),
-            None,
-        )
-        .await;
+    let r = app.get(&format!("/api/v1/jobs/{id}/logs"), bearer).await;
     assert_eq!(r.status, 200, "{}", r.text);
     r.text
 }
 
 /// The container id the runner recorded for a job.
 pub async fn container_of(app: &TestApp, id: uuid::Uuid) -> Option<String> {
-    sqlx::query_scalar("SELECT container_id FROM jobs WHERE id = $1")
-        .bind(id)
-        .fetch_one(&app.pool)
-        .await
-        .unwrap()
+    let sql = "SELECT container_id FROM jobs WHERE id = $1";
+    app.scalar_of(sql, id).await
 }
 
 /// What dockerd recorded for a job's (running) container.
@@ -70,11 +71,8 @@ pub async fn facts_of(app: &TestApp, id: uuid::Uuid) -> ContainerFacts {
 
 /// The job's events, oldest first.
 pub async fn event_kinds(app: &TestApp, id: uuid::Uuid) -> Vec<String> {
-    sqlx::query_scalar("SELECT kind FROM job_events WHERE job_id = $1 ORDER BY id")
-        .bind(id)
-        .fetch_all(&app.pool)
-        .await
-        .unwrap()
+    let sql = "SELECT kind FROM job_events WHERE job_id = $1 ORDER BY id";
+    app.column_of(sql, id).await
 }
 
 /// The uid and gid a user's jobs run as, as stored.

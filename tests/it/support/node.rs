@@ -76,3 +76,17 @@ pub async fn wait_status(
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
 }
+
+/// Waits (up to 60 s) for a job to end, asserts that it failed and returns why.
+pub async fn failure_reason(app: &TestApp, bearer: &str, id: uuid::Uuid) -> String {
+    let v = wait_status(app, bearer, id, &["succeeded", "failed"], 60).await;
+    assert_eq!(v["status"], "failed", "{v}");
+    v["status_reason"].as_str().unwrap().to_owned()
+}
+
+/// Cancels a job as `bearer` (the API must accept) and waits (up to 30 s) until it is cancelled.
+pub async fn cancel_and_wait(app: &TestApp, bearer: &str, id: uuid::Uuid) -> Value {
+    let c = app.post(&format!("/api/v1/jobs/{id}/cancel"), bearer).await;
+    assert_eq!(c.status, 200, "{}", c.text);
+    wait_status(app, bearer, id, &["cancelled"], 30).await
+}

@@ -14,6 +14,14 @@ impl Drop for Server {
     }
 }
 
+impl Server {
+    /// Kills it with SIGKILL (no shutdown code runs) and reaps it.
+    pub fn kill9(self) {
+        let pid = nix::unistd::Pid::from_raw(self.0.id() as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).unwrap();
+    }
+}
+
 /// A free loopback port.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -30,7 +38,8 @@ pub fn database_url(pool: &PgPool) -> String {
     format!("{}/{db}", base.rsplit_once('/').unwrap().0)
 }
 
-/// Starts `gpuq serve` on simulated cards (node `shared`) and waits until it is ready.
+/// Starts `gpuq serve` on simulated cards (unless `extra` names a `--gpu-source`; node `shared`)
+/// and waits until it is ready.
 pub async fn start_server(url: &str, port: u16, log: &std::path::Path, extra: &[&str]) -> Server {
     let child = std::process::Command::new(env!("CARGO_BIN_EXE_gpuq"))
         .args([
@@ -40,12 +49,16 @@ pub async fn start_server(url: &str, port: u16, log: &std::path::Path, extra: &[
             "--database-url",
             url,
         ])
-        .args([
-            "--gpu-source",
-            "sim",
-            "--sim-gpus",
-            "4x24576:NVIDIA GeForce RTX 3090",
-        ])
+        .args(if extra.contains(&"--gpu-source") {
+            &[][..]
+        } else {
+            &[
+                "--gpu-source",
+                "sim",
+                "--sim-gpus",
+                "4x24576:NVIDIA GeForce RTX 3090",
+            ][..]
+        })
         .args(if extra.contains(&"--node") {
             &[][..]
         } else {
@@ -91,6 +104,17 @@ pub async fn start_server(url: &str, port: u16, log: &std::path::Path, extra: &[
     }
 }
 
+/// Sends a request to a running `gpuq serve` and reads its JSON answer.
+pub async fn json_of(req: reqwest::RequestBuilder) -> Value {
+    req.send().await.unwrap().json().await.unwrap()
+}
+
+/// `GET url` of a running `gpuq serve` with the `authorization` header `bearer`.
+pub async fn get_with(client: &reqwest::Client, url: &str, bearer: &str) -> reqwest::Response {
+    let req = client.get(url).header("authorization", bearer);
+    req.send().await.unwrap()
+}
+
 /// Submits a job over HTTP to a running `gpuq serve`; returns its id.
 pub async fn post_job(
     client: &reqwest::Client,
@@ -98,16 +122,8 @@ pub async fn post_job(
     bearer: &str,
     spec: &Value,
 ) -> uuid::Uuid {
-    let r: Value = client
-        .post(format!("http://127.0.0.1:{port}/api/v1/jobs"))
-        .header("authorization", bearer)
-        .json(spec)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let url = format!("http://127.0.0.1:{port}/api/v1/jobs");
+    let r = json_of(client.post(url).header("authorization", bearer).json(spec)).await;
     r["job_id"]
         .as_str()
         .unwrap_or_else(|| panic!("not accepted: {r}"))
@@ -118,17 +134,55 @@ pub async fn post_job(
 /// An HTTP client and an admin bearer header for a running `gpuq serve`.
 pub async fn api_as_admin(port: u16) -> (reqwest::Client, String) {
     let client = reqwest::Client::new();
-    let token: Value = client
-        .post(format!("http://127.0.0.1:{port}/api/v1/tokens"))
-        .json(&serde_json::json!({ "username": "admin", "password": PASSWORD, "name": "t" }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let login = serde_json::json!({ "username": "admin", "password": PASSWORD, "name": "t" });
+    let url = format!("http://127.0.0.1:{port}/api/v1/tokens");
+    let token = json_of(client.post(url).json(&login)).await;
     (
         client,
         format!("Bearer {}", token["token"].as_str().unwrap()),
     )
+}
+
+/// How a test runs `gpuq serve`: over the test's database, on a free port, with a data folder of
+/// its own and these arguments. [`Serve::start`] starts it, and starts it again after a kill.
+pub struct Serve {
+    /// The test database's URL.
+    pub url: String,
+    /// The port it listens on.
+    pub port: u16,
+    /// Its data folder (job logs go to `logs/` there) and where its own logs are written.
+    pub dir: tempfile::TempDir,
+    args: Vec<String>,
+}
+
+impl Serve {
+    /// `gpuq serve` with `args` beside the defaults of [`start_server`].
+    pub fn new(pool: &PgPool, args: &[&str]) -> Serve {
+        Serve {
+            url: database_url(pool),
+            port: free_port(),
+            dir: tempfile::tempdir().unwrap(),
+            args: args.iter().map(|a| a.to_string()).collect(),
+        }
+    }
+
+    /// `gpuq serve` with its runner on as node `node`, its data in [`Serve::dir`], then `extra`.
+    pub fn runner(pool: &PgPool, node: &str, extra: &[&str]) -> Serve {
+        let mut serve = Serve::new(pool, &[]);
+        let data = serve.dir.path().to_str().unwrap().to_owned();
+        let runner = ["--runner", "true", "--data-dir", &data, "--node", node];
+        serve.args = runner.iter().chain(extra).map(|a| a.to_string()).collect();
+        serve
+    }
+
+    /// Starts it (see [`start_server`]), writing its stderr to `log` in its folder.
+    pub async fn start(&self, log: &str) -> Server {
+        let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
+        start_server(&self.url, self.port, &self.dir.path().join(log), &args).await
+    }
+
+    /// Its base URL.
+    pub fn base(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
 }

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Installs gpuq as a systemd service on this host: the binary, the unit, the `gpuq` system user (in
+# the `docker` group) and /etc/gpuq/gpuq.env (kept if it exists). Run as root from a checkout or an
+# unpacked release, after scripts/release.sh built target/release/gpuq:
+#   sudo packaging/install.sh [path/to/gpuq]
+# Then edit /etc/gpuq/gpuq.env and `systemctl enable --now gpuq`. Running it again upgrades the
+# binary and the unit and restarts a running service (jobs keep running; see README "Upgrade").
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+bin=${1:-$here/../target/release/gpuq}
+
+die() { echo "install.sh: $*" >&2; exit 1; }
+[ "$(id -u)" = 0 ] || die "run as root (it creates a system user and writes /etc and /usr/local)"
+[ -x "$bin" ] || die "no gpuq binary at $bin: build it with scripts/release.sh or pass its path"
+command -v systemctl >/dev/null || die "systemctl not found: this installs a systemd service"
+getent group docker >/dev/null || die "no \`docker\` group: install Docker first (README \"Install\")"
+
+if ! id -u gpuq >/dev/null 2>&1; then
+  useradd --system --home-dir /var/lib/gpuq --no-create-home --shell /usr/sbin/nologin \
+    --user-group gpuq
+  echo "created system user gpuq"
+fi
+usermod -aG docker gpuq
+
+install -m 0755 "$bin" /usr/local/bin/gpuq.new
+mv -f /usr/local/bin/gpuq.new /usr/local/bin/gpuq
+install -m 0644 "$here/systemd/gpuq.service" /etc/systemd/system/gpuq.service
+install -d -m 0755 /usr/local/share/doc/gpuq
+[ -f "$here/../README.md" ] && install -m 0644 "$here/../README.md" /usr/local/share/doc/gpuq/README.md
+install -d -m 0750 -o root -g gpuq /etc/gpuq
+if [ ! -f /etc/gpuq/gpuq.env ]; then
+  install -m 0640 -o root -g gpuq "$here/gpuq.env" /etc/gpuq/gpuq.env
+  echo "wrote /etc/gpuq/gpuq.env: review it before starting"
+fi
+# SELinux (Rocky/RHEL): give the binary the label of installed programs.
+command -v restorecon >/dev/null && restorecon -F /usr/local/bin/gpuq || true
+
+systemctl daemon-reload
+if systemctl is-active --quiet gpuq; then
+  systemctl restart gpuq
+  echo "restarted gpuq with the new binary"
+else
+  echo "installed; start with: systemctl enable --now gpuq"
+fi
+/usr/local/bin/gpuq --version 2>/dev/null || true

@@ -1,0 +1,130 @@
+//! What NVML says each process uses: the running processes on each card now, and accounting's
+//! per-process peak, which outlives the process. The ground for per-job observed VRAM.
+
+use super::nvml::{field, mib_ceil, NvmlInventory};
+use super::{parse_nvml_uuid, GpuError};
+use nvml_wrapper::enums::device::UsedGpuMemory;
+use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::struct_wrappers::device::ProcessInfo;
+use nvml_wrapper::Device;
+use std::collections::HashSet;
+use uuid::Uuid;
+
+/// One process on one card, as NVML lists it now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CardProcess {
+    /// The card (NVML's `GPU-…` UUID without the prefix).
+    pub gpu: Uuid,
+    /// Host-namespace PID.
+    pub pid: u32,
+    /// Memory it uses on this card (MiB, rounded up); `None` when NVML withholds it.
+    pub used_mib: Option<i64>,
+    /// Listed as a graphics process (else compute). A process in both lists appears twice.
+    pub graphics: bool,
+}
+
+/// One process's record in NVML accounting (kept by the driver after the process exits).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AccountingPeak {
+    /// The card.
+    pub gpu: Uuid,
+    /// Host-namespace PID.
+    pub pid: u32,
+    /// Most memory it held on this card over its life (MiB, rounded up); `None` when withheld.
+    pub peak_mib: Option<i64>,
+    /// Still running when read (then the peak may still grow).
+    pub running: bool,
+}
+
+impl NvmlInventory {
+    /// Every process on every whole card now (compute and graphics). A card whose lists cannot
+    /// be read is left out (logged), so its processes are unknown rather than absent.
+    pub fn processes(&self) -> Result<Vec<CardProcess>, GpuError> {
+        let mut out = Vec::new();
+        for (position, device, gpu) in self.whole_cards()? {
+            let lists = [
+                (false, device.running_compute_processes()),
+                (true, device.running_graphics_processes()),
+            ];
+            for (graphics, list) in lists {
+                let what = if graphics {
+                    "graphics processes"
+                } else {
+                    "compute processes"
+                };
+                for p in field(position, what, list).unwrap_or_default() {
+                    out.push(CardProcess {
+                        gpu,
+                        pid: p.pid,
+                        used_mib: used_mib(&p),
+                        graphics,
+                    });
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// NVML accounting's records of `pids` on every card where accounting is on: the peak
+    /// memory of each, readable after the process exited. A card without accounting (off, or
+    /// not supported) gives no records: the peaks there are unknown, never zero.
+    pub fn accounting_peaks(&self, pids: &[u32]) -> Result<Vec<AccountingPeak>, GpuError> {
+        let wanted: HashSet<u32> = pids.iter().copied().collect();
+        let mut out = Vec::new();
+        for (position, device, gpu) in self.whole_cards()? {
+            match device.is_accounting_enabled() {
+                Ok(true) => {}
+                Ok(false) | Err(NvmlError::NotSupported) => continue,
+                Err(e) => {
+                    tracing::debug!(position, error = %e, "NVML accounting mode unreadable");
+                    continue;
+                }
+            }
+            let Some(recorded) = field(position, "accounting pids", device.accounting_pids())
+            else {
+                continue;
+            };
+            let mut seen = HashSet::new();
+            for pid in recorded {
+                if !wanted.contains(&pid) || !seen.insert(pid) {
+                    continue;
+                }
+                match device.accounting_stats_for(pid) {
+                    Ok(stats) => out.push(AccountingPeak {
+                        gpu,
+                        pid,
+                        peak_mib: stats.max_memory_usage.map(mib_ceil),
+                        running: stats.is_running,
+                    }),
+                    Err(e) => {
+                        tracing::debug!(position, pid, error = %e, "NVML accounting stats unavailable")
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The devices with a `GPU-` UUID (MIG devices and unreadable ones left out).
+    fn whole_cards(&self) -> Result<Vec<(u32, Device<'_>, Uuid)>, GpuError> {
+        let count = self
+            .nvml
+            .device_count()
+            .map_err(|e| GpuError::Nvml(format!("cannot count devices: {e}")))?;
+        Ok((0..count)
+            .filter_map(|position| {
+                let device = self.device(position)?;
+                let uuid = field(position, "uuid", device.uuid())?;
+                Some((position, device, parse_nvml_uuid(&uuid)?))
+            })
+            .collect())
+    }
+}
+
+/// NVML's figure in MiB, `None` when it withholds it (`NVML_VALUE_NOT_AVAILABLE`).
+fn used_mib(p: &ProcessInfo) -> Option<i64> {
+    match p.used_gpu_memory {
+        UsedGpuMemory::Used(bytes) => Some(mib_ceil(bytes)),
+        UsedGpuMemory::Unavailable => None,
+    }
+}

@@ -1,0 +1,32 @@
+//! Reading the test database directly, for what the API does not show (or to check that it
+//! shows the truth).
+
+use super::TestApp;
+use sqlx::{Decode, Encode, Postgres, Type};
+
+/// A value read from one column.
+pub trait Column: Send + Unpin + Type<Postgres> + for<'r> Decode<'r, Postgres> {}
+impl<T: Send + Unpin + Type<Postgres> + for<'r> Decode<'r, Postgres>> Column for T {}
+
+/// A value bound to a query's `$1`.
+pub trait Arg<'q>: 'q + Encode<'q, Postgres> + Type<Postgres> {}
+impl<'q, A: 'q + Encode<'q, Postgres> + Type<Postgres>> Arg<'q> for A {}
+
+impl TestApp {
+    /// The one value `sql` selects.
+    pub async fn scalar<T: Column>(&self, sql: &str) -> T {
+        sqlx::query_scalar(sql).fetch_one(&self.pool).await.unwrap()
+    }
+
+    /// The one value `sql` selects with `arg` as `$1`.
+    pub async fn scalar_of<'q, T: Column, A: Arg<'q>>(&self, sql: &'q str, arg: A) -> T {
+        let query = sqlx::query_scalar(sql).bind(arg);
+        query.fetch_one(&self.pool).await.unwrap()
+    }
+
+    /// Every value `sql` selects with `arg` as `$1`, in the order it selects them.
+    pub async fn column_of<'q, T: Column, A: Arg<'q>>(&self, sql: &'q str, arg: A) -> Vec<T> {
+        let query = sqlx::query_scalar(sql).bind(arg);
+        query.fetch_all(&self.pool).await.unwrap()
+    }
+}

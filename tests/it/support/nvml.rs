@@ -1,0 +1,215 @@
+//! The fake NVML (`tests/fixtures/fake-nvml/`): built once into `target/fake-nvml/` (again when
+//! its source is newer), then copied for each test, so every test has its own library and its
+//! own state file (`<library>.state`) even when tests share a process.
+
+use gpuq::server::gpu::NvmlInventory;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Mutex;
+
+const SOURCES: [&str; 2] = ["fake_nvml.c", "stubs.c"];
+
+/// The built fake `libnvidia-ml.so.1`, compiled with `cc` (or `$CC`) when missing or older than
+/// its source.
+pub fn fake_nvml_lib() -> PathBuf {
+    static BUILD: Mutex<()> = Mutex::new(());
+    let _once = BUILD.lock().unwrap_or_else(|p| p.into_inner());
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let src = root.join("tests/fixtures/fake-nvml");
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
+    let out_dir = target.join("fake-nvml");
+    let lib = out_dir.join("libnvidia-ml.so.1");
+    let built = std::fs::metadata(&lib).and_then(|m| m.modified()).ok();
+    let newest_source = SOURCES
+        .iter()
+        .map(|s| std::fs::metadata(src.join(s)).unwrap().modified().unwrap())
+        .max()
+        .unwrap();
+    if built.is_some_and(|b| b >= newest_source) {
+        return lib;
+    }
+    std::fs::create_dir_all(&out_dir).unwrap();
+    // Built aside and renamed, so another test process never loads a half-written library.
+    let tmp = out_dir.join(format!("libnvidia-ml.so.1.{}.tmp", std::process::id()));
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let out = Command::new(&cc)
+        .args(["-shared", "-fPIC", "-O2", "-Wall", "-o"])
+        .arg(&tmp)
+        .args(SOURCES.iter().map(|s| src.join(s)))
+        .arg("-lpthread")
+        .output()
+        .unwrap_or_else(|e| panic!("running {cc} to build the fake NVML: {e}"));
+    assert!(
+        out.status.success(),
+        "building the fake NVML failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::rename(&tmp, &lib).unwrap();
+    lib
+}
+
+/// One test's fake NVML: its own copy of the library and the state file beside it.
+pub struct FakeNvml {
+    dir: tempfile::TempDir,
+    lib: PathBuf,
+}
+
+impl FakeNvml {
+    /// A copy of the fake library whose driver reports `state` (the README's line format).
+    pub fn new(state: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let lib = dir.path().join("libnvidia-ml.so.1");
+        std::fs::copy(fake_nvml_lib(), &lib).unwrap();
+        let fake = FakeNvml { dir, lib };
+        fake.set(state);
+        fake
+    }
+
+    /// The library, for `--nvml-lib` or [`NvmlInventory::new`].
+    pub fn lib(&self) -> &Path {
+        &self.lib
+    }
+
+    /// The state file the library reads on every call.
+    pub fn state_file(&self) -> PathBuf {
+        self.lib.with_extension("1.state")
+    }
+
+    /// A folder for the test's other files (logs).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Replaces the state atomically (a reader sees the old or the new file, never half of one).
+    pub fn set(&self, state: &str) {
+        let tmp = self.dir.path().join("state.tmp");
+        std::fs::write(&tmp, state).unwrap();
+        std::fs::rename(&tmp, self.state_file()).unwrap();
+    }
+
+    /// The driver goes away: every call answers `NVML_ERROR_DRIVER_NOT_LOADED` until [`set`].
+    pub fn vanish(&self) {
+        std::fs::remove_file(self.state_file()).unwrap();
+    }
+
+    /// NVML loaded from this copy.
+    pub fn inventory(&self) -> NvmlInventory {
+        NvmlInventory::new(Some(&self.lib)).unwrap()
+    }
+}
+
+/// A throw-away dockerd with the stub `nvidia-container-runtime-hook`
+/// (`tests/fixtures/nvidia-hook/`) on its PATH, so it registers its `nvidia` device driver and
+/// starts containers with NVIDIA DeviceRequests. It has its own data root, exec root, pid file and
+/// socket, no bridge and no iptables rules, so it leaves the machine's dockerd (and what runs
+/// there) alone. It holds the local test image, copied from the machine's dockerd. Stopped and
+/// removed when dropped.
+pub struct NvidiaDocker {
+    dir: tempfile::TempDir,
+    daemon: std::process::Child,
+}
+
+impl NvidiaDocker {
+    /// Starts the daemon and waits (60 s at most) until it answers.
+    pub fn start() -> Self {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        // Short: containerd's sockets live under the exec root, and socket paths are limited.
+        let dir = tempfile::Builder::new()
+            .prefix("gnv")
+            .tempdir_in("/tmp")
+            .unwrap();
+        let bin = dir.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        let hook = root.join("tests/fixtures/nvidia-hook/nvidia-container-runtime-hook");
+        std::fs::copy(&hook, bin.join("nvidia-container-runtime-hook")).unwrap();
+        std::fs::write(dir.path().join("daemon.json"), "{}").unwrap();
+        let path = format!(
+            "{}:{}",
+            bin.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let d = dir.path();
+        let log = std::fs::File::create(d.join("dockerd.log")).unwrap();
+        let daemon = Command::new("dockerd")
+            .arg("--config-file")
+            .arg(d.join("daemon.json"))
+            .arg("--data-root")
+            .arg(d.join("data"))
+            .arg("--exec-root")
+            .arg(d.join("x"))
+            .arg("--pidfile")
+            .arg(d.join("docker.pid"))
+            .arg("-H")
+            .arg(format!("unix://{}", d.join("d.sock").display()))
+            .args(["--bridge=none", "--iptables=false", "--ip-forward=false"])
+            .args(["--ip-masq=false"])
+            .env("PATH", path)
+            .env("GPUQ_NVIDIA_HOOK_LOG", d.join("hook.log"))
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("start a throw-away dockerd");
+        let docker = NvidiaDocker { dir, daemon };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !docker.cli(&["info"]).status.success() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "throw-away dockerd did not come up: {}",
+                std::fs::read_to_string(docker.dir.path().join("dockerd.log")).unwrap_or_default()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+        let image = std::env::var("GPUQ_TEST_IMAGE").unwrap_or("gpuq-test/busybox:latest".into());
+        let copy = Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "docker save '{image}' | docker -H unix://{} load",
+                docker.socket().display()
+            ))
+            .output()
+            .unwrap();
+        assert!(
+            copy.status.success(),
+            "copying {image} into the throw-away dockerd: {}",
+            String::from_utf8_lossy(&copy.stderr)
+        );
+        docker
+    }
+
+    /// Its socket, for `--docker-socket`.
+    pub fn socket(&self) -> PathBuf {
+        self.dir.path().join("d.sock")
+    }
+
+    /// What the stub hook recorded (one `args:`/`state:` pair per container start).
+    pub fn hook_log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("hook.log")).unwrap_or_default()
+    }
+
+    /// Runs the docker CLI against this daemon.
+    pub fn cli(&self, args: &[&str]) -> std::process::Output {
+        Command::new("docker")
+            .arg("-H")
+            .arg(format!("unix://{}", self.socket().display()))
+            .args(args)
+            .output()
+            .unwrap()
+    }
+}
+
+impl Drop for NvidiaDocker {
+    fn drop(&mut self) {
+        // SIGTERM: dockerd stops its containers and containerd and unmounts its layers.
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.daemon.id().to_string()])
+            .status();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while matches!(self.daemon.try_wait(), Ok(None)) && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        let _ = self.daemon.kill();
+        let _ = self.daemon.wait();
+    }
+}
