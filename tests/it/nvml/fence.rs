@@ -3,7 +3,9 @@
 
 use super::{two_cards, A100, C, L4};
 use crate::support::nvml::{FakeNvml, NvidiaDocker};
-use crate::support::{api_as_admin, database_url, free_port, post_job, start_server, TestApp};
+use crate::support::{
+    api_as_admin, database_url, free_port, json_of, post_job, start_server, TestApp,
+};
 use serde_json::Value;
 use sqlx::PgPool;
 use std::time::{Duration, Instant};
@@ -127,15 +129,8 @@ async fn wait_for_job(
 ) -> Value {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let job: Value = client
-            .get(format!("http://127.0.0.1:{port}/api/v1/jobs/{id}"))
-            .header("authorization", bearer)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let url = format!("http://127.0.0.1:{port}/api/v1/jobs/{id}");
+        let job = json_of(client.get(url).header("authorization", bearer)).await;
         if job["status"] == status {
             return job;
         }

@@ -3,7 +3,7 @@
 
 use super::{two_cards, A, A100, B, L4};
 use crate::support::nvml::FakeNvml;
-use crate::support::{api_as_admin, database_url, free_port, start_server, TestApp};
+use crate::support::{api_as_admin, database_url, free_port, json_of, start_server, TestApp};
 use gpuq::model::Role;
 use gpuq::server::gpu::{self, GpuInventory};
 use serde_json::Value;
@@ -80,15 +80,8 @@ async fn wait_for_cards(
 ) -> Vec<Value> {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let r: Value = client
-            .get(format!("http://127.0.0.1:{port}/api/v1/gpus"))
-            .header("authorization", bearer)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let url = format!("http://127.0.0.1:{port}/api/v1/gpus");
+        let r = json_of(client.get(url).header("authorization", bearer)).await;
         let cards = r["gpus"].as_array().cloned().unwrap_or_default();
         if check(&cards) {
             return cards;
