@@ -3,6 +3,7 @@ import { defineConfig } from "@playwright/test";
 // Debian's Chromium, never a downloaded browser; no network beyond loopback.
 export default defineConfig({
   testDir: "./tests",
+  globalSetup: "./global-setup.ts",
   timeout: 60_000,
   expect: { timeout: 15_000 },
   fullyParallel: false,
