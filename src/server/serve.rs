@@ -188,6 +188,7 @@ async fn run(args: &ServeArgs, database: &Database) -> Result<()> {
         stop_rx.clone(),
     ));
     let metrics = Metrics::new(&args.node).context("setting up metrics")?;
+    crate::server::metrics::snapshot::refresh(&pool, &metrics, &args.node).await;
     tasks.spawn(crate::server::metrics::snapshot::run(
         pool.clone(),
         metrics.clone(),

@@ -113,16 +113,19 @@ pub async fn run(
     period: Duration,
     stop: watch::Receiver<bool>,
 ) {
-    crate::server::periodic::every(period, stop, || async {
-        match read(&pool, &node).await {
-            Ok(s) => metrics.set_snapshot(s),
-            Err(e) => {
-                tracing::warn!(error = format!("{e:#}"), "metrics refresh failed");
-                metrics.refresh_failed();
-            }
+    crate::server::periodic::every(period, stop, || refresh(&pool, &metrics, &node)).await
+}
+
+/// Reads the figures into `metrics` once. `gpuq serve` does this before it listens, so the first
+/// scrape already carries them. A failed read keeps the last snapshot and counts the failure.
+pub async fn refresh(pool: &PgPool, metrics: &Metrics, node: &str) {
+    match read(pool, node).await {
+        Ok(s) => metrics.set_snapshot(s),
+        Err(e) => {
+            tracing::warn!(error = format!("{e:#}"), "metrics refresh failed");
+            metrics.refresh_failed();
         }
-    })
-    .await
+    }
 }
 
 /// Renders the snapshot as gauges at every scrape.
