@@ -7,7 +7,9 @@ use super::live::use_live;
 use crate::api::{
     dashboard, get_launch_policy, list_users, CreateUser, SaveLaunchPolicy, SetGpuState, UpdateUser,
 };
-use crate::model::{GpuState, JobNetwork, LaunchPolicy, Role, UserView, VolumeRule};
+use crate::model::{
+    GpuState, JobNetwork, LaunchPolicy, Role, UserView, VolumeRule, VramEnforcement,
+};
 use leptos::prelude::*;
 use leptos_meta::Title;
 
@@ -272,6 +274,8 @@ fn PolicyForm(p: LaunchPolicy, save: ServerAction<SaveLaunchPolicy>) -> impl Int
     let log_days = RwSignal::new(p.log_retention_days.to_string());
     let log_total = RwSignal::new(p.log_total_mib.to_string());
     let network = RwSignal::new(p.network);
+    let enforcement = RwSignal::new(p.vram_enforcement);
+    let hints = RwSignal::new(p.framework_memory_hints);
     let local_error = RwSignal::new(None::<String>);
     let number = |field: &str, s: RwSignal<String>| whole_number(field, &s.get_untracked());
     let small = |field: &str, s: RwSignal<String>| {
@@ -298,6 +302,8 @@ fn PolicyForm(p: LaunchPolicy, save: ServerAction<SaveLaunchPolicy>) -> impl Int
                 log_retention_days: small("log retention", log_days)?,
                 log_total_mib: number("log folder cap", log_total)?,
                 network: network.get_untracked(),
+                vram_enforcement: enforcement.get_untracked(),
+                framework_memory_hints: hints.get_untracked(),
             })
         })();
         match policy {
@@ -375,6 +381,22 @@ fn PolicyForm(p: LaunchPolicy, save: ServerAction<SaveLaunchPolicy>) -> impl Int
                         <option value="isolated" selected=move || network.get() == JobNetwork::Isolated>"isolated (reach out, not each other)"</option>
                         <option value="none" selected=move || network.get() == JobNetwork::None>"none"</option>
                     </select>
+                </div>
+            </div>
+            <div class="row">
+                <div class="field">
+                    <label for="policy-vram-enforcement">"A job above its VRAM commitment"</label>
+                    <select id="policy-vram-enforcement" on:change=move |ev| { if let Ok(e) = event_target_value(&ev).parse::<VramEnforcement>() { enforcement.set(e) } }>
+                        <option value="stop" selected=move || enforcement.get() == VramEnforcement::Stop>"stop: warned; stopped when its card runs short"</option>
+                        <option value="warn" selected=move || enforcement.get() == VramEnforcement::Warn>"warn: an event and a badge, never stopped"</option>
+                        <option value="off" selected=move || enforcement.get() == VramEnforcement::Off>"off: only recorded"</option>
+                    </select>
+                </div>
+                <div class="field">
+                    <label for="policy-framework-hints">
+                        <input id="policy-framework-hints" type="checkbox" prop:checked=move || hints.get() on:change=move |ev| hints.set(event_target_checked(&ev)) />
+                        " Framework memory hints (JAX/XLA, TensorFlow stay within the commitment)"
+                    </label>
                 </div>
             </div>
             <button type="submit">"Save policy"</button>

@@ -316,6 +316,7 @@ mod tests {
             index,
             model: "A100".into(),
             vram_mib: 1,
+            ..Default::default()
         };
         assert_eq!(gpu_list(&[]), "");
         assert_eq!(gpu_list(&[gpu(3)]), "GPU 3");

@@ -197,6 +197,7 @@ mod tests {
             index,
             model: model.into(),
             vram_mib,
+            ..Default::default()
         }
     }
 

@@ -58,7 +58,7 @@ impl JobStatus {
 }
 
 /// A card granted to a job.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct AssignedGpu {
     /// NVML-style id (`GPU-…`).
@@ -67,8 +67,23 @@ pub struct AssignedGpu {
     pub index: u32,
     /// Model name.
     pub model: String,
-    /// VRAM reserved for the job on this card.
+    /// VRAM reserved for the job on this card (its commitment).
     pub vram_mib: i64,
+    /// VRAM the job's processes hold on this card, as last observed (MiB); `None` before any
+    /// reading (or on a card nothing observes).
+    #[serde(default)]
+    pub used_mib: Option<i64>,
+    /// The most its processes held on this card over the run (MiB); `None` before any reading.
+    #[serde(default)]
+    pub peak_mib: Option<i64>,
+    /// NVML accounting's peak for its processes on this card, where the driver keeps accounting
+    /// (it also sees peaks between two readings); `None` when unknown.
+    #[serde(default)]
+    pub accounting_peak_mib: Option<i64>,
+    /// It stayed above its commitment on this card for `--vram-overuse-samples` readings in a row
+    /// at some point of its run.
+    #[serde(default)]
+    pub over_commitment: bool,
 }
 
 /// Everything a viewer may know about a job.

@@ -23,7 +23,7 @@ pub use gpu::{
 pub use job::{
     queue_key, AssignedGpu, JobAck, JobPage, JobStatus, JobView, QueueKey, QUEUE_ORDER_SQL,
 };
-pub use policy::{glob_match, JobNetwork, LaunchPolicy, VolumeRule};
+pub use policy::{glob_match, JobNetwork, LaunchPolicy, VolumeRule, VramEnforcement};
 pub use status::StatusView;
 pub use usage::{
     CardPoint, CardSeries, UsageCharts, UsageReport, UsageTotal, UsageView, WaitBucket, WaitStats,

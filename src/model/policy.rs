@@ -1,6 +1,22 @@
 //! The admin's launch policy: which images and host folders jobs may use, and their limits.
 
+use super::vocab::vocabulary;
 use serde::{Deserialize, Serialize};
+
+vocabulary! {
+    /// What gpuq does about a job whose observed VRAM on a card stays above its commitment.
+    #[derive(Default)]
+    pub enum VramEnforcement {
+        /// Nothing: readings are recorded and shown, no event, no stop.
+        Off = "off",
+        /// A `vram_over_commitment` event and a badge, never a stop.
+        Warn = "warn",
+        /// As warn; and when the card runs short (free below `--vram-reserve-mib`), the job most
+        /// over its commitment there is stopped, so that its neighbours survive.
+        #[default]
+        Stop = "stop",
+    }
+}
 
 /// A host folder jobs may mount (and everything below it).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -75,6 +91,11 @@ pub struct LaunchPolicy {
     pub log_total_mib: u64,
     /// The network jobs join.
     pub network: JobNetwork,
+    /// What happens to a job that uses more VRAM than it committed.
+    pub vram_enforcement: VramEnforcement,
+    /// Sets environment keys that keep frameworks which take the whole card by default (JAX/XLA,
+    /// TensorFlow) within the job's commitment. Jobs cannot override them.
+    pub framework_memory_hints: bool,
 }
 
 impl Default for LaunchPolicy {
@@ -96,6 +117,8 @@ impl Default for LaunchPolicy {
             log_retention_days: 30,
             log_total_mib: 0,
             network: JobNetwork::Isolated,
+            vram_enforcement: VramEnforcement::Stop,
+            framework_memory_hints: true,
         }
     }
 }

@@ -207,6 +207,10 @@ fn to_view(
                 index: g.idx as u32,
                 model: g.model,
                 vram_mib: g.vram_mib,
+                used_mib: g.used_mib,
+                peak_mib: g.peak_mib,
+                accounting_peak_mib: g.accounting_peak_mib,
+                over_commitment: g.over_commitment,
             })
             .collect(),
         exit_code: r.exit_code,
