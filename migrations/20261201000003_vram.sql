@@ -28,3 +28,8 @@ CREATE TABLE sim_job_vram (
     used_mib bigint NOT NULL CHECK (used_mib >= 0),
     PRIMARY KEY (gpu_uuid, job_id)
 );
+
+-- Why gpuq itself asked a running job to stop (e.g. `vram_overuse: …`), set with
+-- `cancel_requested_at`; the runner ends such a job `failed` with this reason instead of
+-- `cancelled`.
+ALTER TABLE jobs ADD COLUMN stop_reason text;

@@ -43,6 +43,12 @@ vocabulary! {
         Cancelled = "cancelled",
         /// Its cards were given back.
         Released = "released",
+        /// Its processes stayed above its VRAM commitment on a card for `--vram-overuse-samples`
+        /// readings (`detail`: gpu, committed_mib, used_mib, samples).
+        VramOverCommitment = "vram_over_commitment",
+        /// gpuq stopped it: over its commitment on a card that ran short (`detail`: gpu,
+        /// committed_mib, used_mib, free_mib, reserve_mib).
+        VramOveruse = "vram_overuse",
     }
 }
 
@@ -73,6 +79,8 @@ vocabulary! {
         GpuState = "gpu.state",
         /// An admin set a simulated card's foreign memory.
         GpuSimExternal = "gpu.sim_external",
+        /// An admin set what jobs use on a simulated card.
+        GpuSimJobUsage = "gpu.sim_job_usage",
         /// A user was created.
         UserCreate = "user.create",
         /// A user's role or enabled state changed.

@@ -77,6 +77,16 @@ pub struct ServeArgs {
     /// How long usage samples are kept (hours); longer usage ranges are refused.
     #[arg(long, env = "GPUQ_SAMPLE_RETENTION_H", default_value_t = 720)]
     pub sample_retention_h: u64,
+    /// How often each job's VRAM on its cards is read and policed (milliseconds).
+    #[arg(long, env = "GPUQ_VRAM_SAMPLE_MS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(50..=600_000))]
+    pub vram_sample_ms: u64,
+    /// Consecutive readings above its commitment before a job gets a `vram_over_commitment` event.
+    #[arg(long, env = "GPUQ_VRAM_OVERUSE_SAMPLES", default_value_t = 3, value_parser = clap::value_parser!(i32).range(1..=1000))]
+    pub vram_overuse_samples: i32,
+    /// A card with less free VRAM than this (MiB, NVML total − used) is short: under policy
+    /// `vram_enforcement: stop` the job most over its commitment on it is stopped.
+    #[arg(long, env = "GPUQ_VRAM_RESERVE_MIB", default_value_t = 512, value_parser = clap::value_parser!(i64).range(0..=1_048_576))]
+    pub vram_reserve_mib: i64,
     /// Launch admitted jobs of this node in Docker (turn off for a scheduling-only process).
     #[arg(long, env = "GPUQ_RUNNER", default_value_t = true, action = clap::ArgAction::Set)]
     pub runner: bool,

@@ -37,5 +37,6 @@ pub mod runtime;
 pub mod serve;
 pub mod state;
 pub mod usage;
+pub mod vram;
 
 pub use state::AppState;

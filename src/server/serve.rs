@@ -173,6 +173,20 @@ async fn run(args: &ServeArgs, database: &Database) -> Result<()> {
         own_pids.clone(),
         stop_rx.clone(),
     ));
+    if args.runner {
+        tasks.spawn(crate::server::vram::run(
+            pool.clone(),
+            Arc::clone(&inventory),
+            crate::server::vram::VramConfig {
+                node: args.node.clone(),
+                every: Duration::from_millis(args.vram_sample_ms),
+                overuse_samples: args.vram_overuse_samples,
+                reserve_mib: args.vram_reserve_mib,
+                proc_root: "/proc".into(),
+            },
+            stop_rx.clone(),
+        ));
+    }
     tasks.spawn(gpu::sync::run(
         pool.clone(),
         inventory,

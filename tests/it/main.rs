@@ -26,3 +26,4 @@ mod roles;
 mod runner;
 mod spec_props;
 mod usage;
+mod vram;

@@ -110,7 +110,8 @@ pub async fn sync_node(
                INSERT INTO gpus (uuid, node, idx, model, total_mib, used_mib, external_mib, simulated) \
                VALUES ($1, $2, $3, $4, $5, $6, coalesce($7, 0), $8) \
                ON CONFLICT (uuid) DO UPDATE SET node = EXCLUDED.node, idx = EXCLUDED.idx, \
-                 model = EXCLUDED.model, total_mib = EXCLUDED.total_mib, used_mib = EXCLUDED.used_mib, \
+                 model = EXCLUDED.model, total_mib = EXCLUDED.total_mib, \
+                 used_mib = CASE WHEN EXCLUDED.simulated THEN gpus.used_mib ELSE EXCLUDED.used_mib END, \
                  external_mib = coalesce($7, gpus.external_mib), simulated = EXCLUDED.simulated, \
                  present = true, updated_at = now() \
                RETURNING total_mib, external_mib, present, node, model) \

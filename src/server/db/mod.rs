@@ -10,6 +10,7 @@ pub mod manifest;
 pub mod runs;
 pub mod settings;
 pub mod users;
+pub mod vram;
 
 use anyhow::{Context, Result};
 use embedded::EmbeddedPg;

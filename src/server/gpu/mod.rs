@@ -111,6 +111,16 @@ pub trait GpuInventory: Send + Sync {
     fn skipped(&self) -> Vec<SkippedCard> {
         Vec::new()
     }
+    /// The processes on the cards now (host PIDs and what each holds), where the back-end sees
+    /// processes; `None` for one that does not (simulated cards).
+    fn processes(&self) -> Option<Result<Vec<CardProcess>, GpuError>> {
+        None
+    }
+    /// The accounting peaks the driver kept for these PIDs (also after they exited); empty where
+    /// it keeps none.
+    fn accounting_peaks(&self, _pids: &[u32]) -> Vec<AccountingPeak> {
+        Vec::new()
+    }
 }
 
 /// Failures are distinct variants so start-up can print actionable guidance

@@ -287,6 +287,17 @@ impl GpuInventory for NvmlInventory {
             .unwrap_or_else(|p| p.into_inner())
             .clone()
     }
+
+    fn processes(&self) -> Option<Result<Vec<super::CardProcess>, GpuError>> {
+        Some(NvmlInventory::processes(self))
+    }
+
+    fn accounting_peaks(&self, pids: &[u32]) -> Vec<super::AccountingPeak> {
+        NvmlInventory::accounting_peaks(self, pids).unwrap_or_else(|e| {
+            tracing::debug!(error = %e, "NVML accounting unreadable");
+            Vec::new()
+        })
+    }
 }
 
 #[cfg(test)]

@@ -2,11 +2,11 @@
 
 use crate::model::{gpu_id, AppError, AuditKind, GpuHolder, GpuState, GpuView};
 use crate::server::auth::CurrentUser;
-use crate::server::db::{events, gpus};
+use crate::server::db::{events, gpus, vram};
 use crate::server::error::OrInternal;
 use crate::server::AppState;
 use serde_json::json;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use uuid::Uuid;
 
 /// Every card with what holds it.
@@ -57,16 +57,7 @@ pub async fn set_sim_external(
     uuid: Uuid,
     external_mib: i64,
 ) -> Result<(), AppError> {
-    let card = gpus::get(&state.pool, uuid)
-        .await
-        .or_internal("reading a card")?
-        .ok_or_else(|| AppError::NotFound(format!("no card {}", gpu_id(&uuid))))?;
-    if !card.simulated {
-        return Err(AppError::Conflict(format!(
-            "card {} is real: its foreign memory is measured, not set",
-            gpu_id(&uuid)
-        )));
-    }
+    let card = sim_card(state, uuid, "its foreign memory is measured").await?;
     if !(0..=card.total_mib).contains(&external_mib) {
         return Err(AppError::invalid(
             "external_mib",
@@ -90,6 +81,66 @@ pub async fn set_sim_external(
         AuditKind::GpuSimExternal,
         &gpu_id(&uuid),
         json!({ "external_mib": external_mib }),
+    )
+    .await
+    .or_internal("recording a card edit")?;
+    Ok(())
+}
+
+/// A simulated card, or why not: 404 for no card, 409 for a real one (`measured` says what is
+/// measured on it instead).
+async fn sim_card(state: &AppState, uuid: Uuid, measured: &str) -> Result<gpus::GpuRow, AppError> {
+    let card = gpus::get(&state.pool, uuid)
+        .await
+        .or_internal("reading a card")?
+        .ok_or_else(|| AppError::NotFound(format!("no card {}", gpu_id(&uuid))))?;
+    if !card.simulated {
+        return Err(AppError::Conflict(format!(
+            "card {} is real: {measured}, not set",
+            gpu_id(&uuid)
+        )));
+    }
+    Ok(card)
+}
+
+/// Sets what jobs use on a simulated card (admins), so the sampler and the policing see usage
+/// without a driver. Every job named must hold the card now; nothing is set unless all do.
+pub async fn set_sim_job_usage(
+    state: &AppState,
+    user: &CurrentUser,
+    uuid: Uuid,
+    jobs: &BTreeMap<Uuid, i64>,
+) -> Result<(), AppError> {
+    let card = sim_card(state, uuid, "what its jobs use is measured").await?;
+    let mut tx = state
+        .pool
+        .begin()
+        .await
+        .or_internal("beginning a card edit")?;
+    for (&job, &used) in jobs {
+        let field = format!("job_used_mib.{job}");
+        if !(0..=card.total_mib).contains(&used) {
+            return Err(AppError::invalid(
+                &field,
+                format!("must be between 0 and the card's {} MiB", card.total_mib),
+            ));
+        }
+        if !vram::set_sim_usage(&mut *tx, uuid, job, used)
+            .await
+            .or_internal("setting a job's usage")?
+        {
+            return Err(AppError::invalid(
+                &field,
+                format!("job {job} does not hold card {} now", gpu_id(&uuid)),
+            ));
+        }
+    }
+    events::commit_audited(
+        tx,
+        &user.username,
+        AuditKind::GpuSimJobUsage,
+        &gpu_id(&uuid),
+        json!({ "job_used_mib": jobs }),
     )
     .await
     .or_internal("recording a card edit")?;

@@ -15,6 +15,7 @@ use axum::http::StatusCode;
 use axum::routing::{get, patch, post, put};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use uuid::Uuid;
 
 /// `/api/v1/gpus…`, `/api/v1/manifest…`, `/api/v1/settings…`
@@ -56,7 +57,10 @@ fn card_id(text: &str) -> Result<Uuid, AppError> {
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct SimPut {
-    external_mib: i64,
+    /// Memory foreign processes hold on the card, MiB.
+    external_mib: Option<i64>,
+    /// What jobs holding the card use on it, MiB per job id (each must hold the card now).
+    job_used_mib: Option<BTreeMap<Uuid, i64>>,
 }
 
 #[utoipa::path(put, path = "/api/v1/gpus/{uuid}/sim", tag = "gpus", security(("bearer" = [])), params(("uuid" = String, Path, description = "GPU-…")), request_body = SimPut, responses((status = 204), (status = 400, description = "invalid input; `field` names it", body = ErrorBody), (status = 401, description = "not signed in", body = ErrorBody), (status = 409, description = "not a simulated card", body = ErrorBody)))]
@@ -67,7 +71,18 @@ pub(super) async fn put_sim(
     ApiJson(body): ApiJson<SimPut>,
 ) -> Result<StatusCode, ApiError> {
     user.require(Role::Admin)?;
-    gpu_views::set_sim_external(&state, &user, card_id(&uuid)?, body.external_mib).await?;
+    let card = card_id(&uuid)?;
+    if body.external_mib.is_none() && body.job_used_mib.is_none() {
+        return Err(
+            AppError::invalid("external_mib", "give external_mib, job_used_mib or both").into(),
+        );
+    }
+    if let Some(jobs) = &body.job_used_mib {
+        gpu_views::set_sim_job_usage(&state, &user, card, jobs).await?;
+    }
+    if let Some(external) = body.external_mib {
+        gpu_views::set_sim_external(&state, &user, card, external).await?;
+    }
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -4,6 +4,7 @@ use super::logs::{since_unix, LogWriter};
 use super::Runner;
 use crate::model::JobStatus;
 use crate::server::db::runs::{self, Ending};
+use crate::server::db::vram;
 use crate::server::runtime::RuntimeError;
 use chrono::{DateTime, Utc};
 use futures_util::StreamExt;
@@ -43,7 +44,12 @@ impl Runner {
         {
             tracing::warn!(%job, "log follower did not finish in time");
         }
-        let end = ending(outcome, deadline);
+        // A stop gpuq asked for itself (a VRAM overrun) ends the job failed, with its reason.
+        let stopped_for = match outcome {
+            Outcome::Cancelled(_) => vram::stop_reason(&self.pool, job).await.ok().flatten(),
+            _ => None,
+        };
+        let end = ending(outcome, deadline, stopped_for);
         self.record_end(job, &end).await;
         if let Err(e) = self.docker.remove(&container).await {
             tracing::warn!(%container, error = %e, "could not remove a finished container");
@@ -116,9 +122,14 @@ impl Runner {
     }
 }
 
-fn ending(outcome: Outcome, deadline: DateTime<Utc>) -> Ending {
+fn ending(outcome: Outcome, deadline: DateTime<Utc>, stopped_for: Option<String>) -> Ending {
     let code = |c: Option<i64>| c.and_then(|c| i32::try_from(c).ok());
     match outcome {
+        Outcome::Cancelled(c) if stopped_for.is_some() => Ending {
+            status: JobStatus::Failed,
+            exit_code: code(c),
+            reason: stopped_for,
+        },
         Outcome::Exited(0) => Ending {
             status: JobStatus::Succeeded,
             exit_code: Some(0),
