@@ -137,7 +137,16 @@ fn holder_line(h: &GpuHolder) -> String {
         Some(s) => format!("running {}", human_duration(s)),
         None => h.status.clone(),
     };
-    format!(" · {} · {} MiB · {state}", h.owner, h.vram_mib)
+    let uses = h
+        .used_mib
+        .map(|u| format!(" (uses {u} MiB)"))
+        .unwrap_or_default();
+    format!(" · {} · {} MiB{uses} · {state}", h.owner, h.vram_mib)
+}
+
+/// The words for a card's observed-use bar: what is in use on it against what gpuq committed.
+fn used_label(used_mib: i64, reserved_mib: i64, total_mib: i64) -> String {
+    format!("in use {used_mib} MiB (observed), committed {reserved_mib} MiB, of {total_mib} MiB")
 }
 
 /// A job's cards: "GPU 0, GPU 3".
@@ -162,13 +171,24 @@ fn GpuCard(g: GpuView) -> impl IntoView {
                 <span class="external" style=external></span>
             </div>
             <p class="legend">{label}</p>
+            {g.used_mib.map(|used| {
+                let words = used_label(used, g.reserved_mib, g.total_mib);
+                view! {
+                    <div class="bar used-bar" role="img" aria-label=words.clone()>
+                        <span class="used" style=bar_width(used, g.total_mib)></span>
+                    </div>
+                    <p class="legend used-legend">{words}</p>
+                }
+            })}
             <ul class="holders">
                 {g.jobs.into_iter().map(|h| {
                     let line = holder_line(&h);
+                    let over = h.over_commitment;
                     view! {
                         <li>
                             <A href=format!("/jobs/{}", h.id)>{h.name}</A>
                             {line}
+                            {over.then(|| view! { " " <span class="badge badge-over">"over its VRAM"</span> })}
                         </li>
                     }
                 }).collect_view()}
@@ -190,7 +210,7 @@ fn MyJobs(jobs: Vec<JobView>) -> impl IntoView {
                     <tr>
                         <td><A href=format!("/jobs/{}", j.id)>{j.name}</A></td>
                         <td class=format!("status status-{}", j.status)>{j.status.as_str()}</td>
-                        <td>{gpu_list(&j.assigned_gpus)}</td>
+                        <td>{gpu_list(&j.assigned_gpus)}{j.assigned_gpus.iter().any(|g| g.over_commitment).then(|| view! { " " <span class="badge badge-over">"over its VRAM"</span> })}</td>
                         <td>{j.wait_reason.unwrap_or_default()}</td>
                     </tr>
                 }).collect_view()}
@@ -214,7 +234,25 @@ mod tests {
             vram_mib: 20480,
             status: status.into(),
             running_s,
+            used_mib: None,
+            over_commitment: false,
         }
+    }
+
+    #[test]
+    fn observed_use_is_shown_beside_the_commitment() {
+        let h = GpuHolder {
+            used_mib: Some(9000),
+            ..holder(Some(65), "running")
+        };
+        assert_eq!(
+            holder_line(&h),
+            " · alice · 20480 MiB (uses 9000 MiB) · running 1 min 5 s"
+        );
+        assert_eq!(
+            used_label(30000, 20480, 81920),
+            "in use 30000 MiB (observed), committed 20480 MiB, of 81920 MiB"
+        );
     }
 
     #[test]

@@ -93,6 +93,8 @@ fn Detail(d: JobDetail, cancel: ServerAction<CancelJob>) -> impl IntoView {
     let id = j.id;
     let status = j.status;
     let held = cards(&j.assigned_gpus);
+    let vram = vram_lines(&j.assigned_gpus);
+    let over = over_line(&j.assigned_gpus);
     let waiting = wait_line(status, j.queue_position, j.wait_reason.as_deref());
     view! {
         <Title text=format!("{} · gpuq", j.name) />
@@ -104,6 +106,7 @@ fn Detail(d: JobDetail, cancel: ServerAction<CancelJob>) -> impl IntoView {
                 {j.status_reason.clone().map(|r| format!(" — {r}"))}
             </p>
             {waiting.map(|w| view! { <p id="wait-reason">{w}</p> })}
+            {over.map(|o| view! { <p id="vram-over"><span class="badge badge-over">"over its VRAM"</span> " " {o}</p> })}
             {d.can_cancel.then(|| view! {
                 <button type="button" class="danger" on:click=move |_| { cancel.dispatch(CancelJob { id }); }>
                     "Cancel job"
@@ -125,6 +128,10 @@ fn Detail(d: JobDetail, cancel: ServerAction<CancelJob>) -> impl IntoView {
                 }}</dd>
                 <dt>"Needs"</dt><dd>{need(j.gpu_count, j.workload.as_deref(), j.min_vram_mb, j.exclusive)}</dd>
                 <dt>"Cards"</dt><dd>{held}</dd>
+                {(!vram.is_empty()).then(|| view! {
+                    <dt>"VRAM used"</dt>
+                    <dd id="job-vram">{vram.into_iter().map(|l| view! { <div>{l}</div> }).collect_view()}</dd>
+                })}
                 <dt>"Timeout"</dt><dd>{format!("{} s", j.timeout_s)}</dd>
             </dl>
         </section>
@@ -176,6 +183,47 @@ fn cards(gpus: &[AssignedGpu]) -> String {
         .join("; ")
 }
 
+/// What the job was seen to use on each card against its commitment, one line per observed card.
+fn vram_lines(gpus: &[AssignedGpu]) -> Vec<String> {
+    gpus.iter()
+        .filter_map(|g| {
+            let used = g.used_mib?;
+            let peak = g.peak_mib.unwrap_or(used);
+            let acct = g
+                .accounting_peak_mib
+                .map(|a| format!("; driver's accounting peak {a} MiB"))
+                .unwrap_or_default();
+            Some(format!(
+                "GPU {}: {used} MiB now, peak {peak} MiB, of {} MiB committed{acct}",
+                g.index, g.vram_mib
+            ))
+        })
+        .collect()
+}
+
+/// The owner's line when the job stayed above its commitment on some card.
+fn over_line(gpus: &[AssignedGpu]) -> Option<String> {
+    let over: Vec<String> = gpus
+        .iter()
+        .filter(|g| g.over_commitment)
+        .map(|g| {
+            format!(
+                "GPU {} (committed {} MiB, peak {} MiB)",
+                g.index,
+                g.vram_mib,
+                g.peak_mib.unwrap_or_default()
+            )
+        })
+        .collect();
+    (!over.is_empty()).then(|| {
+        format!(
+            "This job used more VRAM than it declared on {}. Jobs sharing the card can run out of \
+             memory because of it; declare what it needs (a larger workload type or min_vram_mb).",
+            over.join(", ")
+        )
+    })
+}
+
 /// Where a queued job stands and why it waits; nothing for a job that is not queued.
 fn wait_line(status: JobStatus, position: Option<i64>, reason: Option<&str>) -> Option<String> {
     (status == JobStatus::Queued).then(|| {
@@ -199,6 +247,29 @@ mod tests {
             vram_mib,
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn observed_vram_is_read_against_the_commitment() {
+        let unseen = gpu(0, "A100", 4000);
+        assert!(vram_lines(std::slice::from_ref(&unseen)).is_empty());
+        assert_eq!(over_line(std::slice::from_ref(&unseen)), None);
+        let seen = AssignedGpu {
+            used_mib: Some(3000),
+            peak_mib: Some(9000),
+            accounting_peak_mib: Some(9500),
+            over_commitment: true,
+            ..gpu(1, "A100", 4000)
+        };
+        assert_eq!(
+            vram_lines(&[unseen, seen.clone()]),
+            vec!["GPU 1: 3000 MiB now, peak 9000 MiB, of 4000 MiB committed; driver's accounting peak 9500 MiB"]
+        );
+        let line = over_line(&[seen]).unwrap();
+        assert!(
+            line.contains("on GPU 1 (committed 4000 MiB, peak 9000 MiB)"),
+            "{line}"
+        );
     }
 
     #[test]

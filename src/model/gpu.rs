@@ -44,6 +44,12 @@ pub struct GpuHolder {
     /// How long it has been running, in seconds (as of the request).
     #[serde(default)]
     pub running_s: Option<i64>,
+    /// VRAM its processes hold on this card, as last observed; `None` when not observed.
+    #[serde(default)]
+    pub used_mib: Option<i64>,
+    /// It stayed above its commitment on this card (see `AssignedGpu::over_commitment`).
+    #[serde(default)]
+    pub over_commitment: bool,
 }
 
 /// `95` → "1 min 35 s", `7300` → "2 h 1 min".

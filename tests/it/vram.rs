@@ -9,6 +9,7 @@ use crate::support::nvml::FakeNvml;
 use crate::support::{wait_status, Node, TestApp};
 use gpuq::model::{gpu_id, Role};
 use gpuq::server::gpu::{self, GpuInventory, GpuMode};
+use gpuq::server::metrics::snapshot;
 use gpuq::server::runtime::{ensure_sim_devices, LaunchMode};
 use gpuq::server::vram::{Round, Sampler, VramConfig};
 use serde_json::{json, Value};
@@ -118,6 +119,13 @@ async fn an_overrunning_job_on_a_short_card_is_stopped_and_its_neighbour_runs_on
         .scalar_of("SELECT used_mib FROM gpus WHERE uuid = $1", s.card)
         .await;
     assert_eq!(used, Some(6500), "the card shows what its jobs use");
+    let figures = snapshot::read(&s.app.pool, "vr1").await.unwrap();
+    assert_eq!(
+        figures.cards[0].jobs_used_mib,
+        Some(6500),
+        "/metrics has it"
+    );
+    assert_eq!(figures.cards[0].jobs_over, 0);
 
     // The greedy job takes 9000 of its 4000 while foreign processes hold 12000: 76 MiB free.
     use_mib(&s, &[(greedy, 9000)], 12000).await;
@@ -141,6 +149,10 @@ async fn an_overrunning_job_on_a_short_card_is_stopped_and_its_neighbour_runs_on
     assert!(event_kinds(&s.app, greedy)
         .await
         .contains(&"vram_overuse".to_string()));
+    assert_eq!(
+        snapshot::read(&s.app.pool, "vr1").await.unwrap().vram_stops,
+        1
+    );
     assert_eq!(
         card_of(&s, greedy).await["peak_mib"],
         9000,

@@ -186,6 +186,10 @@ pub struct HolderRow {
     pub status: String,
     /// Seconds since its container started (running jobs).
     pub running_s: Option<i64>,
+    /// Observed VRAM on this card (`job_vram`).
+    pub used_mib: Option<i64>,
+    /// Stayed above its commitment at some point.
+    pub over_commitment: bool,
 }
 
 /// Every live reservation with its job.
@@ -193,8 +197,10 @@ pub async fn holders(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<HolderRow>> {
     sqlx::query_as(
         "SELECT r.gpu_uuid, r.job_id, j.name, u.username AS owner, r.vram_mib, j.status, \
                 CASE WHEN j.started_at IS NOT NULL AND j.finished_at IS NULL \
-                     THEN floor(extract(epoch FROM now() - j.started_at))::bigint END AS running_s \
+                     THEN floor(extract(epoch FROM now() - j.started_at))::bigint END AS running_s, \
+                v.used_mib, v.warned_at IS NOT NULL AS over_commitment \
          FROM reservations r JOIN jobs j ON j.id = r.job_id JOIN users u ON u.id = j.owner_id \
+         LEFT JOIN job_vram v ON v.job_id = r.job_id AND v.gpu_uuid = r.gpu_uuid \
          WHERE r.released_at IS NULL ORDER BY j.seq",
     )
     .fetch_all(db)

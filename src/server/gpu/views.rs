@@ -24,6 +24,8 @@ pub async fn list(state: &AppState) -> Result<Vec<GpuView>, AppError> {
             vram_mib: h.vram_mib,
             status: h.status,
             running_s: h.running_s,
+            used_mib: h.used_mib,
+            over_commitment: h.over_commitment,
         });
     }
     let headroom = state.pass.headroom_mib;

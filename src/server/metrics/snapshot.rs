@@ -33,6 +33,11 @@ pub struct CardFigures {
     pub used_mib: Option<i64>,
     /// Used by processes outside gpuq's containers, MiB.
     pub foreign_mib: i64,
+    /// What gpuq's jobs holding the card were last observed to use there, MiB; `None` when none
+    /// of them has been observed.
+    pub jobs_used_mib: Option<i64>,
+    /// Jobs on the card above their commitment at the last reading.
+    pub jobs_over: i64,
 }
 
 /// What a scrape renders from memory.
@@ -44,6 +49,8 @@ pub struct Snapshot {
     pub cards: Vec<CardFigures>,
     /// Jobs per status (every status, zero included), over the whole database.
     pub jobs: Vec<(JobStatus, i64)>,
+    /// Jobs gpuq stopped for VRAM overuse, over the whole database.
+    pub vram_stops: i64,
     /// When the figures were read (Unix seconds); `None` before the first refresh.
     pub taken_at: Option<f64>,
     /// Refreshes that failed since start.
@@ -57,6 +64,7 @@ impl Snapshot {
             node: node.to_owned(),
             cards: Vec::new(),
             jobs: Vec::new(),
+            vram_stops: 0,
             taken_at: None,
             refresh_errors: 0,
         }
@@ -65,6 +73,22 @@ impl Snapshot {
 
 /// Reads the snapshot's figures from the database.
 pub async fn read(pool: &PgPool, node: &str) -> Result<Snapshot> {
+    let observed: Vec<(uuid::Uuid, i64, i64)> = sqlx::query_as(
+        "SELECT v.gpu_uuid, sum(v.used_mib)::bigint, \
+                count(*) FILTER (WHERE v.used_mib > v.committed_mib) \
+         FROM job_vram v JOIN reservations r ON r.job_id = v.job_id AND r.gpu_uuid = v.gpu_uuid \
+                                             AND r.released_at IS NULL \
+         GROUP BY v.gpu_uuid",
+    )
+    .fetch_all(pool)
+    .await
+    .context("reading observed VRAM for metrics")?;
+    let vram_stops: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM jobs WHERE stop_reason LIKE 'vram_overuse%' AND status = 'failed'",
+    )
+    .fetch_one(pool)
+    .await
+    .context("counting VRAM stops for metrics")?;
     let cards = gpus::list(pool)
         .await
         .context("reading cards for metrics")?
@@ -78,6 +102,8 @@ pub async fn read(pool: &PgPool, node: &str) -> Result<Snapshot> {
             committed_mib: g.reserved_mib,
             used_mib: g.used_mib,
             foreign_mib: g.external_mib,
+            jobs_used_mib: observed.iter().find(|o| o.0 == g.uuid).map(|o| o.1),
+            jobs_over: observed.iter().find(|o| o.0 == g.uuid).map_or(0, |o| o.2),
         })
         .collect();
     let counts: Vec<(String, i64)> =
@@ -99,6 +125,7 @@ pub async fn read(pool: &PgPool, node: &str) -> Result<Snapshot> {
         node: node.to_owned(),
         cards,
         jobs,
+        vram_stops,
         taken_at: Some(chrono::Utc::now().timestamp_millis() as f64 / 1000.0),
         refresh_errors: 0,
     })
@@ -162,6 +189,21 @@ const FAMILIES: &[Family] = &[
         labels: CARD_LABELS,
     },
     Family {
+        name: "gpuq_gpu_memory_jobs_used_bytes",
+        help: "Memory gpuq's jobs holding the card were last observed to use on it (their processes, mapped to jobs by cgroup; on simulated cards what the simulation was told); absent before any reading.",
+        labels: CARD_LABELS,
+    },
+    Family {
+        name: "gpuq_gpu_jobs_over_commitment",
+        help: "Jobs holding the card that used more than their commitment at the last reading.",
+        labels: CARD_LABELS,
+    },
+    Family {
+        name: "gpuq_vram_overuse_stops",
+        help: "Jobs gpuq stopped because they used more VRAM than they committed on a card that ran short (whole database).",
+        labels: &[],
+    },
+    Family {
         name: "gpuq_jobs",
         help: "Jobs per status in the whole database (every node's jobs).",
         labels: &["status"],
@@ -212,7 +254,9 @@ impl Collector for SnapshotCollector {
         let Ok(g) = gauges() else {
             return Vec::new();
         };
-        let [total, committed, used, foreign, jobs, up, taken, errors] = &g[..] else {
+        let [total, committed, used, foreign, jobs_used, over, stops, jobs, up, taken, errors] =
+            &g[..]
+        else {
             return Vec::new();
         };
         for c in &s.cards {
@@ -227,7 +271,14 @@ impl Collector for SnapshotCollector {
             foreign
                 .with_label_values(&l)
                 .set(c.foreign_mib as f64 * MIB);
+            if let Some(u) = c.jobs_used_mib {
+                jobs_used.with_label_values(&l).set(u as f64 * MIB);
+            }
+            over.with_label_values(&l).set(c.jobs_over as f64);
         }
+        stops
+            .with_label_values::<&str>(&[])
+            .set(s.vram_stops as f64);
         for (status, n) in &s.jobs {
             jobs.with_label_values(&[status.as_str()]).set(*n as f64);
         }

@@ -81,6 +81,8 @@ pub struct Sampler {
     written: HashMap<(Uuid, Uuid), i64>,
     /// The processes seen per job, for accounting once it ends.
     seen: HashMap<Uuid, HashSet<(Uuid, u32)>>,
+    /// Simulated cards whose memory in use this sampler wrote at the last round.
+    simulating: HashSet<Uuid>,
 }
 
 impl Sampler {
@@ -92,6 +94,7 @@ impl Sampler {
             cfg,
             written: HashMap::new(),
             seen: HashMap::new(),
+            simulating: HashSet::new(),
         }
     }
 
@@ -175,12 +178,21 @@ impl Sampler {
                 round.stopped += 1;
             }
         }
+        // A simulated card's memory in use is written while usage is simulated on it, and cleared
+        // once, when that ends; otherwise it is left as it is.
+        let mut simulating = HashSet::new();
         if self.inventory.kind() == InventoryKind::Simulated {
             for card in &observed.cards {
-                vram::set_sim_used(&mut *tx, card.gpu, card.used_mib).await?;
+                if card.used_mib.is_some() {
+                    simulating.insert(card.gpu);
+                }
+                if card.used_mib.is_some() || self.simulating.contains(&card.gpu) {
+                    vram::set_sim_used(&mut *tx, card.gpu, card.used_mib).await?;
+                }
             }
         }
         tx.commit().await?;
+        self.simulating = simulating;
         for (job, gpu, _, used) in to_write {
             self.written.insert((job, gpu), used);
         }
