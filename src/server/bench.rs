@@ -26,6 +26,7 @@ mod db;
 pub mod external;
 pub mod launch;
 mod synth;
+pub mod vram;
 
 use crate::server::admission::planner::plan;
 use anyhow::Result;

@@ -66,6 +66,20 @@ pub enum BenchCommand {
     /// Idle cost, cancel → SIGTERM and burst throughput of a running server, measured from
     /// outside (REST API, its database's statistics, dockerd), so old and new builds compare.
     External(BenchExternalArgs),
+    /// VRAM policing: overuse → event and short card → stop latencies, and the sampler's CPU
+    /// per card (needs dockerd and a scratch database).
+    Vram(BenchVramArgs),
+}
+
+/// Flags of `gpuq bench vram`.
+#[derive(Debug, Args)]
+pub struct BenchVramArgs {
+    /// Database location (a scratch one).
+    #[command(flatten)]
+    pub db: DbArgs,
+    /// Sizes and settings.
+    #[command(flatten)]
+    pub opts: crate::server::bench::vram::VramBenchOptions,
 }
 
 /// Flags of `gpuq bench external`; the server and its token are the global `--url` and `--token`.

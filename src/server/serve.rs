@@ -476,6 +476,14 @@ pub async fn bench_runner(args: crate::server::cli::BenchRunnerArgs) -> Result<(
     .await
 }
 
+/// `gpuq bench vram`: the VRAM policing's latencies and the sampler's cost.
+pub async fn bench_vram(args: crate::server::cli::BenchVramArgs) -> Result<()> {
+    with_database(&args.db, |pool| async move {
+        crate::server::bench::vram::run(&pool, &args.opts, &mut std::io::stdout()).await
+    })
+    .await
+}
+
 /// `gpuq bench external`: measures the running server at `url` from outside. It only reads the
 /// server's database (no migration: the server may be an older build).
 pub async fn bench_external(
