@@ -14,6 +14,7 @@ pub async fn dashboard() -> Result<DashboardView, AppError> {
 
     let (state, user) = server_fn_require(Role::Member).await?;
     let gpus = gpu_views::list(&state).await?;
+    let skipped = gpu_views::skipped(&state).await?;
     let (waiting, oldest) = jobs::queue_summary(&state).await?;
     let query = ListQuery {
         status: Some("queued,admitted,starting,running".into()),
@@ -24,6 +25,7 @@ pub async fn dashboard() -> Result<DashboardView, AppError> {
     let mine = jobs::list(&state, &user, &query).await?.jobs;
     Ok(DashboardView {
         gpus,
+        skipped,
         waiting,
         oldest_wait_since: oldest,
         mine,

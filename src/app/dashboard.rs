@@ -5,7 +5,8 @@ use super::gate::SignedIn;
 use super::live::use_live;
 use crate::api::{dashboard, ServerStatus};
 use crate::model::{
-    human_duration, AssignedGpu, DashboardView, GpuHolder, GpuView, JobView, StatusView, UserView,
+    human_duration, AssignedGpu, DashboardView, GpuHolder, GpuView, JobView, SkippedGpuView,
+    StatusView, UserView,
 };
 use chrono::{DateTime, Utc};
 use leptos::prelude::*;
@@ -92,6 +93,12 @@ fn OverviewView(d: DashboardView) -> impl IntoView {
             <h2>"GPUs"</h2>
             <p id="queue-summary">{waiting}</p>
             <div class="gpus">{d.gpus.into_iter().map(|g| view! { <GpuCard g /> }).collect_view()}</div>
+            {(!d.skipped.is_empty()).then(|| view! {
+                <div id="skipped-gpus">
+                    <p class="muted">"Seen but not scheduled:"</p>
+                    <ul>{d.skipped.iter().map(|s| view! { <li>{skipped_line(s)}</li> }).collect_view()}</ul>
+                </div>
+            })}
         </section>
         <section class="card">
             <h2>"My jobs"</h2>
@@ -142,6 +149,18 @@ fn holder_line(h: &GpuHolder) -> String {
         .map(|u| format!(" (uses {u} MiB)"))
         .unwrap_or_default();
     format!(" · {} · {} MiB{uses} · {state}", h.owner, h.vram_mib)
+}
+
+/// One device a node sees but does not schedule: where, what, and why.
+fn skipped_line(s: &SkippedGpuView) -> String {
+    format!(
+        "{} GPU {} · {} · {} — {}",
+        s.node,
+        s.index,
+        s.model.as_deref().unwrap_or("unknown model"),
+        s.id,
+        s.reason
+    )
 }
 
 /// The words for a card's observed-use bar: what is in use on it against what gpuq committed.

@@ -1,6 +1,6 @@
 //! What the browser pages show: the dashboard, a job's page, the submit preview.
 
-use super::{GpuView, JobEventKind, JobView};
+use super::{GpuView, JobEventKind, JobView, SkippedGpuView};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
@@ -9,6 +9,9 @@ use serde::{Deserialize, Serialize};
 pub struct DashboardView {
     /// Every card with what holds it.
     pub gpus: Vec<GpuView>,
+    /// Devices seen but not scheduled (MIG).
+    #[serde(default)]
+    pub skipped: Vec<SkippedGpuView>,
     /// Jobs waiting for cards.
     pub waiting: i64,
     /// When the longest-waiting job was submitted.

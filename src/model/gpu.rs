@@ -52,6 +52,22 @@ pub struct GpuHolder {
     pub over_commitment: bool,
 }
 
+/// A device a node sees but does not schedule (a MIG-enabled card or a MIG device).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+pub struct SkippedGpuView {
+    /// Node.
+    pub node: String,
+    /// Driver index.
+    pub index: u32,
+    /// The identifier the driver gave (`GPU-…` or `MIG-…`).
+    pub id: String,
+    /// Model name, when readable.
+    pub model: Option<String>,
+    /// Why it is not scheduled.
+    pub reason: String,
+}
+
 /// `95` → "1 min 35 s", `7300` → "2 h 1 min".
 pub fn human_duration(seconds: i64) -> String {
     let s = seconds.max(0);

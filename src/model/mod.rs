@@ -18,7 +18,8 @@ pub use dashboard::{DashboardView, JobDetail, JobEventView, Preview};
 pub use error::AppError;
 pub use events::{AuditKind, JobChange, JobEventKind, LiveEvent};
 pub use gpu::{
-    gpu_id, human_duration, parse_gpu_id, GpuHolder, GpuState, GpuView, ManifestView, WorkloadView,
+    gpu_id, human_duration, parse_gpu_id, GpuHolder, GpuState, GpuView, ManifestView,
+    SkippedGpuView, WorkloadView,
 };
 pub use job::{
     queue_key, AssignedGpu, JobAck, JobPage, JobStatus, JobView, QueueKey, QUEUE_ORDER_SQL,

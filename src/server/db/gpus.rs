@@ -206,3 +206,62 @@ pub async fn holders(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<HolderRow>> {
     .fetch_all(db)
     .await
 }
+
+/// A device a node sees but does not schedule.
+#[derive(Debug, Clone, PartialEq, Eq, FromRow)]
+pub struct SkippedRow {
+    /// Node.
+    pub node: String,
+    /// Driver's identifier.
+    pub id: String,
+    /// Driver index.
+    pub idx: i32,
+    /// Model name.
+    pub model: Option<String>,
+    /// Why not scheduled.
+    pub reason: String,
+}
+
+/// Every skipped device, by node and index.
+pub async fn skipped(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<SkippedRow>> {
+    sqlx::query_as("SELECT node, id, idx, model, reason FROM gpu_skipped ORDER BY node, idx, id")
+        .fetch_all(db)
+        .await
+}
+
+/// Replaces `node`'s skipped devices with `now`. Returns whether anything changed.
+pub async fn sync_skipped(
+    tx: &mut Transaction<'_, Postgres>,
+    node: &str,
+    now: &[SkippedRow],
+) -> sqlx::Result<bool> {
+    let before: Vec<SkippedRow> = sqlx::query_as(
+        "SELECT node, id, idx, model, reason FROM gpu_skipped WHERE node = $1 ORDER BY idx, id",
+    )
+    .bind(node)
+    .fetch_all(&mut **tx)
+    .await?;
+    let mut sorted = now.to_vec();
+    sorted.sort_by(|a, b| (a.idx, &a.id).cmp(&(b.idx, &b.id)));
+    if before == sorted {
+        return Ok(false);
+    }
+    sqlx::query("DELETE FROM gpu_skipped WHERE node = $1")
+        .bind(node)
+        .execute(&mut **tx)
+        .await?;
+    for s in &sorted {
+        sqlx::query(
+            "INSERT INTO gpu_skipped (node, id, idx, model, reason) VALUES ($1, $2, $3, $4, $5) \
+             ON CONFLICT (node, id) DO NOTHING",
+        )
+        .bind(node)
+        .bind(&s.id)
+        .bind(s.idx)
+        .bind(&s.model)
+        .bind(&s.reason)
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(true)
+}

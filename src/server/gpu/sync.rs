@@ -94,10 +94,21 @@ pub async fn refresh_with(
     ours: OurProcesses,
 ) -> Result<bool> {
     let inv = Arc::clone(inventory);
-    let cards = tokio::task::spawn_blocking(move || inv.snapshot(&ours))
+    let read = tokio::task::spawn_blocking(move || inv.snapshot(&ours))
         .await
-        .context("inventory task")?
-        .context("reading the GPU inventory")?;
+        .context("inventory task")?;
+    let cards = match read {
+        Ok(cards) => cards,
+        Err(e) => {
+            // The driver answers nothing (gone, or every call failing): none of this node's cards
+            // can be vouched for, so none is offered until it answers again. Jobs already on them
+            // keep running and keep their reservations.
+            if inventory.kind() == InventoryKind::Nvml {
+                withdraw_all(pool, node).await?;
+            }
+            return Err(anyhow::Error::new(e).context("reading the GPU inventory"));
+        }
+    };
     let observed: Vec<gpus::Observed> = cards
         .into_iter()
         .map(|c| gpus::Observed {
@@ -110,16 +121,49 @@ pub async fn refresh_with(
             simulated: c.simulated,
         })
         .collect();
+    let skipped: Vec<gpus::SkippedRow> = inventory
+        .skipped()
+        .into_iter()
+        .map(|s| gpus::SkippedRow {
+            node: node.to_owned(),
+            id: s.id,
+            idx: i32::try_from(s.index).unwrap_or(i32::MAX),
+            model: s.model,
+            reason: s.reason,
+        })
+        .collect();
     let mut tx = pool.begin().await?;
-    let changed = gpus::sync_node(&mut tx, node, &observed)
+    let mut changed = gpus::sync_node(&mut tx, node, &observed)
         .await
         .context("writing the GPU inventory")?;
+    changed |= gpus::sync_skipped(&mut tx, node, &skipped)
+        .await
+        .context("writing the skipped devices")?;
     if changed {
         events::wake(&mut *tx, "cards").await?;
         events::announce(&mut *tx, &LiveEvent::Cards).await?;
     }
     tx.commit().await?;
     Ok(changed)
+}
+
+/// Shows every card of `node` as missing (not offered to admission), waking the schedulers and
+/// the live pages when that changed something.
+async fn withdraw_all(pool: &PgPool, node: &str) -> Result<()> {
+    let mut tx = pool.begin().await?;
+    if gpus::sync_node(&mut tx, node, &[])
+        .await
+        .context("withdrawing the cards of a driver that answers nothing")?
+    {
+        tracing::warn!(
+            node,
+            "the NVIDIA driver answers nothing: this node's cards are withdrawn until it does"
+        );
+        events::wake(&mut *tx, "cards").await?;
+        events::announce(&mut *tx, &LiveEvent::Cards).await?;
+    }
+    tx.commit().await?;
+    Ok(())
 }
 
 /// Refreshes every `every` until `stop` turns true. On NVML cards, `own` names gpuq's container

@@ -1,6 +1,6 @@
 //! Cards as views, and the admin's changes to them.
 
-use crate::model::{gpu_id, AppError, AuditKind, GpuHolder, GpuState, GpuView};
+use crate::model::{gpu_id, AppError, AuditKind, GpuHolder, GpuState, GpuView, SkippedGpuView};
 use crate::server::auth::CurrentUser;
 use crate::server::db::{events, gpus, vram};
 use crate::server::error::OrInternal;
@@ -8,6 +8,22 @@ use crate::server::AppState;
 use serde_json::json;
 use std::collections::{BTreeMap, HashMap};
 use uuid::Uuid;
+
+/// Devices the nodes see but do not schedule.
+pub async fn skipped(state: &AppState) -> Result<Vec<SkippedGpuView>, AppError> {
+    Ok(gpus::skipped(&state.pool)
+        .await
+        .or_internal("reading skipped devices")?
+        .into_iter()
+        .map(|s| SkippedGpuView {
+            node: s.node,
+            index: s.idx as u32,
+            id: s.id,
+            model: s.model,
+            reason: s.reason,
+        })
+        .collect())
+}
 
 /// Every card with what holds it.
 pub async fn list(state: &AppState) -> Result<Vec<GpuView>, AppError> {

@@ -3,7 +3,8 @@
 use super::error::ErrorBody;
 use super::{ApiError, ApiJson};
 use crate::model::{
-    parse_gpu_id, AppError, GpuView, LaunchPolicy, ManifestState, ManifestView, Role, WorkloadView,
+    parse_gpu_id, AppError, GpuView, LaunchPolicy, ManifestState, ManifestView, Role,
+    SkippedGpuView, WorkloadView,
 };
 use crate::server::admin;
 use crate::server::auth::CurrentUser;
@@ -36,7 +37,10 @@ pub fn router() -> Router<AppState> {
 
 #[derive(Serialize, utoipa::ToSchema)]
 pub(super) struct GpuList {
+    /// Every card gpuq schedules (or did), with what holds it.
     gpus: Vec<GpuView>,
+    /// Devices the nodes see but do not schedule (a MIG-enabled card, a MIG device).
+    skipped: Vec<SkippedGpuView>,
 }
 
 #[utoipa::path(get, path = "/api/v1/gpus", tag = "gpus", security(("bearer" = [])), responses((status = 200, body = GpuList)))]
@@ -46,6 +50,7 @@ pub(super) async fn list_gpus(
 ) -> Result<Json<GpuList>, ApiError> {
     Ok(Json(GpuList {
         gpus: gpu_views::list(&state).await?,
+        skipped: gpu_views::skipped(&state).await?,
     }))
 }
 

@@ -7,7 +7,7 @@ use crate::model::spec::{RawCommand, RawJobSpec};
 use crate::model::{
     AssignedGpu, AuditEntry, AuditKind, CreatedToken, GpuHolder, GpuState, GpuView, JobAck,
     JobNetwork, JobPage, JobStatus, JobView, LaunchPolicy, ManifestState, ManifestView, Role,
-    TokenView, UserView, VolumeRule, WorkloadView,
+    SkippedGpuView, TokenView, UserView, VolumeRule, WorkloadView,
 };
 use crate::server::manifest::WorkloadPut;
 use axum::Json;
@@ -39,7 +39,7 @@ use utoipa::{Modify, OpenApi};
         ErrorBody, Role, UserView, TokenView, CreatedToken, v1::TokenRequest, v1::NewUser, v1::UserPatch, v1::PasswordChange,
         cluster::WorkloadRename, ManifestState, AuditEntry,
         RawJobSpec, RawCommand, JobStatus, AssignedGpu, JobView, JobPage, JobAck, AuditKind, GpuState,
-        GpuHolder, GpuView, cluster::GpuList, cluster::SimPut, cluster::GpuPatch,
+        GpuHolder, GpuView, SkippedGpuView, cluster::GpuList, cluster::SimPut, cluster::GpuPatch,
         WorkloadView, ManifestView, WorkloadPut, LaunchPolicy, VolumeRule, JobNetwork,
         crate::model::UsageReport, crate::model::CardSeries, crate::model::CardPoint,
         crate::model::WaitStats, crate::model::WaitBucket, crate::model::UsageTotal,

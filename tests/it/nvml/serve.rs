@@ -57,11 +57,18 @@ async fn the_driver_vanishing_mid_run_leaves_gpuq_running_and_it_recovers(pool: 
     assert_eq!(shown[0].1, "missing", "{shown:?}");
     assert_eq!(shown[1].1, "online", "{shown:?}");
 
-    // The whole driver goes away: the refresh fails and says so; what was last seen is kept.
+    // The whole driver goes away: the refresh fails and says so, and no card is offered any more
+    // (none can be vouched for): both are shown missing.
     fake.vanish();
     let e = refresh().await.unwrap_err();
     let why = format!("{e:#}");
     assert!(why.contains("NVIDIA driver is not loaded"), "{why}");
+    let shown = cards_shown(&app, &admin).await;
+    assert!(shown.iter().all(|c| c.1 == "missing"), "{shown:?}");
+    let offered: i64 = app
+        .scalar("SELECT count(*) FROM gpus WHERE node = 'fake-node' AND present")
+        .await;
+    assert_eq!(offered, 0);
     // It comes back with new figures: the same loaded library sees them; both cards are back.
     fake.set(&two_cards().replace("used_mib=1024", "used_mib=5000"));
     assert!(refresh().await.unwrap());
@@ -200,4 +207,64 @@ async fn a_wrong_nvml_lib_path_stops_serve_with_the_path_named(pool: PgPool) {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains(&missing.display().to_string()), "{stderr}");
     assert!(stderr.contains("--nvml-lib"), "{stderr}");
+}
+
+#[sqlx::test(migrations = false)]
+async fn mig_devices_are_listed_as_not_scheduled_and_never_offered(pool: PgPool) {
+    let app = TestApp::new(pool).await;
+    let member = app.bearer("mia", Role::Member).await;
+    let fake = FakeNvml::new(&format!(
+        "gpu GPU-{A} \"{A100}\" total_mib=81920 mig=1\n\
+         gpu MIG-{B} \"{A100} MIG 3g.40gb\" total_mib=40192\n"
+    ));
+    let inv: Arc<dyn GpuInventory> = Arc::new(fake.inventory());
+    gpu::sync::refresh(&app.pool, &inv, "mig-node")
+        .await
+        .unwrap();
+    let list = app.api("GET", "/api/v1/gpus", Some(&member), None).await;
+    assert_eq!(list.status, 200, "{}", list.text);
+    let v = list.json();
+    assert_eq!(v["gpus"], serde_json::json!([]), "nothing is offered: {v}");
+    let skipped = v["skipped"].as_array().unwrap();
+    let ids: Vec<&str> = skipped.iter().map(|s| s["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, vec![format!("GPU-{A}"), format!("MIG-{B}")]);
+    assert_eq!(skipped[0]["node"], "mig-node");
+    assert!(
+        skipped[0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("MIG mode enabled"),
+        "{v}"
+    );
+    assert!(
+        skipped[1]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("MIG device"),
+        "{v}"
+    );
+    // A job cannot land on them.
+    let r = app
+        .submit(
+            &member,
+            serde_json::json!({ "image": "gpuq-test/busybox:latest", "command": ["true"], "min_vram_mb": 1000 }),
+        )
+        .await;
+    assert_eq!(r.status, 400, "{}", r.text);
+    // No card is offered, so no card count is possible.
+    assert_eq!(r.json()["field"], "gpu_count", "{}", r.text);
+    app.pass().await;
+    let reserved: i64 = app.scalar("SELECT count(*) FROM reservations").await;
+    assert_eq!(reserved, 0);
+    // MIG turned off: the card is offered and the list empties.
+    fake.set(&format!("gpu GPU-{A} \"{A100}\" total_mib=81920 mig=0\n"));
+    assert!(gpu::sync::refresh(&app.pool, &inv, "mig-node")
+        .await
+        .unwrap());
+    let v = app
+        .api("GET", "/api/v1/gpus", Some(&member), None)
+        .await
+        .json();
+    assert_eq!(v["gpus"].as_array().unwrap().len(), 1, "{v}");
+    assert_eq!(v["skipped"], serde_json::json!([]));
 }
