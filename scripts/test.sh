@@ -151,6 +151,6 @@ case "$what" in
   rust) bundle; rust_tests ;;
   e2e) bundle; e2e ;;
   image) image ;;
-  all) lint; bundle; rust_tests; e2e ;;
+  all) lint; bundle; rust_tests; e2e; image ;;
 esac
 printf '\n\033[1;32m%s passed in %s s\033[0m\n' "$what" "$(( $(date +%s) - started ))"
