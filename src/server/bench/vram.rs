@@ -216,6 +216,15 @@ async fn cpu(
             .await
             .map_err(|e| anyhow!("{e}"))?;
     }
+    // The runner removes their containers as they end: wait for it before it is stopped.
+    for (job, _) in &placed {
+        poll(
+            &state.pool,
+            *job,
+            "SELECT finished_at FROM jobs WHERE id = $1 AND released_at IS NOT NULL",
+        )
+        .await?;
+    }
     Ok(())
 }
 
