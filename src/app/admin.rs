@@ -181,7 +181,16 @@ fn UserTable(list: Vec<UserView>, me: UserView, update: ServerAction<UpdateUser>
 #[component]
 fn Policy() -> impl IntoView {
     let save = ServerAction::<SaveLaunchPolicy>::new();
-    let policy = Resource::new(move || save.version().get(), |_| get_launch_policy());
+    // Read again after a save that succeeded (the form then shows what is stored), never after a
+    // refused one: the form, rebuilt from the stored policy, would throw away what the admin is
+    // correcting.
+    let saved = RwSignal::new(0u64);
+    Effect::new(move |_| {
+        if let Some(Ok(_)) = save.value().get() {
+            saved.update(|n| *n += 1);
+        }
+    });
+    let policy = Resource::new(move || saved.get(), |_| get_launch_policy());
     view! {
         <section class="card">
             <h2>"Launch policy"</h2>

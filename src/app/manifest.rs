@@ -39,6 +39,8 @@ struct Edits {
 const NAME: &str = "#name";
 const DESCRIPTION: &str = "#description";
 const CONFIRM: &str = "#confirm";
+/// Draft key of a row's refusal (kept with the drafts, so a refetch does not forget it).
+const ERROR: &str = "#error";
 /// The row key of the "add a type" row.
 const NEW_ROW: &str = "#new";
 
@@ -329,7 +331,7 @@ fn Row(w: WorkloadView, models: Vec<String>, admin: bool, edits: Edits) -> impl 
         let name = name.clone();
         move || edits.touch(&name)
     };
-    let local_error = RwSignal::new(None::<String>);
+    let local_error = edits.draft(&name, ERROR, "");
     // Asked once more before deleting; kept with the drafts so a refetch does not forget it.
     let confirm = edits.draft(&name, CONFIRM, "");
     let inputs = cells
@@ -356,14 +358,14 @@ fn Row(w: WorkloadView, models: Vec<String>, admin: bool, edits: Edits) -> impl 
         let name = name.clone();
         move |_| match needs(&cells) {
             Ok(vram_mib) => {
-                local_error.set(None);
+                local_error.set(String::new());
                 edits.save.dispatch(SaveWorkload {
                     name: name.clone(),
                     description: description.get_untracked(),
                     vram_mib,
                 });
             }
-            Err(e) => local_error.set(Some(e)),
+            Err(e) => local_error.set(e),
         }
     };
     let rename = {
@@ -417,7 +419,7 @@ fn Row(w: WorkloadView, models: Vec<String>, admin: bool, edits: Edits) -> impl 
                 <button type="button" class="small danger" on:click=delete>
                     {move || if confirm.get().is_empty() { "Delete" } else { "Really delete?" }}
                 </button>
-                {move || local_error.get().map(|e| view! { <p class="error" role="alert">{e}</p> })}
+                {move || Some(local_error.get()).filter(|e| !e.is_empty()).map(|e| view! { <p class="error" role="alert">{e}</p> })}
             </td>
         }
     });
@@ -433,7 +435,7 @@ fn AddRow(models: Vec<String>, edits: Edits) -> impl IntoView {
         .map(|m| (m.clone(), edits.draft(NEW_ROW, m, "")))
         .collect();
     let touch = move || edits.touch(NEW_ROW);
-    let local_error = RwSignal::new(None::<String>);
+    let local_error = edits.draft(NEW_ROW, ERROR, "");
     let inputs = cells
         .iter()
         .map(|(model, value)| {
@@ -448,14 +450,14 @@ fn AddRow(models: Vec<String>, edits: Edits) -> impl IntoView {
         .collect_view();
     let add = move |_| match needs(&cells) {
         Ok(vram_mib) => {
-            local_error.set(None);
+            local_error.set(String::new());
             edits.save.dispatch(SaveWorkload {
                 name: name.get_untracked(),
                 description: description.get_untracked(),
                 vram_mib,
             });
         }
-        Err(e) => local_error.set(Some(e)),
+        Err(e) => local_error.set(e),
     };
     view! {
         <tr class="new">
@@ -468,7 +470,7 @@ fn AddRow(models: Vec<String>, edits: Edits) -> impl IntoView {
             {inputs}
             <td class="actions">
                 <button id="add-workload" type="button" class="small" on:click=add>"Add"</button>
-                {move || local_error.get().map(|e| view! { <p class="error" role="alert">{e}</p> })}
+                {move || Some(local_error.get()).filter(|e| !e.is_empty()).map(|e| view! { <p class="error" role="alert">{e}</p> })}
             </td>
         </tr>
     }

@@ -107,7 +107,10 @@ pub async fn set_created(
 }
 
 /// `starting` → `running`. Returns false if the job left `starting`.
-pub async fn set_running(pool: &PgPool, job: Uuid, node: &str) -> sqlx::Result<bool> {
+///
+/// Returns the job's submit → running time in seconds (Postgres's clock), or `None` when it was no
+/// longer starting.
+pub async fn set_running(pool: &PgPool, job: Uuid, node: &str) -> sqlx::Result<Option<f64>> {
     leave_starting(
         pool,
         job,
@@ -145,23 +148,25 @@ async fn leave_starting(
     set: &'static str,
     (kind, detail): (JobEventKind, Value),
     tell: Option<JobStatus>,
-) -> sqlx::Result<bool> {
+) -> sqlx::Result<Option<f64>> {
     let mut tx = pool.begin().await?;
-    let r = sqlx::query(&format!(
-        "UPDATE jobs SET {set} WHERE id = $1 AND status = 'starting'"
+    // What the job has waited since its submission, read in the same statement (a launch must
+    // not cost another query for its metric).
+    let waited: Option<f64> = sqlx::query_scalar(&format!(
+        "UPDATE jobs SET {set} WHERE id = $1 AND status = 'starting' \
+         RETURNING extract(epoch FROM coalesce(started_at, clock_timestamp()) - created_at)::float8"
     ))
     .bind(job)
-    .execute(&mut *tx)
+    .fetch_optional(&mut *tx)
     .await?;
-    let moved = r.rows_affected() == 1;
-    if moved {
+    if waited.is_some() {
         events::job_event(&mut *tx, job, &actor(node), kind, detail).await?;
         if let Some(to) = tell {
             events::job_changed(&mut *tx, job, to).await?;
         }
     }
     tx.commit().await?;
-    Ok(moved)
+    Ok(waited)
 }
 
 /// How a run ended.

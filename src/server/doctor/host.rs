@@ -5,6 +5,7 @@ use super::{Check, DoctorOptions};
 use crate::server::db::embedded;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::PgPool;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
@@ -219,7 +220,7 @@ fn connect_options(opts: &DoctorOptions) -> Result<(PgConnectOptions, String), C
 async fn migrations(pool: &PgPool) -> Check {
     const NAME: &str = "migrations";
     let known = sqlx::migrate!("./migrations");
-    let want: Vec<(i64, Vec<u8>)> = known
+    let want: BTreeMap<i64, Vec<u8>> = known
         .iter()
         .filter(|m| m.migration_type.is_up_migration())
         .map(|m| (m.version, m.checksum.to_vec()))
@@ -255,11 +256,12 @@ async fn migrations(pool: &PgPool) -> Check {
             "restore the database from a backup; see the server log of that start",
         );
     }
-    let unknown: Vec<i64> = applied
-        .iter()
-        .filter(|(v, _, _)| !want.iter().any(|(w, _)| w == v))
-        .map(|(v, _, _)| *v)
-        .collect();
+    let applied: BTreeMap<i64, Vec<u8>> = applied.into_iter().map(|(v, s, _)| (v, s)).collect();
+    let Drift {
+        unknown,
+        changed,
+        pending,
+    } = drift(&want, &applied);
     if !unknown.is_empty() {
         return Check::fail(
             NAME,
@@ -267,11 +269,6 @@ async fn migrations(pool: &PgPool) -> Check {
             "this binary is older than the database: install the newer gpuq",
         );
     }
-    let changed: Vec<i64> = applied
-        .iter()
-        .filter(|(v, sum, _)| want.iter().any(|(w, s)| w == v && s != sum))
-        .map(|(v, _, _)| *v)
-        .collect();
     if !changed.is_empty() {
         return Check::fail(
             NAME,
@@ -279,11 +276,6 @@ async fn migrations(pool: &PgPool) -> Check {
             "install the gpuq build that made this database, or restore a backup",
         );
     }
-    let pending: Vec<i64> = want
-        .iter()
-        .filter(|(w, _)| !applied.iter().any(|(v, _, _)| v == w))
-        .map(|(w, _)| *w)
-        .collect();
     if pending.is_empty() {
         Check::pass(NAME, format!("all {} migrations applied", want.len()))
     } else {
@@ -296,6 +288,58 @@ async fn migrations(pool: &PgPool) -> Check {
             ),
             "`gpuq serve` applies them at its next start (an upgrade)",
         )
+    }
+}
+
+/// How the database's migrations (version → checksum) differ from this binary's.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Drift {
+    /// Applied, but this binary does not know them (it is older than the database).
+    unknown: Vec<i64>,
+    /// Applied with another checksum than this binary's.
+    changed: Vec<i64>,
+    /// This binary's, not applied yet.
+    pending: Vec<i64>,
+}
+
+fn drift(want: &BTreeMap<i64, Vec<u8>>, applied: &BTreeMap<i64, Vec<u8>>) -> Drift {
+    let mut d = Drift::default();
+    for (version, sum) in applied {
+        match want.get(version) {
+            None => d.unknown.push(*version),
+            Some(ours) if ours != sum => d.changed.push(*version),
+            Some(_) => {}
+        }
+    }
+    d.pending = want
+        .keys()
+        .filter(|v| !applied.contains_key(v))
+        .copied()
+        .collect();
+    d
+}
+
+#[cfg(test)]
+mod drift_tests {
+    use super::*;
+
+    #[test]
+    fn unknown_changed_and_pending_migrations_are_told_apart() {
+        let map = |items: &[(i64, u8)]| -> BTreeMap<i64, Vec<u8>> {
+            items.iter().map(|(v, s)| (*v, vec![*s])).collect()
+        };
+        let want = map(&[(1, 1), (2, 2), (3, 3)]);
+        assert_eq!(drift(&want, &want), Drift::default());
+        let d = drift(&want, &map(&[(1, 1), (2, 9), (7, 7)]));
+        assert_eq!(
+            d,
+            Drift {
+                unknown: vec![7],
+                changed: vec![2],
+                pending: vec![3],
+            }
+        );
+        assert_eq!(drift(&want, &BTreeMap::new()).pending, vec![1, 2, 3]);
     }
 }
 

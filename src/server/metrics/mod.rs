@@ -70,20 +70,10 @@ pub fn observe_admission_waits(waits: &[f64]) {
     }
 }
 
-/// Records the submit → running time of a job this process has just started (both times as
-/// Postgres recorded them). A failed read only loses the one observation.
-pub async fn record_container_start(pool: &sqlx::PgPool, job: uuid::Uuid) {
-    let secs: Result<Option<f64>, _> = sqlx::query_scalar(
-        "SELECT extract(epoch FROM started_at - created_at)::float8 FROM jobs WHERE id = $1",
-    )
-    .bind(job)
-    .fetch_one(pool)
-    .await;
-    match secs {
-        Ok(Some(s)) => CONTAINER_START.observe(s.max(0.0)),
-        Ok(None) => {}
-        Err(e) => tracing::warn!(%job, error = %e, "container start time not recorded"),
-    }
+/// Records the submit → running time (seconds, as Postgres recorded both) of a job this process
+/// has just started.
+pub fn observe_container_start(secs: f64) {
+    CONTAINER_START.observe(secs.max(0.0));
 }
 
 /// One process's metrics registry: the snapshot of Postgres figures, the timing histograms and the

@@ -122,9 +122,9 @@ impl Runner {
         )
         .await;
         match runs::set_running(&self.pool, job.id, &self.cfg.node).await {
-            Ok(moved) => {
-                if moved {
-                    crate::server::metrics::record_container_start(&self.pool, job.id).await;
+            Ok(waited) => {
+                if let Some(secs) = waited {
+                    crate::server::metrics::observe_container_start(secs);
                 }
                 Ok((container, deadline))
             }
