@@ -15,6 +15,7 @@ mod database;
 mod docker;
 mod doctor;
 mod edges;
+mod hints;
 mod isolation;
 mod logs_json;
 mod metrics;
