@@ -26,4 +26,5 @@ mod retention;
 mod roles;
 mod runner;
 mod spec_props;
+mod suggest;
 mod usage;

@@ -10,6 +10,7 @@ pub mod manifest;
 pub mod runs;
 pub mod settings;
 pub mod users;
+pub mod vram_stats;
 
 use anyhow::{Context, Result};
 use embedded::EmbeddedPg;
