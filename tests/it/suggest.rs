@@ -280,3 +280,49 @@ async fn suggestions_are_in_the_openapi_document(pool: PgPool) {
     assert!(doc["paths"]["/api/v1/manifest/suggestions/apply"]["post"].is_object());
     assert!(doc["components"]["schemas"]["ManifestSuggestions"].is_object());
 }
+
+#[sqlx::test(migrations = false)]
+async fn gpuq_manifest_suggest_prints_the_table(pool: PgPool) {
+    let l = setup(pool).await;
+    twenty_llm_runs(&l).await;
+    for peak in [3000, 3500, 4000] {
+        l.observed(raw(5000), "succeeded", l.rtx, peak, None).await;
+    }
+    let serve = crate::support::Serve::new(&l.app.pool, &[]);
+    let _server = serve.start("server.log").await;
+    let token = l.member.trim_start_matches("Bearer ").to_owned();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpuq"))
+        .args(["manifest", "suggest"])
+        .env("GPUQ_URL", serve.base())
+        .env("GPUQ_TOKEN", &token)
+        .env("GPUQ_CONFIG_DIR", serve.dir.path().join("config"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = |start: &str| {
+        text.lines()
+            .find(|l| l.starts_with(start))
+            .unwrap_or_else(|| panic!("no line starting {start:?}:\n{text}"))
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    assert!(text.contains("p95 + 10 %, rounded up to 256 MiB"), "{text}");
+    assert_eq!(
+        line("WORKLOAD"),
+        "WORKLOAD MODEL DECLARED N P50 P95 MAX SUGGESTED"
+    );
+    assert_eq!(
+        line("llm"),
+        format!("llm {RTX} 8000 20 10000 19000 30000 20992")
+    );
+    assert_eq!(
+        line(IMAGE),
+        format!("{IMAGE} {RTX} 5000 3 3500 4000 4000 4608")
+    );
+}
