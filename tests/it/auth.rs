@@ -567,6 +567,13 @@ async fn every_route_allows_exactly_the_roles_it_should(pool: PgPool) {
             ADMIN,
         ),
         ("GET", "/api/v1/manifest/history".into(), None, ALL),
+        ("GET", "/api/v1/manifest/suggestions".into(), None, ALL),
+        (
+            "POST",
+            "/api/v1/manifest/suggestions/apply".into(),
+            Some(json!({ "workload": "w", "gpu_model": "none" })),
+            ADMIN,
+        ),
         ("GET", "/api/v1/settings/launch-policy".into(), None, ALL),
         (
             "PUT",
