@@ -266,22 +266,6 @@ async fn an_applied_suggestion_is_an_audited_manifest_edit_and_members_cannot_ap
 }
 
 #[sqlx::test(migrations = false)]
-async fn suggestions_are_in_the_openapi_document(pool: PgPool) {
-    let app = TestApp::new(pool).await;
-    let doc = app
-        .send(
-            axum::http::Request::get("/api/v1/openapi.json")
-                .body(axum::body::Body::empty())
-                .unwrap(),
-        )
-        .await
-        .json();
-    assert!(doc["paths"]["/api/v1/manifest/suggestions"]["get"].is_object());
-    assert!(doc["paths"]["/api/v1/manifest/suggestions/apply"]["post"].is_object());
-    assert!(doc["components"]["schemas"]["ManifestSuggestions"].is_object());
-}
-
-#[sqlx::test(migrations = false)]
 async fn gpuq_manifest_suggest_prints_the_table(pool: PgPool) {
     let l = setup(pool).await;
     twenty_llm_runs(&l).await;
