@@ -4,7 +4,6 @@
 //! the runner and the sampler would have written).
 
 use crate::support::{TestApp, PASSWORD};
-use gpuq::model::Role;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 use uuid::Uuid;
