@@ -94,6 +94,8 @@ e2e() {
   E2E_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
   export GPUQ_E2E_URL="http://127.0.0.1:$E2E_PORT"
   export GPUQ_E2E_ADMIN_PASSWORD="e2e-admin-password"
+  # The server's database, for tests that record what a sampler would (learn.spec.ts).
+  export GPUQ_E2E_DATABASE_URL="${DATABASE_URL%/*}/$E2E_DB"
   mkdir -p target/e2e
   # From an empty folder outside the checkout and without --site-root: the server serves the
   # browser bundle it carries (end2end/tests/embedded.spec.ts checks that it was started so).

@@ -6,9 +6,11 @@ pub mod admin;
 pub mod context;
 pub mod jobs;
 pub mod session;
+pub mod suggest;
 pub mod usage;
 
 pub use admin::*;
 pub use jobs::*;
 pub use session::*;
+pub use suggest::*;
 pub use usage::*;

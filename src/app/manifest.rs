@@ -1,11 +1,17 @@
 //! `/manifest`: the grid of workload types × GPU models present (VRAM MiB per card). Admins edit
 //! it: add, change, rename, delete, each validated by the same rules as the REST API. Everyone
 //! sees the change history and whether the last change has been applied by an admission pass.
+//! Below the grid, the learning manifest: what finished jobs were observed to use per type and
+//! model beside the declared figure, and a suggested figure an admin applies with one click (an
+//! ordinary, audited edit).
 
 use super::gate::SignedIn;
 use super::live::use_live;
-use crate::api::{get_manifest_state, DeleteWorkload, RenameWorkload, SaveWorkload};
-use crate::model::{AppError, ManifestState, Role, UserView, WorkloadView};
+use crate::api::{
+    get_manifest_state, get_manifest_suggestions, ApplyManifestSuggestion, DeleteWorkload,
+    RenameWorkload, SaveWorkload,
+};
+use crate::model::{AppError, ManifestState, ManifestSuggestions, Role, UserView, WorkloadView};
 use leptos::prelude::*;
 use leptos_meta::Title;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -29,6 +35,7 @@ struct Edits {
     save: ServerAction<SaveWorkload>,
     rename: ServerAction<RenameWorkload>,
     delete: ServerAction<DeleteWorkload>,
+    apply: ServerAction<ApplyManifestSuggestion>,
     error: RwSignal<Option<AppError>>,
     // Arc signals: owned by the map, not by the grid that the next refetch disposes.
     drafts: StoredValue<HashMap<(String, String), ArcRwSignal<String>>>,
@@ -50,6 +57,7 @@ impl Edits {
             save: ServerAction::new(),
             rename: ServerAction::new(),
             delete: ServerAction::new(),
+            apply: ServerAction::new(),
             error: RwSignal::new(None),
             drafts: StoredValue::new(HashMap::new()),
             dirty: RwSignal::new(HashSet::new()),
@@ -78,6 +86,17 @@ impl Edits {
         Effect::new(move |_| {
             if let Some(r) = edits.delete.value().get() {
                 edits.error.set(r.err());
+            }
+        });
+        Effect::new(move |_| {
+            if let Some(r) = edits.apply.value().get() {
+                match r {
+                    Ok(w) => {
+                        edits.error.set(None);
+                        edits.clean(&w.name);
+                    }
+                    Err(e) => edits.error.set(Some(e)),
+                }
             }
         });
         edits
@@ -148,9 +167,20 @@ fn Manifest(me: UserView) -> impl IntoView {
                 edits.save.version().get(),
                 edits.rename.version().get(),
                 edits.delete.version().get(),
+                edits.apply.version().get(),
             )
         },
         |_| get_manifest_state(),
+    );
+    let learned = Resource::new(
+        move || {
+            (
+                live.get(),
+                edits.save.version().get(),
+                edits.apply.version().get(),
+            )
+        },
+        |_| get_manifest_suggestions(),
     );
     poll_until_applied(data, tick);
     view! {
@@ -169,7 +199,143 @@ fn Manifest(me: UserView) -> impl IntoView {
                 })}
             </Transition>
         </section>
+        <section class="card" id="manifest-learned">
+            <h2>"Observed peaks"</h2>
+            <p class="muted">
+                "What finished jobs really used per card (the larger of the sampler's peak and NVML accounting's), beside the declared figure. "
+                "Suggested: p95 plus 10 %, rounded up to 256 MiB, from at least 3 records."
+            </p>
+            <Transition fallback=|| view! { <p>"Loading…"</p> }>
+                {move || Suspend::new(async move {
+                    match learned.await {
+                        Ok(s) => view! { <Learned s admin edits /> }.into_any(),
+                        Err(e) => view! { <p class="error">{e.to_string()}</p> }.into_any(),
+                    }
+                })}
+            </Transition>
+        </section>
     }
+}
+
+/// A suggestion as shown: the figure, or why there is none.
+fn suggestion_text(suggested: Option<i64>, note: Option<&str>) -> String {
+    match (suggested, note) {
+        (Some(mib), _) => format!("{mib} MiB"),
+        (None, Some(why)) => why.to_owned(),
+        (None, None) => "-".to_owned(),
+    }
+}
+
+/// The learning manifest's tables: per workload type × model (with the apply button for admins
+/// where the suggestion differs from the declared figure), then raw-declared jobs per image.
+#[component]
+fn Learned(s: ManifestSuggestions, admin: bool, edits: Edits) -> impl IntoView {
+    if s.workloads.is_empty() && s.images.is_empty() {
+        return view! { <p class="muted">"No finished job has an observed peak yet."</p> }
+            .into_any();
+    }
+    let rows = s
+        .workloads
+        .into_iter()
+        .map(|w| {
+            let button = w
+                .suggested_mib
+                .filter(|mib| admin && w.declared_mib != Some(*mib))
+                .map(|mib| {
+                    let (workload, gpu_model) = (w.workload.clone(), w.gpu_model.clone());
+                    let click = move |_| {
+                        edits.apply.dispatch(ApplyManifestSuggestion {
+                            workload: workload.clone(),
+                            gpu_model: gpu_model.clone(),
+                        });
+                    };
+                    view! {
+                        <button type="button" class="small apply-suggestion" on:click=click>
+                            {format!("Use suggestion ({mib} MiB)")}
+                        </button>
+                    }
+                });
+            let declared = w
+                .declared_mib
+                .map_or_else(|| "-".to_owned(), |d| d.to_string());
+            view! {
+                <tr data-workload=w.workload.clone() data-model=w.gpu_model.clone()>
+                    <th scope="row">{w.workload.clone()}</th>
+                    <td>{w.gpu_model.clone()}</td>
+                    <td class="declared">{declared}</td>
+                    <td class="n">{w.stats.n}</td>
+                    <td>{w.stats.p50_mib}</td>
+                    <td>{w.stats.p95_mib}</td>
+                    <td>{w.stats.max_mib}</td>
+                    <td class="suggested">{suggestion_text(w.suggested_mib, w.note.as_deref())}</td>
+                    {admin.then(|| view! { <td class="actions">{button}</td> })}
+                </tr>
+            }
+        })
+        .collect_view();
+    let images = (!s.images.is_empty()).then(|| {
+        let rows = s
+            .images
+            .into_iter()
+            .map(|i| {
+                view! {
+                    <tr data-image=i.image.clone() data-model=i.gpu_model.clone()>
+                        <th scope="row">{i.image.clone()}</th>
+                        <td>{i.gpu_model.clone()}</td>
+                        <td>{i.declared_max_mib}</td>
+                        <td>{i.stats.n}</td>
+                        <td>{i.stats.p50_mib}</td>
+                        <td>{i.stats.p95_mib}</td>
+                        <td>{i.stats.max_mib}</td>
+                        <td>{suggestion_text(i.suggested_mib, i.note.as_deref())}</td>
+                    </tr>
+                }
+            })
+            .collect_view();
+        view! {
+            <h3>"Jobs without a workload type, per image"</h3>
+            <p class="muted">"A hint to create a workload type for the image."</p>
+            <div class="scroll">
+                <table id="manifest-learned-images" class="grid">
+                    <thead>
+                        <tr>
+                            <th scope="col">"Image"</th>
+                            <th scope="col">"GPU model"</th>
+                            <th scope="col">"Declared (largest)"</th>
+                            <th scope="col">"n"</th>
+                            <th scope="col">"p50"</th>
+                            <th scope="col">"p95"</th>
+                            <th scope="col">"max"</th>
+                            <th scope="col">"Suggested"</th>
+                        </tr>
+                    </thead>
+                    <tbody>{rows}</tbody>
+                </table>
+            </div>
+        }
+    });
+    view! {
+        <div class="scroll">
+            <table id="manifest-suggestions" class="grid">
+                <thead>
+                    <tr>
+                        <th scope="col">"Workload type"</th>
+                        <th scope="col">"GPU model"</th>
+                        <th scope="col">"Declared"</th>
+                        <th scope="col">"n"</th>
+                        <th scope="col">"p50"</th>
+                        <th scope="col">"p95"</th>
+                        <th scope="col">"max"</th>
+                        <th scope="col">"Suggested"</th>
+                        {admin.then(|| view! { <th scope="col">"Apply"</th> })}
+                    </tr>
+                </thead>
+                <tbody>{rows}</tbody>
+            </table>
+        </div>
+        {images}
+    }
+    .into_any()
 }
 
 #[cfg(feature = "hydrate")]

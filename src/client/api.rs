@@ -236,6 +236,12 @@ impl ApiClient {
         Ok(())
     }
 
+    /// `GET /api/v1/manifest/suggestions`.
+    pub async fn manifest_suggestions(&self) -> Result<Value> {
+        let req = self.request(Method::GET, "/api/v1/manifest/suggestions");
+        self.send(req, true).await
+    }
+
     /// `GET /api/v1/gpus`.
     pub async fn gpus(&self) -> Result<Value> {
         let req = self.request(Method::GET, "/api/v1/gpus");

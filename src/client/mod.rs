@@ -70,6 +70,32 @@ pub enum ClientCommand {
     Logs(LogsArgs),
     /// List GPUs and what they hold
     Gpus(GpusArgs),
+    /// The manifest (`gpuq manifest suggest`: what finished jobs used, and suggested needs)
+    Manifest(ManifestArgs),
+}
+
+/// Arguments of `gpuq manifest`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ManifestArgs {
+    /// What to do with the manifest
+    #[command(subcommand)]
+    pub command: ManifestCommand,
+}
+
+/// The `gpuq manifest` subcommands.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum ManifestCommand {
+    /// Observed VRAM peaks of finished jobs per workload type and GPU model (n, p50, p95, max)
+    /// beside the declared need, and the suggested need (p95 + 10 %, rounded up to 256 MiB)
+    Suggest(SuggestArgs),
+}
+
+/// Arguments of `gpuq manifest suggest`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SuggestArgs {
+    /// Print the server's JSON
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Arguments of `gpuq login`.
@@ -256,6 +282,16 @@ pub async fn run(cmd: ClientCommand, conn: ConnArgs) -> Result<()> {
                 pretty(&answer)?
             } else {
                 render::gpus_table(&typed::<GpuList>(answer)?)
+            }
+        }
+        ClientCommand::Manifest(ManifestArgs {
+            command: ManifestCommand::Suggest(args),
+        }) => {
+            let answer = api.manifest_suggestions().await?;
+            if args.json {
+                pretty(&answer)?
+            } else {
+                render::suggestions_table(&typed(answer)?)
             }
         }
     };

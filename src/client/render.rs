@@ -4,6 +4,7 @@
 use chrono::{DateTime, SecondsFormat, Utc};
 
 use super::model::{GpuList, GpuView, JobList, JobView};
+use crate::model::ManifestSuggestions;
 
 /// Width the jobs table is kept within (by truncating the WAIT column).
 pub const MAX_WIDTH: usize = 120;
@@ -209,6 +210,78 @@ pub fn gpus_table(list: &GpuList) -> String {
         "NODE", "IDX", "MODEL", "STATE", "TOTAL", "RESERVED", "EXTERNAL", "FREE", "JOBS",
     ];
     table(&headers, &rows, &[4, 5, 6, 7])
+}
+
+/// The `gpuq manifest suggest` tables: per workload type × model, then (when there are any)
+/// raw-declared jobs per image × model. Figures in MiB; `-` where there is none.
+pub fn suggestions_table(s: &ManifestSuggestions) -> String {
+    let opt = |v: Option<i64>| v.map_or_else(|| "-".to_owned(), |v| v.to_string());
+    let mut out = format!(
+        "suggested = p95 + {} %, rounded up to {} MiB, from at least {} finished (job, card) records\n\n",
+        s.margin_percent, s.round_mib, s.min_samples
+    );
+    if s.workloads.is_empty() {
+        out.push_str("no finished job of a workload type has an observed peak yet\n");
+    } else {
+        let rows: Vec<Vec<String>> = s
+            .workloads
+            .iter()
+            .map(|w| {
+                vec![
+                    w.workload.clone(),
+                    w.gpu_model.clone(),
+                    opt(w.declared_mib),
+                    w.stats.n.to_string(),
+                    w.stats.p50_mib.to_string(),
+                    w.stats.p95_mib.to_string(),
+                    w.stats.max_mib.to_string(),
+                    opt(w.suggested_mib),
+                ]
+            })
+            .collect();
+        let headers = [
+            "WORKLOAD",
+            "MODEL",
+            "DECLARED",
+            "N",
+            "P50",
+            "P95",
+            "MAX",
+            "SUGGESTED",
+        ];
+        out.push_str(&table(&headers, &rows, &[2, 3, 4, 5, 6, 7]));
+    }
+    if !s.images.is_empty() {
+        out.push_str("\njobs without a workload type, per image (a hint to create one):\n");
+        let rows: Vec<Vec<String>> = s
+            .images
+            .iter()
+            .map(|i| {
+                vec![
+                    i.image.clone(),
+                    i.gpu_model.clone(),
+                    i.declared_max_mib.to_string(),
+                    i.stats.n.to_string(),
+                    i.stats.p50_mib.to_string(),
+                    i.stats.p95_mib.to_string(),
+                    i.stats.max_mib.to_string(),
+                    opt(i.suggested_mib),
+                ]
+            })
+            .collect();
+        let headers = [
+            "IMAGE",
+            "MODEL",
+            "DECLARED",
+            "N",
+            "P50",
+            "P95",
+            "MAX",
+            "SUGGESTED",
+        ];
+        out.push_str(&table(&headers, &rows, &[2, 3, 4, 5, 6, 7]));
+    }
+    out
 }
 
 /// Quotes an argv element for display when it is not shell-safe.

@@ -9,6 +9,7 @@ mod job;
 mod policy;
 pub mod spec;
 mod status;
+mod suggest;
 mod usage;
 mod user;
 pub(crate) mod vocab;
@@ -26,6 +27,10 @@ pub use job::{
 };
 pub use policy::{glob_match, JobNetwork, LaunchPolicy, VolumeRule, VramEnforcement};
 pub use status::StatusView;
+pub use suggest::{
+    suggest, ImageSuggestion, ManifestSuggestions, PeakStats, WorkloadSuggestion,
+    SUGGESTION_MARGIN_PERCENT, SUGGESTION_MIN_SAMPLES, SUGGESTION_ROUND_MIB,
+};
 pub use usage::{
     CardPoint, CardSeries, UsageCharts, UsageReport, UsageTotal, UsageView, WaitBucket, WaitStats,
     CUSTOM_VRAM,

@@ -24,6 +24,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use fields::{parse_gpu_count, parse_name, parse_priority, parse_timeout, parse_vram};
 
 pub use command::{quote_argv, split_command, SplitError};
+pub use env::FRAMEWORK_HINT_KEYS;
 pub use volume::{Volume, FORBIDDEN_HOST};
 
 /// Largest per-card memory need a user may state, in MiB (1 TiB): far above

@@ -10,6 +10,8 @@ use serde::Deserialize;
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
 
+pub mod suggest;
+
 /// Largest per-model need accepted (4 TiB, far above any card).
 const MAX_MIB: i64 = 4 * 1024 * 1024;
 

@@ -413,6 +413,8 @@ async fn the_openapi_document_describes_every_route(pool: PgPool) {
         ("delete", "/api/v1/manifest/{workload}"),
         ("post", "/api/v1/manifest/{workload}/rename"),
         ("get", "/api/v1/manifest/history"),
+        ("get", "/api/v1/manifest/suggestions"),
+        ("post", "/api/v1/manifest/suggestions/apply"),
         ("get", "/api/v1/settings/launch-policy"),
         ("put", "/api/v1/settings/launch-policy"),
         ("get", "/api/v1/usage"),
@@ -439,6 +441,7 @@ async fn the_openapi_document_describes_every_route(pool: PgPool) {
         "GpuView",
         "ErrorBody",
         "ManifestView",
+        "ManifestSuggestions",
     ] {
         assert!(doc["components"]["schemas"][schema].is_object(), "{schema}");
     }
@@ -567,6 +570,13 @@ async fn every_route_allows_exactly_the_roles_it_should(pool: PgPool) {
             ADMIN,
         ),
         ("GET", "/api/v1/manifest/history".into(), None, ALL),
+        ("GET", "/api/v1/manifest/suggestions".into(), None, ALL),
+        (
+            "POST",
+            "/api/v1/manifest/suggestions/apply".into(),
+            Some(json!({ "workload": "w", "gpu_model": "none" })),
+            ADMIN,
+        ),
         ("GET", "/api/v1/settings/launch-policy".into(), None, ALL),
         (
             "PUT",

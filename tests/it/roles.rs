@@ -130,6 +130,12 @@ async fn every_server_function_allows_exactly_the_roles_it_should(pool: PgPool) 
             ADMIN,
         ),
         ("launch_policy", form(""), ALL),
+        ("manifest_suggestions", form(""), ALL),
+        (
+            "apply_manifest_suggestion",
+            form("workload=w&gpu_model=none"),
+            ADMIN,
+        ),
         (
             "save_launch_policy",
             Args::Json(json!({ "policy": policy })),

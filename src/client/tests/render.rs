@@ -4,7 +4,8 @@ use serde_json::json;
 use super::now;
 use crate::client::model::{GpuList, JobList, JobView};
 use crate::client::render::{
-    format_age, gpus_table, job_details, jobs_table, page_footer, table, truncate, MAX_WIDTH,
+    format_age, gpus_table, job_details, jobs_table, page_footer, suggestions_table, table,
+    truncate, MAX_WIDTH,
 };
 
 fn jobs_fixture() -> JobList {
@@ -251,4 +252,42 @@ fn show_says_when_someone_elses_details_were_left_out() {
     job.details_hidden = false;
     job.command = vec!["echo".into(), "a b".into()];
     assert!(job_details(&job, now()).contains("\nCommand:         echo 'a b'\n"));
+}
+
+#[test]
+fn suggestions_table_exact() {
+    let s: crate::model::ManifestSuggestions = serde_json::from_value(json!({
+        "margin_percent": 10, "round_mib": 256, "min_samples": 3,
+        "workloads": [
+            { "workload": "llm-7b", "gpu_model": "A100", "declared_mib": 20480,
+              "stats": { "n": 20, "p50_mib": 10000, "p95_mib": 19000, "max_mib": 30000 },
+              "suggested_mib": 20992, "note": null },
+            { "workload": "sd", "gpu_model": "H100", "declared_mib": null,
+              "stats": { "n": 2, "p50_mib": 900, "p95_mib": 1000, "max_mib": 1000 },
+              "suggested_mib": null, "note": "only 2" }
+        ],
+        "images": [
+            { "image": "me/train:1", "gpu_model": "A100", "declared_max_mib": 5000,
+              "stats": { "n": 3, "p50_mib": 3500, "p95_mib": 4000, "max_mib": 4000 },
+              "suggested_mib": 4608, "note": null }
+        ]
+    }))
+    .expect("parses");
+    let expected = "\
+suggested = p95 + 10 %, rounded up to 256 MiB, from at least 3 finished (job, card) records
+
+WORKLOAD  MODEL  DECLARED   N    P50    P95    MAX  SUGGESTED
+llm-7b    A100      20480  20  10000  19000  30000      20992
+sd        H100          -   2    900   1000   1000          -
+
+jobs without a workload type, per image (a hint to create one):
+IMAGE       MODEL  DECLARED  N   P50   P95   MAX  SUGGESTED
+me/train:1  A100       5000  3  3500  4000  4000       4608
+";
+    assert_eq!(suggestions_table(&s), expected);
+    let mut empty = s.clone();
+    empty.workloads.clear();
+    empty.images.clear();
+    assert!(suggestions_table(&empty)
+        .ends_with("no finished job of a workload type has an observed peak yet\n"));
 }

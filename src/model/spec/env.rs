@@ -11,6 +11,18 @@ const MAX_VALUE_BYTES: usize = 32 * 1024;
 
 const GPUS: &str = "gpuq sets the GPUs a job may see";
 const LOADER: &str = "it changes how programs load libraries, which could bypass GPU isolation";
+const HINTS: &str = "gpuq sets it to keep the framework within the job's VRAM commitment \
+                     (launch policy framework_memory_hints)";
+
+/// The framework memory hints gpuq sets itself when the launch policy's
+/// `framework_memory_hints` is on: JAX/XLA's preallocation and memory fraction, and
+/// TensorFlow's allow-growth. Jobs may never set them, whatever the policy says, so that an
+/// admin turning the hints on cannot be undone by a job.
+pub const FRAMEWORK_HINT_KEYS: &[&str] = &[
+    "XLA_PYTHON_CLIENT_PREALLOCATE",
+    "XLA_PYTHON_CLIENT_MEM_FRACTION",
+    "TF_FORCE_GPU_ALLOW_GROWTH",
+];
 
 /// Reserved names: (upper-case name or prefix, is a prefix, why). Matched
 /// case-insensitively so `nvidia_visible_devices` is refused too.
@@ -31,6 +43,9 @@ const RESERVED: &[(&str, bool, &str)] = &[
         true,
         "it configures the container engine, not the job",
     ),
+    ("XLA_PYTHON_CLIENT_PREALLOCATE", false, HINTS),
+    ("XLA_PYTHON_CLIENT_MEM_FRACTION", false, HINTS),
+    ("TF_FORCE_GPU_ALLOW_GROWTH", false, HINTS),
 ];
 
 fn reserved_reason(key: &str) -> Option<&'static str> {
@@ -135,6 +150,8 @@ mod tests {
             ("MY_NVIDIA_FLAG", "1"),
             ("DOCKER", "1"),
             ("CUDA_HOME", "/usr/local/cuda"),
+            ("XLA_FLAGS", "--xla_dump_to=/tmp"),
+            ("TF_CPP_MIN_LOG_LEVEL", "2"),
         ] {
             assert!(parse_env(one(k, v), 8).is_ok(), "{k}");
         }
@@ -157,6 +174,9 @@ mod tests {
             ("ld_library_path", "load libraries"),
             ("LD_AUDIT", "load libraries"),
             ("DOCKER_HOST", "container engine"),
+            ("XLA_PYTHON_CLIENT_MEM_FRACTION", "VRAM commitment"),
+            ("xla_python_client_preallocate", "VRAM commitment"),
+            ("TF_FORCE_GPU_ALLOW_GROWTH", "framework_memory_hints"),
         ] {
             let e = refused(key, "x");
             assert_eq!(e.field, format!("env.{key}"));

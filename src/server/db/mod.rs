@@ -11,6 +11,7 @@ pub mod runs;
 pub mod settings;
 pub mod users;
 pub mod vram;
+pub mod vram_stats;
 
 use anyhow::{Context, Result};
 use embedded::EmbeddedPg;

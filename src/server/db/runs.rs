@@ -72,12 +72,19 @@ pub struct LiveGrant {
     pub idx: i32,
     /// A simulated card (fenced through its device node).
     pub simulated: bool,
+    /// MiB committed to the job on this card.
+    pub vram_mib: i64,
+    /// The card's total memory, MiB.
+    pub total_mib: i64,
+    /// The job holds the card exclusively.
+    pub exclusive: bool,
 }
 
 /// The live cards of a job.
 pub async fn live_grants(db: impl PgExecutor<'_>, job: Uuid) -> sqlx::Result<Vec<LiveGrant>> {
     sqlx::query_as(
-        "SELECT r.gpu_uuid, g.idx, g.simulated FROM reservations r JOIN gpus g ON g.uuid = r.gpu_uuid \
+        "SELECT r.gpu_uuid, g.idx, g.simulated, r.vram_mib, g.total_mib, r.exclusive \
+         FROM reservations r JOIN gpus g ON g.uuid = r.gpu_uuid \
          WHERE r.job_id = $1 AND r.released_at IS NULL ORDER BY g.idx",
     )
     .bind(job)

@@ -401,6 +401,7 @@ pub(super) async fn smoke(opts: &DoctorOptions, cards: &Cards, docker: Option<&D
         image: image.clone(),
         argv,
         env: BTreeMap::new(),
+        framework_env: BTreeMap::new(),
         mounts: Vec::new(),
         gpus: vec![GrantedGpu {
             uuid: card.uuid.clone(),

@@ -13,6 +13,7 @@ mod json;
 mod live;
 pub mod metrics;
 pub mod openapi;
+mod suggest;
 mod usage;
 mod v1;
 
@@ -87,7 +88,8 @@ pub fn app(state: AppState, opts: HttpOptions) -> Router {
             v1::router()
                 .merge(jobs::router())
                 .merge(cluster::router())
-                .merge(usage::router()),
+                .merge(usage::router())
+                .merge(suggest::router()),
         )
         .merge(pages)
         .fallback(assets::fallback)

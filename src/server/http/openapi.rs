@@ -2,7 +2,7 @@
 //! types, served at `GET /api/v1/openapi.json`.
 
 use super::error::ErrorBody;
-use super::{cluster, health, jobs, live, usage, v1};
+use super::{cluster, health, jobs, live, suggest, usage, v1};
 use crate::model::spec::{RawCommand, RawJobSpec};
 use crate::model::{
     AssignedGpu, AuditEntry, AuditKind, CreatedToken, GpuHolder, GpuState, GpuView, JobAck,
@@ -30,6 +30,7 @@ use utoipa::{Modify, OpenApi};
         cluster::list_gpus, cluster::put_sim, cluster::patch_gpu,
         cluster::get_manifest, cluster::put_workload, cluster::delete_workload,
         cluster::rename_workload, cluster::manifest_history,
+        suggest::list, suggest::apply,
         cluster::get_policy, cluster::put_policy,
         usage::report, usage::samples_csv, usage::jobs_csv,
         live::events,
@@ -43,6 +44,8 @@ use utoipa::{Modify, OpenApi};
         WorkloadView, ManifestView, WorkloadPut, LaunchPolicy, VolumeRule, JobNetwork,
         crate::model::UsageReport, crate::model::CardSeries, crate::model::CardPoint,
         crate::model::WaitStats, crate::model::WaitBucket, crate::model::UsageTotal,
+        crate::model::ManifestSuggestions, crate::model::WorkloadSuggestion,
+        crate::model::ImageSuggestion, crate::model::PeakStats, suggest::ApplySuggestion,
     )),
     modifiers(&BearerAuth)
 )]

@@ -7,6 +7,7 @@ use crate::model::{gpu_id, JobEventKind, JobStatus};
 use crate::server::db::runs::{self, Ending, RunRow};
 use crate::server::db::{events, job_uids, settings};
 use crate::server::jobs::volumes;
+use crate::server::runtime::hints::{self, CardShare};
 use crate::server::runtime::simdev::sim_device_path;
 use crate::server::runtime::{verify, GrantedGpu, LaunchRequest, Mount, RunAs, RuntimeError};
 use chrono::{DateTime, Utc};
@@ -169,6 +170,17 @@ impl Runner {
             image: spec.image().to_owned(),
             argv: spec.command().to_vec(),
             env: spec.env().clone(),
+            framework_env: hints::framework_env(
+                policy.framework_memory_hints,
+                &grants
+                    .iter()
+                    .map(|g| CardShare {
+                        committed_mib: g.vram_mib,
+                        total_mib: g.total_mib,
+                        exclusive: g.exclusive,
+                    })
+                    .collect::<Vec<_>>(),
+            ),
             mounts,
             gpus: grants
                 .iter()

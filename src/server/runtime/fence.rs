@@ -16,6 +16,7 @@ use super::{
     ContainerFacts, LaunchMode, LaunchRequest, RuntimeError, JOB_NETWORK, LABEL_ATTEMPT,
     LABEL_JOB_ID, LABEL_MANAGED, LABEL_NODE,
 };
+use crate::model::spec::FRAMEWORK_HINT_KEYS;
 use crate::model::JobNetwork;
 
 /// Builds the create body for `req`. Everything that decides isolation is set
@@ -249,15 +250,23 @@ pub fn labels(req: &LaunchRequest) -> HashMap<String, String> {
     ])
 }
 
-/// User env first, then the fence's own keys, which win because the user may
-/// not name them at all.
+/// User env first, then the framework memory hints, then the fence's own keys; the user may
+/// name neither of the last two.
 fn build_env(req: &LaunchRequest) -> Result<Vec<String>, RuntimeError> {
-    let mut env = Vec::with_capacity(req.env.len() + 3);
+    let mut env = Vec::with_capacity(req.env.len() + req.framework_env.len() + 3);
     for (key, value) in &req.env {
         check_env_key(key)?;
         if value.contains('\0') {
             return Err(RuntimeError::FenceViolation(format!(
                 "env value of {key} contains NUL"
+            )));
+        }
+        env.push(format!("{key}={value}"));
+    }
+    for (key, value) in &req.framework_env {
+        if !FRAMEWORK_HINT_KEYS.contains(&key.as_str()) || value.contains('\0') {
+            return Err(RuntimeError::FenceViolation(format!(
+                "framework_env key {key} is not a framework memory hint"
             )));
         }
         env.push(format!("{key}={value}"));

@@ -7,6 +7,7 @@
 
 pub mod docker;
 pub mod fence;
+pub mod hints;
 pub mod simdev;
 
 use std::collections::BTreeMap;
@@ -72,6 +73,11 @@ pub struct LaunchRequest {
     pub argv: Vec<String>,
     /// User environment; fence-owned keys are refused.
     pub env: BTreeMap<String, String>,
+    /// The framework memory hints gpuq sets (`hints::framework_env`): only keys of
+    /// `FRAMEWORK_HINT_KEYS`, set after the user's keys. Empty when the policy is off or the
+    /// job has no cards.
+    #[serde(default)]
+    pub framework_env: BTreeMap<String, String>,
     /// Bind mounts.
     pub mounts: Vec<Mount>,
     /// The GPUs this attempt may see — and no others.

@@ -198,3 +198,29 @@ async fn a_member_cannot_raise_their_priority_or_pack_a_card_with_tiny_jobs(pool
     )
     .await;
 }
+
+#[sqlx::test(migrations = false)]
+async fn a_member_cannot_lift_the_framework_memory_cap(pool: PgPool) {
+    // With the hints on or off, the keys are gpuq's: a job naming one is refused at submit.
+    let (app, admin, member) = capped(pool.clone(), json!({})).await;
+    for hints in [true, false] {
+        app.set_policy(&admin, json!({ "framework_memory_hints": hints }))
+            .await;
+        for (key, value) in [
+            ("XLA_PYTHON_CLIENT_MEM_FRACTION", "1.0"),
+            ("XLA_PYTHON_CLIENT_PREALLOCATE", "true"),
+            ("tf_force_gpu_allow_growth", "false"),
+        ] {
+            let spec = json!({
+                "image": IMAGE, "command": ["true"], "min_vram_mb": 1000, "env": { key: value }
+            });
+            let r = app.submit(&member, spec).await;
+            assert_eq!(r.status, 400, "{key}: {}", r.text);
+            let body = r.json();
+            assert_eq!(body["field"], format!("env.{key}"), "{}", r.text);
+            let error = body["error"].as_str().unwrap();
+            assert!(error.contains(key) && error.contains("reserved"), "{error}");
+        }
+        assert_eq!(count(&pool, "SELECT count(*) FROM jobs").await, 0);
+    }
+}

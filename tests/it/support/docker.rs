@@ -30,6 +30,7 @@ pub fn request(argv: &[&str], gpus: Vec<GrantedGpu>) -> LaunchRequest {
         image: IMAGE.into(),
         argv: argv.iter().map(|s| s.to_string()).collect(),
         env: BTreeMap::new(),
+        framework_env: BTreeMap::new(),
         mounts: vec![],
         gpus,
         memory_limit_mib: 64,

@@ -151,6 +151,7 @@ async fn one_container(
         image: image.into(),
         argv: vec!["true".into()],
         env: BTreeMap::new(),
+        framework_env: BTreeMap::new(),
         mounts: Vec::new(),
         gpus: vec![GrantedGpu {
             uuid: format!("GPU-bench-floor-{}", i % FLOOR_CARDS),

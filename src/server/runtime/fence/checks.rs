@@ -4,6 +4,7 @@
 use std::collections::BTreeSet;
 use std::path::{Component, Path};
 
+use crate::model::spec::FRAMEWORK_HINT_KEYS;
 use crate::server::runtime::{LaunchRequest, Mount, RunAs, RuntimeError};
 
 /// Prefix every simulated device path must have, so a request can never map
@@ -11,7 +12,8 @@ use crate::server::runtime::{LaunchRequest, Mount, RunAs, RuntimeError};
 pub const SIM_DEVICE_PREFIX: &str = "/dev/gpuq-sim";
 
 /// Env keys (exact, upper-cased) the user may not set: they steer GPU
-/// visibility or the dynamic loader.
+/// visibility or the dynamic loader. The framework memory hints
+/// (`FRAMEWORK_HINT_KEYS`) are refused too.
 const REFUSED_ENV_EXACT: &[&str] = &[
     "CUDA_VISIBLE_DEVICES",
     "LD_PRELOAD",
@@ -81,6 +83,7 @@ pub(super) fn check_env_key(key: &str) -> Result<(), RuntimeError> {
     }
     let upper = key.to_ascii_uppercase();
     let refused = REFUSED_ENV_EXACT.contains(&upper.as_str())
+        || FRAMEWORK_HINT_KEYS.contains(&upper.as_str())
         || REFUSED_ENV_PREFIX.iter().any(|p| upper.starts_with(p));
     if refused {
         return Err(RuntimeError::FenceViolation(format!(

@@ -32,6 +32,7 @@ pub(super) fn req(gpus: Vec<GrantedGpu>) -> LaunchRequest {
         image: "img:1".into(),
         argv: vec!["python".into(), "train.py".into(), "--lr=0.1 ; rm".into()],
         env: BTreeMap::from([("FOO".into(), "bar".into())]),
+        framework_env: BTreeMap::new(),
         mounts: vec![],
         gpus,
         memory_limit_mib: 512,

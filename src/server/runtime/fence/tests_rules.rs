@@ -19,6 +19,8 @@ fn reserved_env_keys_are_refused_case_insensitively() {
         "ld_library_path",
         "LD_AUDIT",
         "DOCKER_HOST",
+        "XLA_PYTHON_CLIENT_MEM_FRACTION",
+        "tf_force_gpu_allow_growth",
     ] {
         let mut r = req(vec![]);
         r.env.insert(key.into(), "x".into());
@@ -33,6 +35,32 @@ fn reserved_env_keys_are_refused_case_insensitively() {
     let mut r = req(vec![]);
     r.env.insert("CUDA_HOME".into(), "/usr/local/cuda".into());
     assert!(container_config(&r, LaunchMode::Fenced).is_ok());
+}
+
+#[test]
+fn framework_hints_are_set_and_carry_nothing_else() {
+    let mut r = req(vec![]);
+    r.framework_env = crate::server::runtime::hints::framework_env(
+        true,
+        &[crate::server::runtime::hints::CardShare {
+            committed_mib: 8000,
+            total_mib: 24576,
+            exclusive: false,
+        }],
+    );
+    let env = container_config(&r, LaunchMode::Fenced)
+        .unwrap()
+        .env
+        .unwrap();
+    assert!(env.contains(&"XLA_PYTHON_CLIENT_MEM_FRACTION=0.32".to_string()));
+    assert!(env.contains(&"XLA_PYTHON_CLIENT_PREALLOCATE=false".to_string()));
+    assert!(env.contains(&"TF_FORCE_GPU_ALLOW_GROWTH=true".to_string()));
+    // The hints field cannot smuggle a fence key in.
+    let mut r = req(vec![]);
+    r.framework_env
+        .insert("NVIDIA_VISIBLE_DEVICES".into(), "all".into());
+    let msg = violation(container_config(&r, LaunchMode::Fenced));
+    assert!(msg.contains("NVIDIA_VISIBLE_DEVICES"), "{msg}");
 }
 
 fn mount(host: &str, container: &str, ro: bool) -> Mount {

@@ -1,0 +1,127 @@
+//! The learning manifest: per workload type × GPU model, the peaks finished jobs were observed to
+//! use, and a suggested need (p95 plus 10 %, rounded up to 256 MiB; see
+//! [`crate::model::suggest`]). Applying a suggestion is an ordinary, audited manifest edit.
+
+use super::{put, WorkloadPut};
+use crate::model::{
+    suggest, AppError, ImageSuggestion, ManifestSuggestions, PeakStats, WorkloadSuggestion,
+    WorkloadView, SUGGESTION_MARGIN_PERCENT, SUGGESTION_MIN_SAMPLES, SUGGESTION_ROUND_MIB,
+};
+use crate::server::auth::CurrentUser;
+use crate::server::db::{manifest, vram_stats};
+use crate::server::error::OrInternal;
+use crate::server::AppState;
+
+fn workload_entry(p: vram_stats::WorkloadPeaks) -> WorkloadSuggestion {
+    let stats = PeakStats {
+        n: p.n,
+        p50_mib: p.p50_mib,
+        p95_mib: p.p95_mib,
+        max_mib: p.max_mib,
+    };
+    let (suggested_mib, note) = split(suggest(&stats));
+    WorkloadSuggestion {
+        workload: p.workload,
+        gpu_model: p.gpu_model,
+        declared_mib: p.declared_mib,
+        stats,
+        suggested_mib,
+        note,
+    }
+}
+
+fn split(r: Result<i64, String>) -> (Option<i64>, Option<String>) {
+    match r {
+        Ok(mib) => (Some(mib), None),
+        Err(why) => (None, Some(why)),
+    }
+}
+
+/// The learning manifest: every workload type × model and every raw-declared image × model that
+/// a finished job with an observed peak ran on (anyone signed in may read it, like the manifest).
+pub async fn suggestions(state: &AppState) -> Result<ManifestSuggestions, AppError> {
+    let workloads = vram_stats::by_workload(&state.pool, None)
+        .await
+        .or_internal("reading observed peaks per workload type")?;
+    let images = vram_stats::by_image(&state.pool)
+        .await
+        .or_internal("reading observed peaks per image")?;
+    Ok(ManifestSuggestions {
+        margin_percent: SUGGESTION_MARGIN_PERCENT,
+        round_mib: SUGGESTION_ROUND_MIB,
+        min_samples: SUGGESTION_MIN_SAMPLES,
+        workloads: workloads.into_iter().map(workload_entry).collect(),
+        images: images
+            .into_iter()
+            .map(|p| {
+                let stats = PeakStats {
+                    n: p.n,
+                    p50_mib: p.p50_mib,
+                    p95_mib: p.p95_mib,
+                    max_mib: p.max_mib,
+                };
+                let (suggested_mib, note) = split(suggest(&stats));
+                ImageSuggestion {
+                    image: p.image,
+                    gpu_model: p.gpu_model,
+                    declared_max_mib: p.declared_max_mib,
+                    stats,
+                    suggested_mib,
+                    note,
+                }
+            })
+            .collect(),
+    })
+}
+
+/// Sets the workload type's need on this model to the suggestion computed now (admins; the
+/// caller checks the role). The workload's other models and its description are kept, and the
+/// edit goes through [`put`], so it is validated, audited (`manifest.put`) and wakes the
+/// schedulers like any edit.
+pub async fn apply(
+    state: &AppState,
+    user: &CurrentUser,
+    workload: &str,
+    gpu_model: &str,
+) -> Result<WorkloadView, AppError> {
+    let mut conn = state
+        .pool
+        .acquire()
+        .await
+        .or_internal("acquiring a connection")?;
+    let m = manifest::load(&mut conn)
+        .await
+        .or_internal("reading the manifest")?;
+    let Some(needs) = m.needs.get(workload) else {
+        return Err(AppError::NotFound(format!("no workload type `{workload}`")));
+    };
+    let peaks = vram_stats::by_workload(&mut *conn, Some((workload, gpu_model)))
+        .await
+        .or_internal("reading observed peaks")?;
+    drop(conn);
+    let Some(entry) = peaks.into_iter().next().map(workload_entry) else {
+        return Err(AppError::invalid(
+            "gpu_model",
+            format!(
+                "no finished job of workload type `{workload}` was observed on `{gpu_model}`, \
+                 so there is nothing to suggest"
+            ),
+        ));
+    };
+    let Some(mib) = entry.suggested_mib else {
+        return Err(AppError::invalid(
+            "gpu_model",
+            format!(
+                "no suggestion for `{workload}` on `{gpu_model}`: {}",
+                entry.note.unwrap_or_default()
+            ),
+        ));
+    };
+    let mut vram_mib = needs.clone();
+    vram_mib.insert(gpu_model.to_owned(), mib);
+    let body = WorkloadPut {
+        description: m.descriptions.get(workload).cloned().unwrap_or_default(),
+        vram_mib,
+    };
+    put(state, user, workload, &body).await
+}
