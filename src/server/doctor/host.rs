@@ -319,30 +319,6 @@ fn drift(want: &BTreeMap<i64, Vec<u8>>, applied: &BTreeMap<i64, Vec<u8>>) -> Dri
     d
 }
 
-#[cfg(test)]
-mod drift_tests {
-    use super::*;
-
-    #[test]
-    fn unknown_changed_and_pending_migrations_are_told_apart() {
-        let map = |items: &[(i64, u8)]| -> BTreeMap<i64, Vec<u8>> {
-            items.iter().map(|(v, s)| (*v, vec![*s])).collect()
-        };
-        let want = map(&[(1, 1), (2, 2), (3, 3)]);
-        assert_eq!(drift(&want, &want), Drift::default());
-        let d = drift(&want, &map(&[(1, 1), (2, 9), (7, 7)]));
-        assert_eq!(
-            d,
-            Drift {
-                unknown: vec![7],
-                changed: vec![2],
-                pending: vec![3],
-            }
-        );
-        assert_eq!(drift(&want, &BTreeMap::new()).pending, vec![1, 2, 3]);
-    }
-}
-
 async fn clock(pool: &PgPool) -> Check {
     const NAME: &str = "clock";
     let before = chrono::Utc::now();
@@ -388,5 +364,29 @@ pub(super) fn listen(opts: &DoctorOptions) -> Check {
             "if gpuq is not running, free the port or choose another with --listen",
         ),
         Err(e) => Check::fail(NAME, format!("cannot bind {at}: {e}"), "choose another --listen address (ports below 1024 need a capability)"),
+    }
+}
+
+#[cfg(test)]
+mod drift_tests {
+    use super::*;
+
+    #[test]
+    fn unknown_changed_and_pending_migrations_are_told_apart() {
+        let map = |items: &[(i64, u8)]| -> BTreeMap<i64, Vec<u8>> {
+            items.iter().map(|(v, s)| (*v, vec![*s])).collect()
+        };
+        let want = map(&[(1, 1), (2, 2), (3, 3)]);
+        assert_eq!(drift(&want, &want), Drift::default());
+        let d = drift(&want, &map(&[(1, 1), (2, 9), (7, 7)]));
+        assert_eq!(
+            d,
+            Drift {
+                unknown: vec![7],
+                changed: vec![2],
+                pending: vec![3],
+            }
+        );
+        assert_eq!(drift(&want, &BTreeMap::new()).pending, vec![1, 2, 3]);
     }
 }
