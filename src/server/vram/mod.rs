@@ -69,6 +69,9 @@ pub struct Round {
     pub warned: usize,
     /// Stops asked for.
     pub stopped: usize,
+    /// (job, card) readings above the commitment whose count has not reached the warning yet:
+    /// the next reading comes sooner, to confirm or clear them.
+    pub confirming: usize,
 }
 
 /// The sampler of one node, with what it remembers between rounds.
@@ -141,6 +144,10 @@ impl Sampler {
         let recorded = vram::record(&mut tx, &to_write)
             .await
             .context("recording VRAM readings")?;
+        round.confirming = recorded
+            .iter()
+            .filter(|r| police::confirming(&rules, r.over_samples))
+            .count();
         for r in &recorded {
             if !police::warn_now(&rules, r.over_samples) {
                 continue;
@@ -334,17 +341,59 @@ pub async fn run(
     cfg: VramConfig,
     mut stop: watch::Receiver<bool>,
 ) {
-    let mut timer = tokio::time::interval(cfg.every);
-    timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let every = cfg.every;
     let mut sampler = Sampler::new(pool, inventory, cfg);
     loop {
+        let next = match sampler.round().await {
+            Ok(round) => confirm_sooner(every, &round),
+            Err(e) => {
+                tracing::warn!(
+                    error = format!("{e:#}"),
+                    "VRAM sampling round failed; nothing was decided on it"
+                );
+                every
+            }
+        };
         tokio::select! {
             _ = stop.changed() => break,
-            _ = timer.tick() => {
-                if let Err(e) = sampler.round().await {
-                    tracing::warn!(error = format!("{e:#}"), "VRAM sampling round failed; nothing was decided on it");
-                }
-            }
+            _ = tokio::time::sleep(next) => {}
         }
+    }
+}
+
+/// The pause before the next round: a quarter of the period (at least 50 ms) while a reading above
+/// a commitment waits to be confirmed, so the warning comes within about one period of the
+/// overuse rather than `--vram-overuse-samples` periods; the period otherwise.
+pub fn confirm_sooner(every: Duration, round: &Round) -> Duration {
+    if round.confirming > 0 {
+        (every / 4).max(Duration::from_millis(50)).min(every)
+    } else {
+        every
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reading_above_the_commitment_is_confirmed_sooner() {
+        let every = Duration::from_millis(1000);
+        let quiet = Round::default();
+        assert_eq!(confirm_sooner(every, &quiet), every);
+        let over = Round {
+            confirming: 1,
+            ..Round::default()
+        };
+        assert_eq!(confirm_sooner(every, &over), Duration::from_millis(250));
+        // Never below 50 ms, never above the period.
+        assert_eq!(
+            confirm_sooner(Duration::from_millis(60), &over),
+            Duration::from_millis(50)
+        );
+        assert_eq!(
+            confirm_sooner(Duration::from_millis(20), &over),
+            Duration::from_millis(20)
+        );
     }
 }

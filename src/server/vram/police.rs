@@ -62,6 +62,14 @@ pub fn warn_now(rules: &Rules, over_samples: i32) -> bool {
     rules.enforcement != VramEnforcement::Off && over_samples == rules.overuse_samples.max(1)
 }
 
+/// Whether a (job, card) above its commitment for `over_samples` readings still waits for its
+/// warning (the sampler then reads again sooner).
+pub fn confirming(rules: &Rules, over_samples: i32) -> bool {
+    rules.enforcement != VramEnforcement::Off
+        && over_samples > 0
+        && over_samples < rules.overuse_samples.max(1)
+}
+
 /// A job chosen to be stopped, with the figures its reason quotes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Stop {
@@ -251,6 +259,11 @@ mod tests {
         assert!(warn_now(&r, 3));
         assert!(!warn_now(&r, 4));
         assert!(!warn_now(&rules(VramEnforcement::Off), 3));
+        // Readings above the commitment before the warning are being confirmed; not after it.
+        assert!(!confirming(&r, 0));
+        assert!(confirming(&r, 1) && confirming(&r, 2));
+        assert!(!confirming(&r, 3) && !confirming(&r, 4));
+        assert!(!confirming(&rules(VramEnforcement::Off), 1));
         let one = Rules {
             overuse_samples: 0,
             ..r
