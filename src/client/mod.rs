@@ -21,7 +21,7 @@ use serde_json::Value;
 
 use api::ApiClient;
 use credentials::Credentials;
-use model::{GpuList, JobList, JobStatusResponse, JobView, TokenResponse};
+use model::{GpuList, JobList, JobStatusResponse, JobView, NodeView, TokenResponse};
 
 /// Where the gpuq server is and how to authenticate to it.
 #[derive(Clone, clap::Args)]
@@ -70,6 +70,38 @@ pub enum ClientCommand {
     Logs(LogsArgs),
     /// List GPUs and what they hold
     Gpus(GpusArgs),
+    /// List the nodes: state (up, drained, lost), heartbeat age, version, cards, running jobs
+    Nodes(GpusArgs),
+    /// Drain, undrain or forget a node (admins)
+    Node(NodeArgs),
+}
+
+/// Arguments of `gpuq node`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct NodeArgs {
+    /// What to do to the node
+    #[command(subcommand)]
+    pub action: NodeAction,
+}
+
+/// What `gpuq node` does.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum NodeAction {
+    /// Take no new jobs on the node; its running jobs run out
+    Drain {
+        /// Node name
+        name: String,
+    },
+    /// Let the node take new jobs again
+    Undrain {
+        /// Node name
+        name: String,
+    },
+    /// Forget a lost node: its jobs end failed (node_lost) and their cards are released
+    Forget {
+        /// Node name
+        name: String,
+    },
 }
 
 /// Arguments of `gpuq login`.
@@ -258,6 +290,29 @@ pub async fn run(cmd: ClientCommand, conn: ConnArgs) -> Result<()> {
                 render::gpus_table(&typed::<GpuList>(answer)?)
             }
         }
+        ClientCommand::Nodes(args) => {
+            let answer = api.nodes().await?;
+            if args.json {
+                pretty(&answer)?
+            } else {
+                render::nodes_table(&typed::<Vec<NodeView>>(answer)?)
+            }
+        }
+        ClientCommand::Node(args) => match args.action {
+            NodeAction::Drain { name } => {
+                api.set_node_state(&name, "drained").await?;
+                format!("{name}: drained\n")
+            }
+            NodeAction::Undrain { name } => {
+                api.set_node_state(&name, "up").await?;
+                format!("{name}: up\n")
+            }
+            NodeAction::Forget { name } => {
+                let answer = api.forget_node(&name).await?;
+                let failed = answer["jobs_failed"].as_u64().unwrap_or(0);
+                format!("{name}: forgotten; {failed} job(s) ended failed (node_lost)\n")
+            }
+        },
     };
     if conn.raw {
         emit(&text)

@@ -18,6 +18,7 @@ mod edges;
 mod isolation;
 mod logs_json;
 mod metrics;
+mod nodes;
 mod notifier;
 mod nvml;
 mod planner_props;
