@@ -1,6 +1,7 @@
 //! Nodes: registration and heartbeats under an epoch lease, lost nodes (derived from database
 //! time) and drained nodes getting no new work, and an admin forgetting a lost node.
 
+use crate::support::server::{api_as_admin, get_with, post_job, Serve};
 use crate::support::{ledger_violations, TestApp};
 use gpuq::server::nodes::{self, Registered, Registration};
 use serde_json::{json, Value};
@@ -327,4 +328,112 @@ async fn forgetting_a_lost_node_fails_its_jobs_releases_their_cards_and_cannot_b
     assert_eq!(later["node"], "node-a");
     assert_eq!(cards.len(), 2);
     assert_eq!(ledger_violations(&app.pool).await, Vec::<String>::new());
+}
+
+/// Each card's (node, state) as a running `gpuq serve` shows them.
+async fn served_card_states(
+    client: &reqwest::Client,
+    base: &str,
+    bearer: &str,
+) -> Vec<(String, String)> {
+    let url = format!("{base}/api/v1/gpus");
+    let gpus: Value = get_with(client, &url, bearer).await.json().await.unwrap();
+    gpus["gpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| {
+            (
+                g["node"].as_str().unwrap().to_owned(),
+                g["state"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[sqlx::test(migrations = false)]
+async fn a_killed_node_is_withdrawn_within_its_lost_time_and_a_name_taken_over_fences_its_holder(
+    pool: PgPool,
+) {
+    let fast = ["--heartbeat-s", "1", "--node-lost-after-s", "3"];
+    let a = Serve::new(&pool, &[&["--node", "node-a"][..], &fast].concat());
+    let b = Serve::new(&pool, &[&["--node", "node-b"][..], &fast].concat());
+    let a_proc = a.start("a.log").await;
+    let _b_proc = b.start("b.log").await;
+    let (client, admin) = api_as_admin(b.port).await;
+    let nodes: Value = get_with(&client, &format!("{}/api/v1/nodes", b.base()), &admin)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let states: Vec<&str> = nodes
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["state"].as_str().unwrap())
+        .collect();
+    assert_eq!(states, ["up", "up"], "{nodes}");
+    a_proc.kill9();
+    let killed = std::time::Instant::now();
+    loop {
+        let cards = served_card_states(&client, &b.base(), &admin).await;
+        let a_cards: Vec<&str> = cards
+            .iter()
+            .filter(|c| c.0 == "node-a")
+            .map(|c| c.1.as_str())
+            .collect();
+        if a_cards.len() == 4 && a_cards.iter().all(|s| *s == "lost") {
+            break;
+        }
+        // Lost after 3 s without a heartbeat; the last one came at most 1 s before the kill.
+        assert!(
+            killed.elapsed() < std::time::Duration::from_secs(3 + 1 + 2),
+            "node-a's cards still offered {:?} after the kill: {cards:?}",
+            killed.elapsed()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    // New jobs go to node-b only; once its four cards are taken the fifth waits.
+    let mut jobs = Vec::new();
+    for i in 0..5 {
+        let spec = one_card_job(&format!("after-kill-{i}"));
+        jobs.push(post_job(&client, b.port, &admin, &spec).await);
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    let placed = loop {
+        let mut placed = Vec::new();
+        for id in &jobs {
+            let url = format!("{}/api/v1/jobs/{id}", b.base());
+            let job: Value = get_with(&client, &url, &admin).await.json().await.unwrap();
+            if job["status"] == "admitted" {
+                placed.push(job["node"].as_str().unwrap().to_owned());
+            }
+        }
+        if placed.len() >= 4 || std::time::Instant::now() > deadline {
+            break placed;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
+    assert_eq!(placed, ["node-b"; 4], "jobs placed after the kill");
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let url = format!("{}/api/v1/jobs/{}", b.base(), jobs[4]);
+    let fifth: Value = get_with(&client, &url, &admin).await.json().await.unwrap();
+    assert_eq!(fifth["status"], "queued", "{fifth}");
+    // A second process registers as node-b: the first one's next heartbeat is refused and it says
+    // it lost its lease (its runner, were it on, would claim nothing more).
+    let thief = Serve::new(&pool, &[&["--node", "node-b"][..], &fast].concat());
+    let _thief_proc = thief.start("thief.log").await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let log = b.dir.path().join("b.log");
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("lost its node's lease")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "node-b's first process did not notice the takeover: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
 }
