@@ -437,3 +437,56 @@ async fn a_killed_node_is_withdrawn_within_its_lost_time_and_a_name_taken_over_f
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
 }
+
+#[sqlx::test(migrations = false)]
+async fn a_runner_that_lost_its_lease_claims_nothing(pool: PgPool) {
+    use gpuq::server::runner::{DockerHealth, Runner, RunnerConfig};
+    use gpuq::server::runtime::{ensure_sim_devices, Docker, LaunchMode};
+    let app = TestApp::new(pool).await;
+    ensure_sim_devices(1).unwrap();
+    app.sim_cards(&format!("1x24576:{RTX}"), "node-l").await;
+    let registered = register(&app, "node-l").await;
+    let (_, member) = app.admin_and_member("alice").await;
+    let spec = json!({ "image": "gpuq-test/busybox:latest", "command": ["true"],
+                       "min_vram_mb": 1000 });
+    let job = app.submit_ok(&member, spec).await;
+    app.pass().await;
+    assert_eq!(app.job(&member, job).await["status"], "admitted");
+    // Another process takes the node: this one's heartbeat is refused and its lease lost.
+    register(&app, "node-l").await;
+    assert!(!nodes::beat(&app.pool, &registered).await);
+    let cfg = RunnerConfig {
+        node: "node-l".into(),
+        logs_dir: app.logs_dir.clone(),
+        log_max_bytes: 1 << 20,
+        stop_grace: std::time::Duration::from_secs(1),
+        mode: LaunchMode::Fenced,
+        job_uids: Default::default(),
+        never_mount: vec![app.logs_dir.clone()],
+    };
+    let docker = Docker::connect().await.expect("dockerd must be running");
+    let runner = Runner::leased(
+        app.pool.clone(),
+        docker,
+        cfg,
+        std::sync::Arc::new(DockerHealth::default()),
+        app.notifier.clone(),
+        registered.lease.clone(),
+    );
+    let (stop_tx, mut stop) = tokio::sync::watch::channel(false);
+    assert!(runner.start_up(&mut stop).await);
+    // The run loop claims at once (and on every note); give it time to.
+    let running = tokio::spawn(runner.run(app.notifier.subscribe(), stop));
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    let _ = stop_tx.send(true);
+    running.await.unwrap();
+    let v = app.job(&member, job).await;
+    assert_eq!(v["status"], "admitted", "a fenced-off runner claimed: {v}");
+    let attempts: i32 = app.scalar("SELECT attempt FROM jobs").await;
+    assert_eq!(attempts, 0);
+    // The same runner with its lease held launches it.
+    let node = crate::support::Node::start(&app, "node-l", LaunchMode::Fenced).await;
+    crate::support::wait_status(&app, &member, job, &["succeeded", "failed"], 60).await;
+    assert_eq!(app.job(&member, job).await["status"], "succeeded");
+    node.stop().await;
+}
