@@ -71,9 +71,17 @@ pub enum ClientCommand {
     /// List GPUs and what they hold
     Gpus(GpusArgs),
     /// List the nodes: state (up, drained, lost), heartbeat age, version, cards, running jobs
-    Nodes(GpusArgs),
+    Nodes(NodesArgs),
     /// Drain, undrain or forget a node (admins)
     Node(NodeArgs),
+}
+
+/// Arguments of `gpuq nodes`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct NodesArgs {
+    /// Print the server's JSON
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Arguments of `gpuq node`.
