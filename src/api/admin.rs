@@ -2,7 +2,8 @@
 //! service functions as the REST API.
 
 use crate::model::{
-    AppError, CreatedToken, LaunchPolicy, ManifestState, Role, TokenView, UserView, WorkloadView,
+    AppError, CreatedToken, LaunchPolicy, ManifestState, NodeView, Role, TokenView, UserView,
+    WorkloadView,
 };
 use leptos::prelude::*;
 use leptos::server_fn::codec::Json;
@@ -64,6 +65,34 @@ pub async fn set_gpu_state(uuid: String, state: String) -> Result<(), AppError> 
     let id = parse_gpu_id(&uuid)
         .ok_or_else(|| AppError::invalid("uuid", format!("`{uuid}` is not a card id (GPU-…)")))?;
     crate::server::gpu::views::set_state(&app, &user, id, &state).await
+}
+
+/// Every node with its state and heartbeat age (admins: the admin page's Nodes section).
+#[server(endpoint = "list_nodes")]
+pub async fn list_nodes() -> Result<Vec<NodeView>, AppError> {
+    use crate::api::context::server_fn_require;
+
+    let (state, _) = server_fn_require(Role::Admin).await?;
+    crate::server::nodes::list(&state.pool).await
+}
+
+/// Drains a node (`drained`: runs its jobs out, takes no new ones) or undrains it (`up`) (admins).
+#[server(endpoint = "set_node_state")]
+pub async fn set_node_state(name: String, state: String) -> Result<(), AppError> {
+    use crate::api::context::server_fn_require;
+
+    let (app, user) = server_fn_require(Role::Admin).await?;
+    crate::server::nodes::set_state(&app.pool, &user, &name, &state).await
+}
+
+/// Forgets a lost node: its jobs end `failed` (`node_lost`) and their cards are released
+/// (admins). Returns how many jobs ended.
+#[server(endpoint = "forget_node")]
+pub async fn forget_node(name: String) -> Result<usize, AppError> {
+    use crate::api::context::server_fn_require;
+
+    let (app, user) = server_fn_require(Role::Admin).await?;
+    crate::server::nodes::forget(&app.pool, &user, &name).await
 }
 
 /// Creates a user (admins).

@@ -1,14 +1,15 @@
-//! `/admin` (admins): cards (drain / undrain / offline), users (create, role, disable) and the
-//! launch policy. Every change goes through the same service functions as the REST API.
+//! `/admin` (admins): cards (drain / undrain / offline), nodes (drain / undrain / forget), users
+//! (create, role, disable) and the launch policy. Every change goes through the same service functions as the REST API.
 
 use super::alert::action_error;
 use super::gate::SignedIn;
 use super::live::use_live;
 use crate::api::{
-    dashboard, get_launch_policy, list_users, CreateUser, SaveLaunchPolicy, SetGpuState, UpdateUser,
+    dashboard, get_launch_policy, list_nodes, list_users, CreateUser, ForgetNode, SaveLaunchPolicy,
+    SetGpuState, SetNodeState, UpdateUser,
 };
 use crate::model::{
-    GpuState, JobNetwork, LaunchPolicy, Role, UserView, VolumeRule, VramEnforcement,
+    GpuState, JobNetwork, LaunchPolicy, NodeState, Role, UserView, VolumeRule, VramEnforcement,
 };
 use leptos::prelude::*;
 use leptos_meta::Title;
@@ -20,7 +21,7 @@ pub fn AdminPage() -> impl IntoView {
         <Title text="Admin · gpuq" />
         <SignedIn page=|me| {
             if me.role.at_least(Role::Admin) {
-                view! { <Cards /> <Users me /> <Policy /> }.into_any()
+                view! { <Cards /> <Nodes /> <Users me /> <Policy /> }.into_any()
             } else {
                 view! { <p class="card error" role="alert">"This page is for admins."</p> }.into_any()
             }
@@ -68,7 +69,77 @@ fn Cards() -> impl IntoView {
                                                     {(current == GpuState::Missing).then(|| view! {
                                                         <span class="muted">" missing: its node does not see it"</span>
                                                     })}
+                                                    {(current == GpuState::Lost).then(|| view! {
+                                                        <span class="muted">" lost: its node stopped heartbeating"</span>
+                                                    })}
                                                 </td>
+                                            </tr>
+                                        }
+                                    }).collect_view()}
+                                </tbody>
+                            </table>
+                        }.into_any(),
+                        Err(e) => view! { <p class="error">{e.to_string()}</p> }.into_any(),
+                    }
+                })}
+            </Transition>
+        </section>
+    }
+}
+
+/// The nodes sharing this database: state, heartbeat age, version, cards and running jobs, with
+/// drain / undrain and (for a lost node) forget.
+#[component]
+fn Nodes() -> impl IntoView {
+    let live = use_live();
+    let set = ServerAction::<SetNodeState>::new();
+    let forget = ServerAction::<ForgetNode>::new();
+    let data = Resource::new(
+        move || (live.get(), set.version().get(), forget.version().get()),
+        |_| list_nodes(),
+    );
+    view! {
+        <section class="card">
+            <h2>"Nodes"</h2>
+            <p class="muted">"A drained node runs its jobs out and takes no new ones. A lost node has stopped heartbeating: its jobs keep their cards and are not started elsewhere; forget it only if it is not coming back (its jobs then end failed, node_lost)."</p>
+            {move || action_error(set.value().get())}
+            {move || action_error(forget.value().get())}
+            <Transition fallback=|| view! { <p>"Loading…"</p> }>
+                {move || Suspend::new(async move {
+                    match data.await {
+                        Ok(list) if list.is_empty() => view! { <p class="muted">"No node has registered yet."</p> }.into_any(),
+                        Ok(list) => view! {
+                            <table id="node-states">
+                                <thead><tr>
+                                    <th scope="col">"Node"</th><th scope="col">"State"</th><th scope="col">"Heartbeat"</th>
+                                    <th scope="col">"Version"</th><th scope="col">"Cards"</th><th scope="col">"Running"</th><th scope="col">""</th>
+                                </tr></thead>
+                                <tbody>
+                                    {list.into_iter().map(|n| {
+                                        let name = n.name.clone();
+                                        let action = match n.state {
+                                            NodeState::Up => {
+                                                let name = name.clone();
+                                                view! { <button type="button" on:click=move |_| { set.dispatch(SetNodeState { name: name.clone(), state: "drained".into() }); }>"Drain"</button> }.into_any()
+                                            }
+                                            NodeState::Drained => {
+                                                let name = name.clone();
+                                                view! { <button type="button" on:click=move |_| { set.dispatch(SetNodeState { name: name.clone(), state: "up".into() }); }>"Undrain"</button> }.into_any()
+                                            }
+                                            NodeState::Lost => {
+                                                let name = name.clone();
+                                                view! { <button type="button" class="danger" on:click=move |_| { forget.dispatch(ForgetNode { name: name.clone() }); }>"Forget"</button> }.into_any()
+                                            }
+                                        };
+                                        view! {
+                                            <tr data-node=name.clone()>
+                                                <td>{n.name.clone()}<br /><code class="muted">{n.advertise_url.clone()}</code></td>
+                                                <td class=format!("node-{}", n.state)>{n.state.as_str()}</td>
+                                                <td>{format!("{} s ago", n.heartbeat_age_s)}</td>
+                                                <td>{n.version.clone()}</td>
+                                                <td>{n.cards}</td>
+                                                <td>{n.running_jobs}</td>
+                                                <td>{action}</td>
                                             </tr>
                                         }
                                     }).collect_view()}

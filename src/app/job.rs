@@ -106,6 +106,10 @@ fn Detail(d: JobDetail, cancel: ServerAction<CancelJob>) -> impl IntoView {
                 {j.status_reason.clone().map(|r| format!(" — {r}"))}
             </p>
             {waiting.map(|w| view! { <p id="wait-reason">{w}</p> })}
+            {j.node_lost.then(|| view! {
+                <p id="node-lost"><span class="badge badge-over">"node lost"</span>
+                    " its node stopped heartbeating: the job is not started elsewhere and keeps its cards until the node returns or an admin forgets it"</p>
+            })}
             {over.map(|o| view! { <p id="vram-over"><span class="badge badge-over">"over its VRAM"</span> " " {o}</p> })}
             {d.can_cancel.then(|| view! {
                 <button type="button" class="danger" on:click=move |_| { cancel.dispatch(CancelJob { id }); }>

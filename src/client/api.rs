@@ -248,6 +248,32 @@ impl ApiClient {
         self.send(req, true).await
     }
 
+    /// `GET /api/v1/nodes`.
+    pub async fn nodes(&self) -> Result<Value> {
+        let req = self.request(Method::GET, "/api/v1/nodes");
+        self.send(req, true).await
+    }
+
+    /// `PATCH /api/v1/nodes/{name}` with `{"state": state}` (`drained` or `up`).
+    pub async fn set_node_state(&self, name: &str, state: &str) -> Result<Value> {
+        let req = self
+            .request(
+                Method::PATCH,
+                &format!("/api/v1/nodes/{}", path_segment(name)),
+            )
+            .json(&json!({ "state": state }));
+        self.send(req, true).await
+    }
+
+    /// `DELETE /api/v1/nodes/{name}`: forgets a lost node.
+    pub async fn forget_node(&self, name: &str) -> Result<Value> {
+        let req = self.request(
+            Method::DELETE,
+            &format!("/api/v1/nodes/{}", path_segment(name)),
+        );
+        self.send(req, true).await
+    }
+
     /// Turns a full job ID, or a unique prefix of one (as shown by
     /// `gpuq jobs`), into the job's UUID. Prefixes are looked up among the
     /// jobs the server lists.
@@ -307,6 +333,18 @@ impl ApiClient {
         serde_json::from_str(&text)
             .with_context(|| format!("invalid JSON in the answer of {}", self.base))
     }
+}
+
+/// `text` percent-encoded for use as one path segment (a node name with `/` or `?` stays one).
+fn path_segment(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 /// An error and its sources, joined by `: `, without repeats.

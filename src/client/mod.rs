@@ -21,7 +21,7 @@ use serde_json::Value;
 
 use api::ApiClient;
 use credentials::Credentials;
-use model::{GpuList, JobList, JobStatusResponse, JobView, TokenResponse};
+use model::{GpuList, JobList, JobStatusResponse, JobView, NodeView, TokenResponse};
 
 /// Where the gpuq server is and how to authenticate to it.
 #[derive(Clone, clap::Args)]
@@ -72,6 +72,10 @@ pub enum ClientCommand {
     Gpus(GpusArgs),
     /// The manifest (`gpuq manifest suggest`: what finished jobs used, and suggested needs)
     Manifest(ManifestArgs),
+    /// List the nodes: state (up, drained, lost), heartbeat age, version, cards, running jobs
+    Nodes(NodesArgs),
+    /// Drain, undrain or forget a node (admins)
+    Node(NodeArgs),
 }
 
 /// Arguments of `gpuq manifest`.
@@ -96,6 +100,42 @@ pub struct SuggestArgs {
     /// Print the server's JSON
     #[arg(long)]
     pub json: bool,
+}
+
+/// Arguments of `gpuq nodes`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct NodesArgs {
+    /// Print the server's JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Arguments of `gpuq node`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct NodeArgs {
+    /// What to do to the node
+    #[command(subcommand)]
+    pub action: NodeAction,
+}
+
+/// What `gpuq node` does.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum NodeAction {
+    /// Take no new jobs on the node; its running jobs run out
+    Drain {
+        /// Node name
+        name: String,
+    },
+    /// Let the node take new jobs again
+    Undrain {
+        /// Node name
+        name: String,
+    },
+    /// Forget a lost node: its jobs end failed (node_lost) and their cards are released
+    Forget {
+        /// Node name
+        name: String,
+    },
 }
 
 /// Arguments of `gpuq login`.
@@ -294,6 +334,29 @@ pub async fn run(cmd: ClientCommand, conn: ConnArgs) -> Result<()> {
                 render::suggestions_table(&typed(answer)?)
             }
         }
+        ClientCommand::Nodes(args) => {
+            let answer = api.nodes().await?;
+            if args.json {
+                pretty(&answer)?
+            } else {
+                render::nodes_table(&typed::<Vec<NodeView>>(answer)?)
+            }
+        }
+        ClientCommand::Node(args) => match args.action {
+            NodeAction::Drain { name } => {
+                api.set_node_state(&name, "drained").await?;
+                format!("{name}: drained\n")
+            }
+            NodeAction::Undrain { name } => {
+                api.set_node_state(&name, "up").await?;
+                format!("{name}: up\n")
+            }
+            NodeAction::Forget { name } => {
+                let answer = api.forget_node(&name).await?;
+                let failed = answer["jobs_failed"].as_u64().unwrap_or(0);
+                format!("{name}: forgotten; {failed} job(s) ended failed (node_lost)\n")
+            }
+        },
     };
     if conn.raw {
         emit(&text)

@@ -68,6 +68,9 @@ pub struct JobView {
     /// Someone else's job: command, volumes and status details were left out.
     #[serde(default)]
     pub details_hidden: bool,
+    /// Its node is lost: it is not started elsewhere and keeps its cards.
+    #[serde(default)]
+    pub node_lost: bool,
 }
 
 /// A GPU assigned to a job.
@@ -148,6 +151,28 @@ pub struct GpuJob {
 pub struct GpuList {
     /// All known GPUs.
     pub gpus: Vec<GpuView>,
+}
+
+/// A node as `GET /api/v1/nodes` lists it.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct NodeView {
+    /// Name (`--node`).
+    pub name: String,
+    /// `up`, `drained` or `lost`.
+    pub state: String,
+    /// Seconds since its last heartbeat.
+    pub heartbeat_age_s: i64,
+    /// gpuq version it runs.
+    pub version: String,
+    /// Where it is reached.
+    pub advertise_url: String,
+    /// Whether it launches jobs.
+    pub runs_jobs: bool,
+    /// Its cards.
+    pub cards: i64,
+    /// Its starting or running jobs.
+    pub running_jobs: i64,
 }
 
 /// Answer to job submission and cancellation.

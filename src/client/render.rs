@@ -3,7 +3,7 @@
 
 use chrono::{DateTime, SecondsFormat, Utc};
 
-use super::model::{GpuList, GpuView, JobList, JobView};
+use super::model::{GpuList, GpuView, JobList, JobView, NodeView};
 use crate::model::ManifestSuggestions;
 
 /// Width the jobs table is kept within (by truncating the WAIT column).
@@ -284,6 +284,39 @@ pub fn suggestions_table(s: &ManifestSuggestions) -> String {
     out
 }
 
+/// The `gpuq nodes` table, by name.
+pub fn nodes_table(nodes: &[NodeView]) -> String {
+    if nodes.is_empty() {
+        return "no nodes\n".to_owned();
+    }
+    let rows: Vec<Vec<String>> = nodes
+        .iter()
+        .map(|n| {
+            vec![
+                n.name.clone(),
+                n.state.clone(),
+                format!("{} s", n.heartbeat_age_s),
+                n.version.clone(),
+                if n.runs_jobs { "yes" } else { "no" }.to_owned(),
+                n.cards.to_string(),
+                n.running_jobs.to_string(),
+                n.advertise_url.clone(),
+            ]
+        })
+        .collect();
+    let headers = [
+        "NODE",
+        "STATE",
+        "HEARTBEAT",
+        "VERSION",
+        "RUNNER",
+        "CARDS",
+        "RUNNING",
+        "URL",
+    ];
+    table(&headers, &rows, &[2, 5, 6])
+}
+
 /// Quotes an argv element for display when it is not shell-safe.
 fn shell_quote(arg: &str) -> String {
     let safe = !arg.is_empty()
@@ -314,6 +347,11 @@ pub fn job_details(job: &JobView, now: DateTime<Utc>) -> String {
     let status = match job.status_reason.as_deref().filter(|r| !r.is_empty()) {
         Some(r) => format!("{} ({r})", job.status),
         None => job.status.clone(),
+    };
+    let status = if job.node_lost {
+        format!("{status}; node lost: not started elsewhere, its cards stay held")
+    } else {
+        status
     };
     let command = if job.details_hidden {
         "(hidden: someone else's job)".to_owned()

@@ -101,6 +101,12 @@ vocabulary! {
         TokenUse = "token.use",
         /// A user revoked one of their API tokens.
         TokenRevoke = "token.revoke",
+        /// An admin drained a node: it runs its jobs out and takes no new ones.
+        NodeDrain = "node.drain",
+        /// An admin put a drained node back to taking work.
+        NodeUndrain = "node.undrain",
+        /// An admin forgot a lost node: its jobs ended `node_lost` and their cards were released.
+        NodeForget = "node.forget",
     }
 }
 

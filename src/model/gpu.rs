@@ -18,6 +18,8 @@ vocabulary! {
         Offline = "offline",
         /// Not seen by its node's inventory.
         Missing = "missing",
+        /// Its node stopped heartbeating (or was forgotten): shown only, never stored.
+        Lost = "lost",
     }
 }
 
@@ -90,7 +92,8 @@ pub struct GpuView {
     pub index: u32,
     /// Model name.
     pub model: String,
-    /// `online`, `draining`, `offline` (an admin's), or `missing` (the inventory no longer sees it).
+    /// `online`, `draining`, `offline` (an admin's), `missing` (the inventory no longer sees it),
+    /// or `lost` (its node stopped heartbeating).
     pub state: GpuState,
     /// Physical memory.
     pub total_mib: i64,

@@ -146,6 +146,10 @@ pub struct JobView {
     /// owner's, their managers' and admins' to read).
     #[serde(default)]
     pub details_hidden: bool,
+    /// The job holds cards on a node that is lost: it is not started anywhere else, keeps its
+    /// cards, and ends when the node comes back (or `node_lost` when an admin forgets the node).
+    #[serde(default)]
+    pub node_lost: bool,
 }
 
 /// One page of jobs.

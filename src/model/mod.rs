@@ -6,6 +6,7 @@ mod error;
 mod events;
 mod gpu;
 mod job;
+mod node;
 mod policy;
 pub mod spec;
 mod status;
@@ -25,6 +26,7 @@ pub use gpu::{
 pub use job::{
     queue_key, AssignedGpu, JobAck, JobPage, JobStatus, JobView, QueueKey, QUEUE_ORDER_SQL,
 };
+pub use node::{NodeState, NodeView, NODE_LOST_REASON};
 pub use policy::{glob_match, JobNetwork, LaunchPolicy, VolumeRule, VramEnforcement};
 pub use status::StatusView;
 pub use suggest::{

@@ -117,6 +117,17 @@ pub struct ServeArgs {
     /// scrape itself never queries the database.
     #[arg(long, env = "GPUQ_METRICS_REFRESH_MS", default_value_t = 5000)]
     pub metrics_refresh_ms: u64,
+    /// How often this node heartbeats in the database (seconds).
+    #[arg(long, env = "GPUQ_HEARTBEAT_S", default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub heartbeat_s: u64,
+    /// A node without a heartbeat for this long (seconds, database time) is lost: its cards take no
+    /// new work. Stored with the node, so every process judges it the same way.
+    #[arg(long, env = "GPUQ_NODE_LOST_AFTER_S", default_value_t = 15, value_parser = clap::value_parser!(u32).range(1..=86_400))]
+    pub node_lost_after_s: u32,
+    /// The URL other hosts and operators reach this node at (default: `http://` and `--listen`,
+    /// with this host's name in place of an unspecified address).
+    #[arg(long, env = "GPUQ_ADVERTISE_URL")]
+    pub advertise_url: Option<String>,
     /// The NVML library to load for `--gpu-source nvml` (or `auto`): a path, or a name the dynamic
     /// loader searches. Default: the system's `libnvidia-ml.so.1`.
     #[arg(long, env = "GPUQ_NVML_LIB")]
@@ -145,6 +156,19 @@ fn default_node() -> String {
 }
 
 impl ServeArgs {
+    /// `--advertise-url`, or one derived from `--listen`: an unspecified address (0.0.0.0, ::)
+    /// becomes this host's name.
+    pub fn advertise_url(&self) -> String {
+        if let Some(url) = &self.advertise_url {
+            return url.clone();
+        }
+        if self.listen.ip().is_unspecified() {
+            format!("http://{}:{}", default_node(), self.listen.port())
+        } else {
+            format!("http://{}", self.listen)
+        }
+    }
+
     /// The GPU source asked for, and a deprecation warning when it was asked for by an old name.
     pub fn gpu_source(&self) -> (&str, Option<&'static str>) {
         match &self.gpus_deprecated {

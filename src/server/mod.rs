@@ -30,6 +30,7 @@ pub mod http;
 pub mod jobs;
 pub mod manifest;
 pub mod metrics;
+pub mod nodes;
 pub mod notifier;
 pub mod periodic;
 pub mod runner;

@@ -127,6 +127,14 @@ async fn run(args: &ServeArgs, database: &Database) -> Result<()> {
     state.leptos_options.site_addr = args.listen;
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut tasks = JoinSet::new();
+    let node = register_node(&pool, args).await?;
+    let lease = node.lease.clone();
+    tasks.spawn(crate::server::nodes::heartbeat(
+        pool.clone(),
+        node,
+        Duration::from_secs(args.heartbeat_s),
+        stop_rx.clone(),
+    ));
     // Subscribe before the notifier runs, so nothing said at start-up is missed.
     let sched = scheduler::run(pool.clone(), pass, notifier.subscribe(), stop_rx.clone());
     if args.runner {
@@ -151,6 +159,7 @@ async fn run(args: &ServeArgs, database: &Database) -> Result<()> {
                 cfg: launch,
                 health: Arc::clone(&health),
                 notifier: notifier.clone(),
+                lease,
             },
             sched,
             stop_rx.clone(),
@@ -248,6 +257,23 @@ async fn run(args: &ServeArgs, database: &Database) -> Result<()> {
     served.context("serving HTTP")
 }
 
+/// Registers this process's node (a new epoch, held until a heartbeat is refused).
+async fn register_node(
+    pool: &sqlx::PgPool,
+    args: &ServeArgs,
+) -> Result<crate::server::nodes::Registered> {
+    let reg = crate::server::nodes::Registration {
+        name: args.node.clone(),
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        advertise_url: args.advertise_url(),
+        runs_jobs: args.runner,
+        lost_after_s: args.node_lost_after_s.min(i32::MAX as u32) as i32,
+    };
+    crate::server::nodes::register(pool, &reg)
+        .await
+        .map_err(|e| anyhow!("registering node `{}`: {e}", args.node))
+}
+
 /// Serves `/metrics` alone on `at` (`--metrics-listen`).
 async fn serve_metrics_apart(
     at: SocketAddr,
@@ -340,6 +366,7 @@ struct NodeParts {
     cfg: RunnerConfig,
     health: Arc<DockerHealth>,
     notifier: Notifier,
+    lease: crate::server::nodes::Lease,
 }
 
 /// This node's Docker side: connect (retrying while Docker is unreachable), re-adopt what Docker
@@ -355,6 +382,7 @@ async fn run_node(
         cfg,
         health,
         notifier,
+        lease,
     } = parts;
     // The runner's subscription starts now: what is announced during re-adoption still reaches it.
     let notes = notifier.subscribe();
@@ -378,7 +406,7 @@ async fn run_node(
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
         }
     };
-    let runner = Runner::new(pool, docker, cfg, health, notifier);
+    let runner = Runner::leased(pool, docker, cfg, health, notifier, lease);
     if !runner.start_up(&mut stop).await {
         return;
     }

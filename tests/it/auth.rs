@@ -408,6 +408,9 @@ async fn the_openapi_document_describes_every_route(pool: PgPool) {
         ("get", "/api/v1/gpus"),
         ("patch", "/api/v1/gpus/{uuid}"),
         ("put", "/api/v1/gpus/{uuid}/sim"),
+        ("get", "/api/v1/nodes"),
+        ("patch", "/api/v1/nodes/{name}"),
+        ("delete", "/api/v1/nodes/{name}"),
         ("get", "/api/v1/manifest"),
         ("put", "/api/v1/manifest/{workload}"),
         ("delete", "/api/v1/manifest/{workload}"),
@@ -543,6 +546,14 @@ async fn every_route_allows_exactly_the_roles_it_should(pool: PgPool) {
         ),
         ("POST", format!("/api/v1/jobs/{job}/resubmit"), None, OWNER),
         ("GET", "/api/v1/gpus".into(), None, ALL),
+        ("GET", "/api/v1/nodes".into(), None, ALL),
+        (
+            "PATCH",
+            "/api/v1/nodes/roles".into(),
+            Some(json!({ "state": "drained" })),
+            ADMIN,
+        ),
+        ("DELETE", "/api/v1/nodes/roles".into(), None, ADMIN),
         (
             "PATCH",
             format!("/api/v1/gpus/{card}"),
@@ -649,7 +660,8 @@ async fn every_route_allows_exactly_the_roles_it_should(pool: PgPool) {
             let concrete = path
                 .replace("{id}", &job.to_string())
                 .replace("{uuid}", &card)
-                .replace("{workload}", "w");
+                .replace("{workload}", "w")
+                .replace("{name}", "roles");
             let users_path = path.replace("{id}", &bob_id);
             let key = format!("{method} {concrete}");
             let alt = format!("{method} {users_path}");

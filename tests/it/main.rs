@@ -19,6 +19,7 @@ mod hints;
 mod isolation;
 mod logs_json;
 mod metrics;
+mod nodes;
 mod notifier;
 mod nvml;
 mod planner_props;

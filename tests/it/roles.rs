@@ -119,6 +119,9 @@ async fn every_server_function_allows_exactly_the_roles_it_should(pool: PgPool) 
             form(&format!("uuid={card}&state=online")),
             ADMIN,
         ),
+        ("list_nodes", form(""), ADMIN),
+        ("set_node_state", form("name=nope&state=drained"), ADMIN),
+        ("forget_node", form("name=nope"), ADMIN),
         (
             "create_user",
             form("username=x&role=member&password=short"),

@@ -2,10 +2,10 @@ use chrono::{Duration, TimeZone, Utc};
 use serde_json::json;
 
 use super::now;
-use crate::client::model::{GpuList, JobList, JobView};
+use crate::client::model::{GpuList, JobList, JobView, NodeView};
 use crate::client::render::{
-    format_age, gpus_table, job_details, jobs_table, page_footer, suggestions_table, table,
-    truncate, MAX_WIDTH,
+    format_age, gpus_table, job_details, jobs_table, nodes_table, page_footer, suggestions_table,
+    table, truncate, MAX_WIDTH,
 };
 
 fn jobs_fixture() -> JobList {
@@ -290,4 +290,63 @@ me/train:1  A100       5000  3  3500  4000  4000       4608
     empty.images.clear();
     assert!(suggestions_table(&empty)
         .ends_with("no finished job of a workload type has an observed peak yet\n"));
+}
+
+#[test]
+fn nodes_list_their_state_heartbeat_and_work() {
+    let nodes: Vec<NodeView> = serde_json::from_value(json!([
+        { "name": "gpu-a", "state": "up", "heartbeat_age_s": 1, "version": "0.1.0",
+          "advertise_url": "http://gpu-a:3000", "runs_jobs": true, "cards": 8, "running_jobs": 3 },
+        { "name": "gpu-b", "state": "lost", "heartbeat_age_s": 3600, "version": "0.1.0",
+          "advertise_url": "http://gpu-b:3000", "runs_jobs": false, "cards": 4, "running_jobs": 0 }
+    ]))
+    .expect("nodes parse");
+    let text = nodes_table(&nodes);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    assert!(lines[0].starts_with("NODE"), "{text}");
+    let a: Vec<&str> = lines[1].split_whitespace().collect();
+    assert_eq!(
+        a,
+        [
+            "gpu-a",
+            "up",
+            "1",
+            "s",
+            "0.1.0",
+            "yes",
+            "8",
+            "3",
+            "http://gpu-a:3000"
+        ]
+    );
+    let b: Vec<&str> = lines[2].split_whitespace().collect();
+    assert_eq!(
+        b,
+        [
+            "gpu-b",
+            "lost",
+            "3600",
+            "s",
+            "0.1.0",
+            "no",
+            "4",
+            "0",
+            "http://gpu-b:3000"
+        ]
+    );
+    assert_eq!(nodes_table(&[]), "no nodes\n");
+}
+
+#[test]
+fn show_says_when_a_jobs_node_is_lost() {
+    let mut job = queued("0badc0de-0000-4000-8000-000000000005", "stuck", 1, "");
+    job.status = "running".into();
+    assert!(!job_details(&job, now()).contains("node lost"));
+    job.node_lost = true;
+    let text = job_details(&job, now());
+    assert!(
+        text.contains("\nStatus:          running; node lost: not started elsewhere"),
+        "{text}"
+    );
 }

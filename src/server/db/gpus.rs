@@ -1,6 +1,7 @@
 //! Repository for cards: the inventory's upserts, the ledger columns, and what holds each card.
 
-use crate::model::GpuState;
+use super::nodes::NODE_STATE_SQL;
+use crate::model::{GpuState, NodeState};
 use chrono::{DateTime, Utc};
 use sqlx::{FromRow, PgExecutor, Postgres, Transaction};
 use uuid::Uuid;
@@ -34,33 +35,46 @@ pub struct GpuRow {
     pub exclusive_held: bool,
     /// Last refresh.
     pub updated_at: DateTime<Utc>,
+    /// Its node's state (`up` when the node has no row in `nodes`).
+    pub node_state: NodeState,
 }
 
 impl GpuRow {
-    /// The state as shown: `missing` while the inventory does not see the card, else the admin's.
+    /// The state as shown: `lost` while its node is lost, `missing` while the inventory does not
+    /// see the card, else the admin's.
     pub fn shown_state(&self) -> GpuState {
-        if self.present {
+        if self.node_state == NodeState::Lost {
+            GpuState::Lost
+        } else if self.present {
             self.state
         } else {
             GpuState::Missing
         }
     }
 
-    /// Whether new work may be placed on it: seen by its node and online.
+    /// Whether new work may be placed on it: seen by its node, online, and its node up (neither
+    /// lost nor drained).
     pub fn takes_work(&self) -> bool {
-        self.present && self.state == GpuState::Online
+        self.present && self.state == GpuState::Online && self.node_state == NodeState::Up
     }
 }
 
-const COLUMNS: &str = "g.uuid, g.node, g.idx, g.model, g.total_mib, g.reserved_mib, g.used_mib, \
-    g.external_mib, g.state, g.present, g.simulated, g.updated_at, \
-    EXISTS (SELECT 1 FROM reservations r WHERE r.gpu_uuid = g.uuid AND r.released_at IS NULL \
-            AND r.exclusive) AS exclusive_held";
+/// The columns of a [`GpuRow`] for the card aliased `g`.
+fn columns() -> String {
+    format!(
+        "g.uuid, g.node, g.idx, g.model, g.total_mib, g.reserved_mib, g.used_mib, \
+         g.external_mib, g.state, g.present, g.simulated, g.updated_at, \
+         EXISTS (SELECT 1 FROM reservations r WHERE r.gpu_uuid = g.uuid AND r.released_at IS NULL \
+                 AND r.exclusive) AS exclusive_held, \
+         coalesce((SELECT {NODE_STATE_SQL} FROM nodes n WHERE n.name = g.node), 'up') AS node_state"
+    )
+}
 
 /// Every card, by node and index.
 pub async fn list(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<GpuRow>> {
     sqlx::query_as(&format!(
-        "SELECT {COLUMNS} FROM gpus g ORDER BY g.node, g.idx"
+        "SELECT {} FROM gpus g ORDER BY g.node, g.idx",
+        columns()
     ))
     .fetch_all(db)
     .await
@@ -68,10 +82,13 @@ pub async fn list(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<GpuRow>> {
 
 /// One card.
 pub async fn get(db: impl PgExecutor<'_>, uuid: Uuid) -> sqlx::Result<Option<GpuRow>> {
-    sqlx::query_as(&format!("SELECT {COLUMNS} FROM gpus g WHERE g.uuid = $1"))
-        .bind(uuid)
-        .fetch_optional(db)
-        .await
+    sqlx::query_as(&format!(
+        "SELECT {} FROM gpus g WHERE g.uuid = $1",
+        columns()
+    ))
+    .bind(uuid)
+    .fetch_optional(db)
+    .await
 }
 
 /// A card as the inventory observed it.

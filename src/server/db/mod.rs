@@ -7,6 +7,7 @@ pub mod job_uids;
 pub mod jobs;
 pub mod logins;
 pub mod manifest;
+pub mod nodes;
 pub mod runs;
 pub mod settings;
 pub mod users;

@@ -205,16 +205,7 @@ pub async fn finish(pool: &PgPool, job: Uuid, node: &str, end: &Ending) -> sqlx:
     if r.rows_affected() == 0 {
         return Ok(false);
     }
-    sqlx::query(
-        "WITH rel AS (UPDATE reservations SET released_at = now() \
-                      WHERE job_id = $1 AND released_at IS NULL RETURNING gpu_uuid, vram_mib) \
-         UPDATE gpus g SET reserved_mib = g.reserved_mib - s.total \
-         FROM (SELECT gpu_uuid, sum(vram_mib) AS total FROM rel GROUP BY gpu_uuid) s \
-         WHERE g.uuid = s.gpu_uuid",
-    )
-    .bind(job)
-    .execute(&mut *tx)
-    .await?;
+    release_cards(&mut *tx, job).await?;
     let detail = json!({ "exit_code": end.exit_code, "reason": end.reason });
     let kind = JobEventKind::ending(end.status).unwrap_or(JobEventKind::Failed);
     events::job_event(&mut *tx, job, &actor(node), kind, detail).await?;
@@ -230,6 +221,23 @@ pub async fn finish(pool: &PgPool, job: Uuid, node: &str, end: &Ending) -> sqlx:
     events::job_changed(&mut *tx, job, end.status).await?;
     tx.commit().await?;
     Ok(true)
+}
+
+/// Releases a job's live reservations and takes their VRAM off its cards' `reserved_mib`, in the
+/// caller's transaction: the one path that gives cards back when a run ends (here, and when an admin
+/// forgets a lost node), so the ledger stays consistent.
+pub async fn release_cards(db: impl PgExecutor<'_>, job: Uuid) -> sqlx::Result<()> {
+    sqlx::query(
+        "WITH rel AS (UPDATE reservations SET released_at = now() \
+                      WHERE job_id = $1 AND released_at IS NULL RETURNING gpu_uuid, vram_mib) \
+         UPDATE gpus g SET reserved_mib = g.reserved_mib - s.total \
+         FROM (SELECT gpu_uuid, sum(vram_mib) AS total FROM rel GROUP BY gpu_uuid) s \
+         WHERE g.uuid = s.gpu_uuid",
+    )
+    .bind(job)
+    .execute(db)
+    .await?;
+    Ok(())
 }
 
 /// Jobs this node has claimed and not finished.

@@ -12,6 +12,7 @@ mod jobs;
 mod json;
 mod live;
 pub mod metrics;
+mod nodes;
 pub mod openapi;
 mod suggest;
 mod usage;
@@ -88,6 +89,7 @@ pub fn app(state: AppState, opts: HttpOptions) -> Router {
             v1::router()
                 .merge(jobs::router())
                 .merge(cluster::router())
+                .merge(nodes::router())
                 .merge(usage::router())
                 .merge(suggest::router()),
         )

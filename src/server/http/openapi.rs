@@ -2,7 +2,7 @@
 //! types, served at `GET /api/v1/openapi.json`.
 
 use super::error::ErrorBody;
-use super::{cluster, health, jobs, live, suggest, usage, v1};
+use super::{cluster, health, jobs, live, nodes, suggest, usage, v1};
 use crate::model::spec::{RawCommand, RawJobSpec};
 use crate::model::{
     AssignedGpu, AuditEntry, AuditKind, CreatedToken, GpuHolder, GpuState, GpuView, JobAck,
@@ -32,6 +32,7 @@ use utoipa::{Modify, OpenApi};
         cluster::rename_workload, cluster::manifest_history,
         suggest::list, suggest::apply,
         cluster::get_policy, cluster::put_policy,
+        nodes::list_nodes, nodes::patch_node, nodes::forget_node,
         usage::report, usage::samples_csv, usage::jobs_csv,
         live::events,
         openapi_json,
@@ -41,6 +42,7 @@ use utoipa::{Modify, OpenApi};
         cluster::WorkloadRename, ManifestState, AuditEntry,
         RawJobSpec, RawCommand, JobStatus, AssignedGpu, JobView, JobPage, JobAck, AuditKind, GpuState,
         GpuHolder, GpuView, SkippedGpuView, cluster::GpuList, cluster::SimPut, cluster::GpuPatch,
+        crate::model::NodeView, crate::model::NodeState, nodes::NodePatch, nodes::Forgotten,
         WorkloadView, ManifestView, WorkloadPut, LaunchPolicy, VolumeRule, JobNetwork,
         crate::model::UsageReport, crate::model::CardSeries, crate::model::CardPoint,
         crate::model::WaitStats, crate::model::WaitBucket, crate::model::UsageTotal,

@@ -124,6 +124,15 @@ async fn views(
     for g in grants {
         by_job.entry(g.job_id).or_default().push(g);
     }
+    let lost: std::collections::HashSet<String> = if rows.iter().any(|r| r.node.is_some()) {
+        crate::server::db::nodes::lost_names(&state.pool)
+            .await
+            .or_internal("reading lost nodes")?
+            .into_iter()
+            .collect()
+    } else {
+        Default::default()
+    };
     let waiting = if rows.iter().any(|r| r.status == "queued") {
         wait_info(state).await?
     } else {
@@ -133,7 +142,9 @@ async fn views(
         .map(|r| {
             let grants = by_job.remove(&r.id).unwrap_or_default();
             let wait = waiting.get(&r.id);
-            to_view(r, grants, wait, viewer)
+            let node_lost = matches!(r.status.as_str(), "admitted" | "starting" | "running")
+                && r.node.as_ref().is_some_and(|n| lost.contains(n));
+            to_view(r, grants, wait, viewer).map(|v| JobView { node_lost, ..v })
         })
         .collect()
 }
@@ -222,6 +233,7 @@ fn to_view(
         queue_position: wait.map(|w| w.0),
         wait_reason: wait.map(|w| w.1.clone()),
         details_hidden: false,
+        node_lost: false,
     };
     super::access::redact(&mut view, viewer, owner_id);
     Ok(view)

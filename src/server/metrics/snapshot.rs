@@ -55,6 +55,8 @@ pub struct Snapshot {
     pub taken_at: Option<f64>,
     /// Refreshes that failed since start.
     pub refresh_errors: u64,
+    /// Every registered node: its name, whether it is not lost, and its heartbeat's age (seconds).
+    pub nodes: Vec<(String, bool, i64)>,
 }
 
 impl Snapshot {
@@ -67,6 +69,7 @@ impl Snapshot {
             vram_stops: 0,
             taken_at: None,
             refresh_errors: 0,
+            nodes: Vec::new(),
         }
     }
 }
@@ -121,6 +124,15 @@ pub async fn read(pool: &PgPool, node: &str) -> Result<Snapshot> {
             (*s, n)
         })
         .collect();
+    let nodes = crate::server::db::nodes::list(pool)
+        .await
+        .context("reading nodes for metrics")?
+        .into_iter()
+        .map(|n| {
+            let up = n.shown_state != crate::model::NodeState::Lost;
+            (n.name, up, n.heartbeat_age_s)
+        })
+        .collect();
     Ok(Snapshot {
         node: node.to_owned(),
         cards,
@@ -128,6 +140,7 @@ pub async fn read(pool: &PgPool, node: &str) -> Result<Snapshot> {
         vram_stops,
         taken_at: Some(chrono::Utc::now().timestamp_millis() as f64 / 1000.0),
         refresh_errors: 0,
+        nodes,
     })
 }
 
@@ -210,7 +223,12 @@ const FAMILIES: &[Family] = &[
     },
     Family {
         name: "gpuq_node_up",
-        help: "1 for the node this process runs (other nodes' heartbeats are not tracked yet).",
+        help: "1 for every registered node that heartbeats (up or drained), 0 for a lost one; this process's own node is 1 before the first read.",
+        labels: &["node"],
+    },
+    Family {
+        name: "gpuq_node_heartbeat_age_seconds",
+        help: "Seconds since each registered node's last heartbeat, in database time.",
         labels: &["node"],
     },
     Family {
@@ -254,7 +272,7 @@ impl Collector for SnapshotCollector {
         let Ok(g) = gauges() else {
             return Vec::new();
         };
-        let [total, committed, used, foreign, jobs_used, over, stops, jobs, up, taken, errors] =
+        let [total, committed, used, foreign, jobs_used, over, stops, jobs, up, age, taken, errors] =
             &g[..]
         else {
             return Vec::new();
@@ -282,7 +300,15 @@ impl Collector for SnapshotCollector {
         for (status, n) in &s.jobs {
             jobs.with_label_values(&[status.as_str()]).set(*n as f64);
         }
+        // This process runs, whatever the last read said about its node.
         up.with_label_values(&[s.node.as_str()]).set(1.0);
+        for (name, is_up, age_s) in &s.nodes {
+            if name != &s.node {
+                up.with_label_values(&[name.as_str()])
+                    .set(if *is_up { 1.0 } else { 0.0 });
+            }
+            age.with_label_values(&[name.as_str()]).set(*age_s as f64);
+        }
         if let Some(t) = s.taken_at {
             taken.with_label_values::<&str>(&[]).set(t);
         }

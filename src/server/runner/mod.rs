@@ -13,6 +13,7 @@ mod supervise;
 use crate::model::{JobChange, JobStatus, LiveEvent};
 use crate::server::db::job_uids::JobUidRange;
 use crate::server::db::runs;
+use crate::server::nodes::Lease;
 use crate::server::notifier::{Note, Notifier, Subscription};
 use crate::server::runtime::{Docker, LaunchMode};
 use sqlx::PgPool;
@@ -85,16 +86,31 @@ pub struct Runner {
     launching: Arc<Semaphore>,
     /// Rung when a launch gives its slot back, so waiting admitted jobs are claimed at once.
     slot_freed: Notify,
+    /// This node's lease: once lost, nothing new is claimed.
+    lease: Lease,
 }
 
 impl Runner {
-    /// A runner on this pool and Docker.
+    /// A runner on this pool and Docker that always holds its lease (benchmarks, tests).
     pub fn new(
         pool: PgPool,
         docker: Docker,
         cfg: RunnerConfig,
         health: Arc<DockerHealth>,
         notifier: Notifier,
+    ) -> Arc<Self> {
+        Self::leased(pool, docker, cfg, health, notifier, Lease::held())
+    }
+
+    /// A runner that claims new jobs only while `lease` is held (`gpuq serve`: the heartbeat loses
+    /// it when another epoch holds the node).
+    pub fn leased(
+        pool: PgPool,
+        docker: Docker,
+        cfg: RunnerConfig,
+        health: Arc<DockerHealth>,
+        notifier: Notifier,
+        lease: Lease,
     ) -> Arc<Self> {
         Arc::new(Runner {
             pool,
@@ -105,6 +121,7 @@ impl Runner {
             cancels: Mutex::new(HashMap::new()),
             launching: Arc::new(Semaphore::new(MAX_LAUNCHING)),
             slot_freed: Notify::new(),
+            lease,
         })
     }
 
@@ -180,6 +197,10 @@ impl Runner {
     }
 
     async fn claim(self: &Arc<Self>) {
+        if !self.lease.is_held() {
+            // The heartbeat has logged why; another process (or an admin) now decides this node.
+            return;
+        }
         if let Err(e) = self.docker.ping().await {
             if self.health.problem().is_none() {
                 tracing::warn!(error = %e, "Docker unreachable: this node starts nothing until it returns");
