@@ -227,29 +227,16 @@ pub fn suggestions_table(s: &ManifestSuggestions) -> String {
             .workloads
             .iter()
             .map(|w| {
-                vec![
-                    w.workload.clone(),
-                    w.gpu_model.clone(),
+                stats_row(
+                    &w.workload,
+                    &w.gpu_model,
                     opt(w.declared_mib),
-                    w.stats.n.to_string(),
-                    w.stats.p50_mib.to_string(),
-                    w.stats.p95_mib.to_string(),
-                    w.stats.max_mib.to_string(),
+                    &w.stats,
                     opt(w.suggested_mib),
-                ]
+                )
             })
             .collect();
-        let headers = [
-            "WORKLOAD",
-            "MODEL",
-            "DECLARED",
-            "N",
-            "P50",
-            "P95",
-            "MAX",
-            "SUGGESTED",
-        ];
-        out.push_str(&table(&headers, &rows, &[2, 3, 4, 5, 6, 7]));
+        out.push_str(&stats_table("WORKLOAD", &rows));
     }
     if !s.images.is_empty() {
         out.push_str("\njobs without a workload type, per image (a hint to create one):\n");
@@ -257,31 +244,54 @@ pub fn suggestions_table(s: &ManifestSuggestions) -> String {
             .images
             .iter()
             .map(|i| {
-                vec![
-                    i.image.clone(),
-                    i.gpu_model.clone(),
+                stats_row(
+                    &i.image,
+                    &i.gpu_model,
                     i.declared_max_mib.to_string(),
-                    i.stats.n.to_string(),
-                    i.stats.p50_mib.to_string(),
-                    i.stats.p95_mib.to_string(),
-                    i.stats.max_mib.to_string(),
+                    &i.stats,
                     opt(i.suggested_mib),
-                ]
+                )
             })
             .collect();
-        let headers = [
-            "IMAGE",
-            "MODEL",
-            "DECLARED",
-            "N",
-            "P50",
-            "P95",
-            "MAX",
-            "SUGGESTED",
-        ];
-        out.push_str(&table(&headers, &rows, &[2, 3, 4, 5, 6, 7]));
+        out.push_str(&stats_table("IMAGE", &rows));
     }
     out
+}
+
+/// One row of a suggestions table: what it is about, the model, the declared figure, the observed
+/// figures and the suggestion (`-` where there is none).
+fn stats_row(
+    about: &str,
+    model: &str,
+    declared: String,
+    stats: &crate::model::PeakStats,
+    suggested: String,
+) -> Vec<String> {
+    vec![
+        about.to_owned(),
+        model.to_owned(),
+        declared,
+        stats.n.to_string(),
+        stats.p50_mib.to_string(),
+        stats.p95_mib.to_string(),
+        stats.max_mib.to_string(),
+        suggested,
+    ]
+}
+
+/// A suggestions table whose first column is `about` (WORKLOAD or IMAGE), numbers right-aligned.
+fn stats_table(about: &str, rows: &[Vec<String>]) -> String {
+    let headers = [
+        about,
+        "MODEL",
+        "DECLARED",
+        "N",
+        "P50",
+        "P95",
+        "MAX",
+        "SUGGESTED",
+    ];
+    table(&headers, rows, &[2, 3, 4, 5, 6, 7])
 }
 
 /// The `gpuq nodes` table, by name.
