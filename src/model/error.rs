@@ -60,6 +60,10 @@ pub enum AppError {
     /// A cross-site request was refused.
     #[error("cross-site request refused")]
     CrossSite,
+    /// What is asked for lives on another node that cannot hand it over now (it is lost,
+    /// unreachable, or the nodes share no secret); the message says which and why.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
     /// Something failed on the server; the details are in its log.
     #[error("internal error; see the server log")]
     Internal,
@@ -113,7 +117,7 @@ impl AppError {
             AppError::Unauthorized | AppError::BadCredentials => 401,
             AppError::Forbidden(_) | AppError::CrossSite => 403,
             AppError::Throttled { .. } | AppError::OverCap { .. } => 429,
-            AppError::Busy { .. } => 503,
+            AppError::Busy { .. } | AppError::Unavailable(_) => 503,
             AppError::Invalid { .. } => 400,
             AppError::NotFound(_) => 404,
             AppError::Conflict(_) => 409,

@@ -128,6 +128,16 @@ pub struct ServeArgs {
     /// with this host's name in place of an unspecified address).
     #[arg(long, env = "GPUQ_ADVERTISE_URL")]
     pub advertise_url: Option<String>,
+    /// Serve the web UI and the REST API. `false` makes an agent: a GPU host behind one UI host
+    /// that runs jobs, its inventory and heartbeat, and answers only probes, `/metrics` and what
+    /// other nodes ask of it (`/internal/v1/…`).
+    #[arg(long, env = "GPUQ_UI", default_value_t = true, action = clap::ArgAction::Set)]
+    pub ui: bool,
+    /// The secret every node of one gpuq shares (at least 32 bytes; the same on each node), with
+    /// which a node reads a job's log from the node that ran it. Without it each node reads only
+    /// its own jobs' logs.
+    #[arg(long, env = "GPUQ_CLUSTER_SECRET", hide_env_values = true)]
+    pub cluster_secret: Option<String>,
     /// The NVML library to load for `--gpu-source nvml` (or `auto`): a path, or a name the dynamic
     /// loader searches. Default: the system's `libnvidia-ml.so.1`.
     #[arg(long, env = "GPUQ_NVML_LIB")]

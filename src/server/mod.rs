@@ -10,7 +10,7 @@
 //!
 //! - **model** (`crate::model`): wire types and vocabularies; imports nothing of the crate.
 //! - **domain** (every module here except those below): `db`, `admission`, `runner`, `runtime`,
-//!   `gpu`, `jobs`, `usage`, `auth`, `admin`, `manifest`, `metrics`, `doctor`, `notifier`, `error`, `bench`. They
+//!   `gpu`, `jobs`, `usage`, `auth`, `admin`, `manifest`, `metrics`, `doctor`, `notifier`, `peers`, `error`, `bench`. They
 //!   return [`crate::model::AppError`] and never see HTTP.
 //! - **edges**: `http` (REST, SSE, pages), `crate::api` (server functions), `crate::app` (pages),
 //!   `crate::client` (the CLI). Only `http` itself and the top import `http`.
@@ -32,6 +32,7 @@ pub mod manifest;
 pub mod metrics;
 pub mod nodes;
 pub mod notifier;
+pub mod peers;
 pub mod periodic;
 pub mod runner;
 pub mod runtime;

@@ -18,24 +18,46 @@ pub use crate::server::db::nodes::Registration;
 /// Whether this process still holds its node's lease. Shared by the heartbeat (which loses it when
 /// the database says another epoch now holds the node) and the runner (which claims nothing new
 /// without it). Cloning shares the flag.
+/// The epoch, when there is one, also fences the runner's claims in the database itself: a claim
+/// under an epoch the node no longer holds changes nothing, even in the moment between a frozen
+/// process waking and its heartbeat being refused.
 #[derive(Debug, Clone)]
-pub struct Lease(Arc<AtomicBool>);
+pub struct Lease {
+    held: Arc<AtomicBool>,
+    epoch: Option<i64>,
+}
 
 impl Lease {
-    /// A lease that is held (a process that has just registered, or a runner without heartbeats,
-    /// as in the benchmarks and tests).
+    /// A lease that is held with no epoch behind it (a runner without heartbeats, as in the
+    /// benchmarks and tests).
     pub fn held() -> Self {
-        Lease(Arc::new(AtomicBool::new(true)))
+        Lease {
+            held: Arc::new(AtomicBool::new(true)),
+            epoch: None,
+        }
+    }
+
+    /// The lease of a process that has just registered under `epoch`.
+    pub fn of_epoch(epoch: i64) -> Self {
+        Lease {
+            epoch: Some(epoch),
+            ..Lease::held()
+        }
+    }
+
+    /// The epoch the lease was taken under, if any.
+    pub fn epoch(&self) -> Option<i64> {
+        self.epoch
     }
 
     /// Whether the lease is still held.
     pub fn is_held(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
+        self.held.load(Ordering::SeqCst)
     }
 
     /// Marks the lease lost, for good: only a restart (a new registration) takes a new one.
     pub fn lose(&self) {
-        self.0.store(false, Ordering::SeqCst);
+        self.held.store(false, Ordering::SeqCst);
     }
 }
 
@@ -59,7 +81,7 @@ pub async fn register(pool: &PgPool, reg: &Registration) -> Result<Registered, A
     Ok(Registered {
         name: reg.name.clone(),
         epoch,
-        lease: Lease::held(),
+        lease: Lease::of_epoch(epoch),
     })
 }
 

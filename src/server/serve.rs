@@ -8,9 +8,10 @@ use crate::server::db::job_uids::JobUidRange;
 use crate::server::db::{self, session_store, Database, DbOptions};
 use crate::server::gpu::{self, GpuInventory, GpuMode};
 use crate::server::http::metrics::router as metrics_router;
-use crate::server::http::{app, HttpOptions};
+use crate::server::http::{agent, app, HttpOptions};
 use crate::server::metrics::Metrics;
 use crate::server::notifier::Notifier;
+use crate::server::peers::{ClusterSecret, Peers};
 use crate::server::runner::{DockerHealth, Runner, RunnerConfig};
 use crate::server::runtime::{ensure_sim_devices, Docker, LaunchMode};
 use crate::server::AppState;
@@ -40,8 +41,14 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
             "--metrics-token (GPUQ_METRICS_TOKEN) is empty: give a token, or unset it to leave /metrics open"
         ));
     }
+    let secret = args
+        .cluster_secret
+        .as_deref()
+        .map(ClusterSecret::new)
+        .transpose()
+        .map_err(|e| anyhow!("--cluster-secret (GPUQ_CLUSTER_SECRET) {e}"))?;
     let database = db::open(&db_options(&args.db)).await?;
-    let result = run(&args, &database).await;
+    let result = run(&args, &database, secret).await;
     database.close().await?;
     result
 }
@@ -68,9 +75,14 @@ where
     result
 }
 
-async fn run(args: &ServeArgs, database: &Database) -> Result<()> {
+async fn run(args: &ServeArgs, database: &Database, secret: Option<ClusterSecret>) -> Result<()> {
     let pool = database.pool.clone();
-    match service::bootstrap_admin(&pool, args.bootstrap_admin_password.as_deref()).await {
+    // The first admin is made where people sign in: on a UI host, not on an agent.
+    let first_admin = match args.ui {
+        true => service::bootstrap_admin(&pool, args.bootstrap_admin_password.as_deref()).await,
+        false => Ok(None),
+    };
+    match first_admin {
         Ok(Some(password)) => {
             let path = write_bootstrap_password(&args.db.data_dir, &password)?;
             tracing::warn!(
@@ -125,6 +137,7 @@ async fn run(args: &ServeArgs, database: &Database) -> Result<()> {
         crate::server::http::use_embedded_site(&mut state)?;
     }
     state.leptos_options.site_addr = args.listen;
+    state.peers = Some(Peers::new(&args.node, secret));
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut tasks = JoinSet::new();
     let node = register_node(&pool, args).await?;
@@ -221,12 +234,13 @@ async fn run(args: &ServeArgs, database: &Database) -> Result<()> {
     ));
     tasks.spawn(notifier.run(pool.clone(), stop_rx));
     let scrape = metrics_router(metrics, args.metrics_token.as_deref());
-    let mut router = app(
-        state,
-        HttpOptions {
-            secure_cookies: args.secure_cookies,
-        },
-    );
+    let http_opts = HttpOptions {
+        secure_cookies: args.secure_cookies,
+    };
+    let mut router = match args.ui {
+        true => app(state, http_opts),
+        false => agent(state, http_opts),
+    };
     let metrics_server = match args.metrics_listen {
         None => {
             router = router.merge(scrape);
@@ -241,7 +255,10 @@ async fn run(args: &ServeArgs, database: &Database) -> Result<()> {
     let sweeper = tokio::spawn(
         session_store(&pool).continuously_delete_expired(tokio::time::Duration::from_secs(300)),
     );
-    tracing::info!("gpuq listening on http://{addr}");
+    match args.ui {
+        true => tracing::info!("gpuq listening on http://{addr}"),
+        false => tracing::info!("gpuq agent listening on http://{addr} (no UI, no API)"),
+    }
     let served = axum::serve(
         listener,
         router.into_make_service_with_connect_info::<SocketAddr>(),

@@ -5,6 +5,7 @@ use crate::server::admission::PassConfig;
 use crate::server::auth::password::HashGate;
 use crate::server::jobs::live::StreamSlots;
 use crate::server::notifier::Notifier;
+use crate::server::peers::Peers;
 use crate::server::runner::DockerHealth;
 use axum::extract::FromRef;
 use leptos::config::LeptosOptions;
@@ -33,6 +34,9 @@ pub struct AppState {
     pub hashing: HashGate,
     /// Where the browser bundle is served from.
     pub site: SiteSource,
+    /// This process's node and how it reaches the others (`gpuq serve`); `None` reads every log
+    /// from `logs_dir`, as one process alone does.
+    pub peers: Option<Peers>,
 }
 
 /// Where the browser bundle (JS, WASM, CSS, static files) comes from.
@@ -69,6 +73,7 @@ impl AppState {
             streams: StreamSlots::default(),
             hashing: HashGate::per_core(),
             site: SiteSource::Dir,
+            peers: None,
         }
     }
 }

@@ -300,3 +300,20 @@ async fn the_cli_submits_lists_shows_and_cancels_against_a_real_server(pool: PgP
     assert!(!again.status.success());
     assert!(text(&again).contains("already ended"), "{}", text(&again));
 }
+
+#[test]
+fn serve_refuses_a_short_cluster_secret_before_touching_anything() {
+    // From the environment, as a systemd EnvironmentFile gives it; the value is never echoed.
+    let out = gpuq_env(
+        &["serve", "--database-url", "postgres://nowhere.invalid/gpuq"],
+        "",
+        &[("GPUQ_CLUSTER_SECRET", "hunter2-guessable")],
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--cluster-secret (GPUQ_CLUSTER_SECRET) is 17 bytes long; give at least 32"),
+        "{err}"
+    );
+    assert!(!err.contains("hunter2"), "the secret was echoed: {err}");
+}

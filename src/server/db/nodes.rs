@@ -105,6 +105,14 @@ pub async fn list(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<NodeRow>> {
     sqlx::query_as(&select("")).fetch_all(db).await
 }
 
+/// One node.
+pub async fn get(db: impl PgExecutor<'_>, name: &str) -> sqlx::Result<Option<NodeRow>> {
+    sqlx::query_as(&select("WHERE n.name = $1"))
+        .bind(name)
+        .fetch_optional(db)
+        .await
+}
+
 /// One node, locked for the rest of the transaction.
 pub async fn get_for_update(
     tx: &mut Transaction<'_, Postgres>,
@@ -114,10 +122,7 @@ pub async fn get_for_update(
         .bind(name)
         .execute(&mut **tx)
         .await?;
-    sqlx::query_as(&select("WHERE n.name = $1"))
-        .bind(name)
-        .fetch_optional(&mut **tx)
-        .await
+    get(&mut **tx, name).await
 }
 
 /// Sets the admin's wish (`up` or `drained`). Returns whether the node exists.

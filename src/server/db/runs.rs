@@ -31,17 +31,26 @@ pub struct RunRow {
 const RUN_COLUMNS: &str =
     "id, attempt, status, spec, timeout_s, container_id, deadline_at, cancel_requested_at";
 
-/// Atomically takes up to `limit` admitted jobs of this node (no two processes take the same one).
-pub async fn claim(pool: &PgPool, node: &str, limit: i64) -> sqlx::Result<Vec<RunRow>> {
+/// Atomically takes up to `limit` admitted jobs of this node (no two processes take the same one);
+/// with `epoch`, only while the node's row still holds that lease and is not forgotten.
+pub async fn claim(
+    pool: &PgPool,
+    node: &str,
+    epoch: Option<i64>,
+    limit: i64,
+) -> sqlx::Result<Vec<RunRow>> {
     let mut tx = pool.begin().await?;
     let rows: Vec<RunRow> = sqlx::query_as(&format!(
         "UPDATE jobs SET status = 'starting', attempt = attempt + 1 \
          WHERE id IN (SELECT id FROM jobs WHERE status = 'admitted' AND node = $1 \
                       ORDER BY {QUEUE_ORDER_SQL} FOR UPDATE SKIP LOCKED LIMIT $2) \
+           AND ($3::bigint IS NULL OR EXISTS (SELECT 1 FROM nodes n \
+                WHERE n.name = $1 AND n.epoch = $3 AND n.forgotten_at IS NULL)) \
          RETURNING {RUN_COLUMNS}"
     ))
     .bind(node)
     .bind(limit)
+    .bind(epoch)
     .fetch_all(&mut *tx)
     .await?;
     for r in &rows {
@@ -258,10 +267,16 @@ pub async fn cancel_requested(pool: &PgPool, job: Uuid) -> sqlx::Result<bool> {
         .await
 }
 
-/// Which of these jobs have had a stop asked for.
-pub async fn cancel_requested_among(pool: &PgPool, jobs: &[Uuid]) -> sqlx::Result<Vec<Uuid>> {
-    sqlx::query_scalar("SELECT id FROM jobs WHERE id = ANY($1) AND cancel_requested_at IS NOT NULL")
-        .bind(jobs)
-        .fetch_all(pool)
-        .await
+/// Which of these jobs, supervised by `node`, must be stopped: a stop was asked for, or the job
+/// is no longer starting or running on `node` (an admin forgot the node while this process was
+/// frozen or cut off, and the job ended `node_lost` meanwhile).
+pub async fn to_stop_among(pool: &PgPool, jobs: &[Uuid], node: &str) -> sqlx::Result<Vec<Uuid>> {
+    sqlx::query_scalar(
+        "SELECT id FROM jobs WHERE id = ANY($1) AND (cancel_requested_at IS NOT NULL \
+           OR status NOT IN ('starting', 'running') OR node IS DISTINCT FROM $2)",
+    )
+    .bind(jobs)
+    .bind(node)
+    .fetch_all(pool)
+    .await
 }

@@ -78,7 +78,7 @@ pub(super) async fn cancel(
     Ok(Json(jobs::cancel(&state, &user, job_id(&id)?).await?))
 }
 
-fn job_id(text: &str) -> Result<Uuid, AppError> {
+pub(super) fn job_id(text: &str) -> Result<Uuid, AppError> {
     Uuid::parse_str(text).map_err(|_| AppError::invalid("id", format!("`{text}` is not a job id")))
 }
 
@@ -88,9 +88,9 @@ fn job_id(text: &str) -> Result<Uuid, AppError> {
 #[serde(deny_unknown_fields)]
 pub(super) struct LogQuery {
     /// Only the last N lines.
-    tail: Option<usize>,
+    pub(super) tail: Option<usize>,
     /// Keep the response open and stream new lines until the job ends.
-    follow: Option<bool>,
+    pub(super) follow: Option<bool>,
 }
 
 /// `GET /api/v1/jobs/{id}/logs`: plain text, one line per output line of the container.

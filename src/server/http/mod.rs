@@ -14,6 +14,7 @@ mod live;
 pub mod metrics;
 mod nodes;
 pub mod openapi;
+mod peer;
 mod suggest;
 mod usage;
 mod v1;
@@ -46,6 +47,32 @@ pub struct HttpOptions {
     /// HTTPS deployments: mark the session cookie `Secure`, name it with the `__Host-` prefix and
     /// send HSTS.
     pub secure_cookies: bool,
+}
+
+/// The router of an agent (`gpuq serve --ui false`): probes and what other nodes ask of it
+/// (`/internal/v1/…`); no pages, no REST API, no sign-in.
+pub fn agent(state: AppState, opts: HttpOptions) -> Router {
+    let header_opts = headers::HeaderOptions {
+        https: opts.secure_cookies,
+    };
+    Router::new()
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .merge(peer::router())
+        .fallback(agent_fallback)
+        .layer(RequestBodyLimitLayer::new(MAX_BODY_BYTES))
+        .layer(axum::middleware::from_fn_with_state(
+            header_opts,
+            headers::security_headers,
+        ))
+        .with_state(state)
+}
+
+/// What an agent answers to anything but its own routes: where the UI and the API are not.
+async fn agent_fallback() -> ApiError {
+    ApiError(crate::model::AppError::NotFound(
+        "this node is an agent (--ui false): it serves no pages and no API; use the UI host".into(),
+    ))
 }
 
 /// Builds the whole application router. Binding a port is the caller's business, so tests drive
@@ -93,6 +120,7 @@ pub fn app(state: AppState, opts: HttpOptions) -> Router {
                 .merge(usage::router())
                 .merge(suggest::router()),
         )
+        .merge(peer::router())
         .merge(pages)
         .fallback(assets::fallback)
         .layer(axum::middleware::from_fn(error::server_fn_status))

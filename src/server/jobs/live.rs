@@ -26,8 +26,14 @@ pub struct StreamSlot {
 impl StreamSlots {
     /// Takes a slot for `user`, or refuses with 429 when they hold [`STREAMS_PER_USER`] already.
     pub fn take(&self, user: &CurrentUser) -> Result<StreamSlot, AppError> {
+        self.take_for(user.id)
+    }
+
+    /// Takes a slot for the user with id `user` (a follow forwarded from another node, whose
+    /// grant names the user).
+    pub fn take_for(&self, user: Uuid) -> Result<StreamSlot, AppError> {
         let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
-        let n = open.entry(user.id).or_default();
+        let n = open.entry(user).or_default();
         if *n >= STREAMS_PER_USER {
             return Err(AppError::OverCap {
                 message: format!(
@@ -40,7 +46,7 @@ impl StreamSlots {
         *n += 1;
         Ok(StreamSlot {
             open: Arc::clone(&self.open),
-            user: user.id,
+            user,
         })
     }
 

@@ -1,20 +1,37 @@
 //! Reading a job's log: the last lines, or a live tail that ends when the job does. A follow
 //! wakes when this process's runner appends to the log or the job's end is announced; it never
 //! polls the file or the database on a timer of its own.
+//!
+//! A log lives on the disk of the node that ran the job. Asked on another node, that node checks
+//! the viewer's right to it and fetches it from the owning node (see [`crate::server::peers`]); a
+//! lost node's log is refused with a message saying so, never answered empty.
 
-use crate::model::{AppError, JobChange, LiveEvent};
+use crate::model::{AppError, JobChange, LiveEvent, NodeState};
 use crate::server::auth::CurrentUser;
-use crate::server::db::jobs;
+use crate::server::db::{jobs, nodes};
 use crate::server::error::OrInternal;
 use crate::server::notifier::{Note, Subscription};
 use crate::server::runner::logs::{log_path, text_of};
 use crate::server::AppState;
-use futures_util::stream::{self, Stream};
+use bytes::Bytes;
+use futures_util::stream::{self, BoxStream, Stream, StreamExt};
 use sqlx::PgPool;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::PathBuf;
+use std::time::SystemTime;
 use tokio::sync::broadcast;
 use uuid::Uuid;
+
+/// A log as it streams: text chunks, whole lines each (a forwarded one as the owning node sent it).
+pub type LogStream = BoxStream<'static, std::io::Result<Bytes>>;
+
+/// Where a job's log is read.
+enum Source {
+    /// In this node's log folder.
+    Here(PathBuf),
+    /// On node `node`, reached at `url`.
+    There { node: String, url: String },
+}
 
 /// The last `tail` lines of a job's log (all when `None`).
 pub async fn tail(
@@ -23,8 +40,18 @@ pub async fn tail(
     id: Uuid,
     tail: Option<usize>,
 ) -> Result<String, AppError> {
-    let path = readable_log(state, viewer, id).await?;
-    Ok(snapshot_of(path, tail).await?.0)
+    match source(state, viewer, id).await? {
+        Source::Here(path) => Ok(snapshot_of(path, tail).await?.0),
+        Source::There { node, url } => {
+            let peers = state.peers.as_ref().ok_or(AppError::Internal)?;
+            let answer = peers.log(&node, &url, id, viewer.id, tail, false).await?;
+            answer.text().await.map_err(|e| {
+                AppError::Unavailable(format!(
+                    "node `{node}` broke off sending job {id}'s log: {e}"
+                ))
+            })
+        }
+    }
 }
 
 /// The last `tail` lines of a job's log, then new lines as they come until the job has ended.
@@ -33,9 +60,127 @@ pub async fn follow(
     viewer: &CurrentUser,
     id: Uuid,
     tail: Option<usize>,
-) -> Result<impl Stream<Item = std::io::Result<String>> + Send + 'static, AppError> {
-    let path = readable_log(state, viewer, id).await?;
+) -> Result<LogStream, AppError> {
+    let source = source(state, viewer, id).await?;
     let slot = state.streams.take(viewer)?;
+    match source {
+        Source::Here(path) => follow_here(state, path, id, tail, slot).await,
+        Source::There { node, url } => {
+            let peers = state.peers.as_ref().ok_or(AppError::Internal)?;
+            let answer = peers.log(&node, &url, id, viewer.id, tail, true).await?;
+            // The slot is held while the far node streams; an error ends the stream once told.
+            let chunks = stream::unfold(Some((answer, slot)), |held| async move {
+                let (mut answer, slot) = held?;
+                match answer.chunk().await {
+                    Ok(Some(bytes)) => Some((Ok(bytes), Some((answer, slot)))),
+                    Ok(None) => None,
+                    Err(e) => Some((Err(std::io::Error::other(e)), None)),
+                }
+            });
+            Ok(chunks.boxed())
+        }
+    }
+}
+
+/// A log asked for by another node for a viewer it vouches for with a grant (see
+/// [`crate::server::peers`]): only a log this node holds, never forwarded again. Without
+/// `follow`, the tail alone.
+pub async fn for_peer(
+    state: &AppState,
+    id: Uuid,
+    grant: Option<&str>,
+    tail: Option<usize>,
+    follow: bool,
+) -> Result<LogStream, AppError> {
+    let Some(peers) = &state.peers else {
+        return Err(AppError::NotFound(
+            "this process serves no other node".into(),
+        ));
+    };
+    let Some(secret) = &peers.secret else {
+        return Err(AppError::NotFound(
+            "this node has no --cluster-secret, so it hands logs to no other node".into(),
+        ));
+    };
+    let grant = grant.ok_or(AppError::Unauthorized)?;
+    let user = secret.check(grant, id, SystemTime::now()).map_err(|why| {
+        tracing::warn!(job = %id, %why, "refused a forwarded log read");
+        AppError::Unauthorized
+    })?;
+    let job = jobs::get(&state.pool, id)
+        .await
+        .or_internal("reading a job")?
+        .ok_or_else(|| AppError::NotFound(format!("no job {id}")))?;
+    if job.node.as_deref() != Some(peers.node.as_str()) {
+        return Err(AppError::NotFound(format!(
+            "job {id} did not run on node `{}`",
+            peers.node
+        )));
+    }
+    let path = log_path(&state.logs_dir, id);
+    if follow {
+        let slot = state.streams.take_for(user)?;
+        follow_here(state, path, id, tail, slot).await
+    } else {
+        let text = snapshot_of(path, tail).await?.0;
+        Ok(stream::once(async move { Ok(Bytes::from(text)) }).boxed())
+    }
+}
+
+/// Where the viewer reads job `id`'s log, when they may read it: its owner, managers and admins.
+/// Here when this process is alone, ran the job, or holds its log file; otherwise on the job's
+/// node, unless that node is lost.
+async fn source(state: &AppState, viewer: &CurrentUser, id: Uuid) -> Result<Source, AppError> {
+    let job = jobs::get(&state.pool, id)
+        .await
+        .or_internal("reading a job")?
+        .ok_or_else(|| AppError::NotFound(format!("no job {id}")))?;
+    if !super::access::sees_details(viewer, job.owner_id) {
+        return Err(AppError::Forbidden(
+            "members read only their own jobs' logs".into(),
+        ));
+    }
+    let path = log_path(&state.logs_dir, id);
+    let (Some(peers), Some(node)) = (&state.peers, job.node) else {
+        return Ok(Source::Here(path));
+    };
+    if node == peers.node || tokio::fs::try_exists(&path).await.unwrap_or(false) {
+        return Ok(Source::Here(path));
+    }
+    let Some(row) = nodes::get(&state.pool, &node)
+        .await
+        .or_internal("reading a node")?
+    else {
+        // A node that never registered (a record older than nodes): what this node has.
+        return Ok(Source::Here(path));
+    };
+    if row.shown_state == NodeState::Lost {
+        let why = match row.forgotten_at {
+            Some(at) => format!(
+                "an admin forgot it at {}",
+                at.format("%Y-%m-%d %H:%M:%S UTC")
+            ),
+            None => format!("no heartbeat for {} s", row.heartbeat_age_s),
+        };
+        return Err(AppError::Unavailable(format!(
+            "job {id} ran on node `{node}`, which is lost ({why}): its log is on that host's disk \
+             and can be read again once the node is back"
+        )));
+    }
+    Ok(Source::There {
+        node,
+        url: row.advertise_url,
+    })
+}
+
+/// Follows a log in this node's folder from its last `tail` lines.
+async fn follow_here(
+    state: &AppState,
+    path: PathBuf,
+    id: Uuid,
+    tail: Option<usize>,
+    slot: super::live::StreamSlot,
+) -> Result<LogStream, AppError> {
     // Listen before reading: an end announced in between is then heard, not lost.
     let notes = state.notifier.subscribe();
     let grew = state.notifier.subscribe_logs();
@@ -52,25 +197,10 @@ pub async fn follow(
         _slot: slot,
     };
     let first = stream::once(async move { Ok::<_, std::io::Error>(text) });
-    Ok(futures_util::StreamExt::chain(first, follow_stream(st)))
-}
-
-/// The log's path, when the viewer may read it: its owner, managers and admins.
-async fn readable_log(
-    state: &AppState,
-    viewer: &CurrentUser,
-    id: Uuid,
-) -> Result<PathBuf, AppError> {
-    let job = jobs::get(&state.pool, id)
-        .await
-        .or_internal("reading a job")?
-        .ok_or_else(|| AppError::NotFound(format!("no job {id}")))?;
-    if !super::access::sees_details(viewer, job.owner_id) {
-        return Err(AppError::Forbidden(
-            "members read only their own jobs' logs".into(),
-        ));
-    }
-    Ok(log_path(&state.logs_dir, id))
+    Ok(first
+        .chain(follow_stream(st))
+        .map(|chunk| chunk.map(Bytes::from))
+        .boxed())
 }
 
 async fn snapshot_of(path: PathBuf, tail: Option<usize>) -> Result<(String, u64), AppError> {

@@ -214,7 +214,7 @@ impl Runner {
         if free == 0 {
             return;
         }
-        match runs::claim(&self.pool, &self.cfg.node, free as i64).await {
+        match runs::claim(&self.pool, &self.cfg.node, self.lease.epoch(), free as i64).await {
             Ok(jobs) => {
                 for job in jobs {
                     let slot = Arc::clone(&self.launching).try_acquire_owned().ok();
@@ -250,7 +250,9 @@ impl Runner {
         }
     }
 
-    /// After a possible gap in notifications: one query for every supervised job at once.
+    /// After a possible gap in notifications: one query for every supervised job at once, which
+    /// also stops the containers of jobs that ended without this process (its node was forgotten
+    /// while it was frozen): they hold cards the ledger has given back.
     async fn sweep_cancels(&self) {
         let supervised: Vec<Uuid> = {
             let bells = self.cancels.lock().unwrap_or_else(|p| p.into_inner());
@@ -259,7 +261,7 @@ impl Runner {
         if supervised.is_empty() {
             return;
         }
-        match runs::cancel_requested_among(&self.pool, &supervised).await {
+        match runs::to_stop_among(&self.pool, &supervised, &self.cfg.node).await {
             Ok(jobs) => jobs.into_iter().for_each(|j| self.ring_cancel(j)),
             Err(e) => tracing::warn!(error = %e, "checking for cancellations failed"),
         }

@@ -7,6 +7,7 @@ use gpuq::model::Role;
 use gpuq::server::auth::service;
 use gpuq::server::http::{app, HttpOptions};
 use gpuq::server::notifier::Notifier;
+use gpuq::server::peers::{ClusterSecret, Peers};
 use gpuq::server::AppState;
 use http_body_util::BodyExt;
 use serde_json::Value;
@@ -111,6 +112,17 @@ impl TestApp {
         opts: HttpOptions,
         hashing: gpuq::server::auth::password::HashGate,
     ) -> Self {
+        Self::build_full(pool, logs_dir, backstop, opts, hashing, None)
+    }
+
+    fn build_full(
+        pool: PgPool,
+        logs_dir: std::path::PathBuf,
+        backstop: std::time::Duration,
+        opts: HttpOptions,
+        hashing: gpuq::server::auth::password::HashGate,
+        peers: Option<Peers>,
+    ) -> Self {
         let notifier = Notifier::new(backstop);
         let mut state = AppState::new(
             pool.clone(),
@@ -120,6 +132,7 @@ impl TestApp {
             notifier.clone(),
         );
         state.hashing = hashing.clone();
+        state.peers = peers;
         TestApp {
             pool,
             notifier,
@@ -169,6 +182,38 @@ impl TestApp {
             dir,
             std::time::Duration::from_millis(100),
         )
+    }
+
+    /// The same database, as node `node` of a cluster whose nodes share `secret` (`None`: a node
+    /// given no secret), with its job logs in `logs_dir`.
+    pub fn as_node(
+        &self,
+        node: &str,
+        secret: Option<&str>,
+        logs_dir: std::path::PathBuf,
+    ) -> TestApp {
+        let secret = secret.map(|s| ClusterSecret::new(s).expect("a long enough secret"));
+        Self::build_full(
+            self.pool.clone(),
+            logs_dir,
+            std::time::Duration::from_millis(100),
+            HttpOptions::default(),
+            gpuq::server::auth::password::HashGate::per_core(),
+            Some(Peers::new(node, secret)),
+        )
+    }
+
+    /// Serves this app over HTTP on a free loopback port, as `gpuq serve` would, until the test
+    /// ends; answers its base URL.
+    pub async fn listen(&self) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let router = self.router.clone();
+        tokio::spawn(async move {
+            let service = router.into_make_service_with_connect_info::<std::net::SocketAddr>();
+            axum::serve(listener, service).await.unwrap();
+        });
+        base
     }
 
     pub async fn send(&self, req: Request<Body>) -> Reply {
