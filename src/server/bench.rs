@@ -13,6 +13,9 @@
 //! 3. **Burst**: 10k jobs submitted at once that finish the moment they are admitted: passes
 //!    alternate with one UPDATE marking every admitted job `succeeded` (the next pass reclaims its
 //!    cards) until nothing is queued or admitted.
+//! 4. **Nodes**: 10k queued on 1, 10 and 50 registered, heartbeating nodes of 8 cards each (the
+//!    earlier nodes registered as lost, as dead hosts' cards that every pass reads and skips):
+//!    the first pass, and the median and p95 of settled passes.
 //!
 //! Data: the bench writes its own user, workload types (`bench-*`), cards (`bench-node-*`) and
 //! jobs with batched INSERTs, never through the HTTP API. Job events are append-only, so nothing
@@ -55,6 +58,7 @@ struct Sizes {
     cards: &'static [usize],
     db_jobs: usize,
     db_cards: usize,
+    node_counts: &'static [usize],
 }
 
 impl Sizes {
@@ -65,6 +69,7 @@ impl Sizes {
                 cards: &[8, 64],
                 db_jobs: 1_000,
                 db_cards: 64,
+                node_counts: &[1, 10],
             }
         } else {
             Sizes {
@@ -72,6 +77,7 @@ impl Sizes {
                 cards: &[8, 64, 512],
                 db_jobs: 10_000,
                 db_cards: 64,
+                node_counts: &[1, 10, 50],
             }
         }
     }
@@ -93,6 +99,7 @@ pub async fn admission(pool: &PgPool, opts: &BenchOptions, out: &mut impl Write)
     let shape = (sizes.db_jobs, sizes.db_cards);
     db::pass_section(pool, owner, shape, opts, out).await?;
     db::burst_section(pool, owner, sizes.db_jobs, opts, out).await?;
+    db::nodes_section(pool, owner, (sizes.db_jobs, sizes.node_counts), opts, out).await?;
     Ok(())
 }
 

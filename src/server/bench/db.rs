@@ -313,3 +313,91 @@ async fn drain(pool: &PgPool) -> Result<Burst> {
         }
     }
 }
+
+/// Section 4: whole passes with the cards on registered, heartbeating nodes: for each node count,
+/// that many nodes of [`synth::CARDS_PER_NODE`] cards and `jobs` queued. The nodes of the earlier
+/// sections and rounds are registered as lost first, so the pass reads their cards and places
+/// nothing on them, as it does with a dead host's.
+pub(super) async fn nodes_section(
+    pool: &PgPool,
+    owner: Uuid,
+    (jobs, counts): (usize, &[usize]),
+    opts: &BenchOptions,
+    out: &mut impl Write,
+) -> Result<()> {
+    let per = synth::CARDS_PER_NODE;
+    writeln!(out)?;
+    writeln!(
+        out,
+        "== 4. Nodes: {jobs} queued, on 1 to {} registered nodes of {per} cards ==",
+        counts.iter().max().unwrap_or(&0)
+    )?;
+    writeln!(
+        out,
+        "  {:>5} {:>5} {:>6} {:>12} {:>9} {:>14} {:>12}",
+        "nodes", "cards", "lost", "first pass", "admitted", "steady median", "steady p95"
+    )?;
+    for (round, &count) in counts.iter().enumerate() {
+        lose_every_node(pool).await?;
+        let lost: i64 = sqlx::query_scalar("SELECT count(*) FROM gpus")
+            .fetch_one(pool)
+            .await?;
+        let mut tx = pool.begin().await?;
+        for (name, observed) in synth::round_nodes(round, count) {
+            gpus::sync_node(&mut tx, &name, &observed).await?;
+            sqlx::query(
+                "INSERT INTO nodes (name, version, advertise_url, runs_jobs) \
+                 VALUES ($1, 'bench', '', true)",
+            )
+            .bind(&name)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await.context("writing the round's nodes")?;
+        let seed = opts.seed ^ (0x4E0D_E5 + round as u64);
+        let specs = synth::jobs(jobs, &mut synth::Rng::new(seed));
+        insert_jobs(pool, owner, &specs, &format!("nodes{count}"), true).await?;
+        let first = pass(pool).await?;
+        let mut admitted = first.admitted;
+        for _ in 0..MAX_SETTLING_PASSES {
+            let o = pass(pool).await?;
+            admitted += o.admitted;
+            if o.admitted == 0 {
+                break;
+            }
+        }
+        let mut steady = Vec::new();
+        for _ in 0..opts.repeats {
+            steady.push(pass(pool).await?.total_time);
+        }
+        let s = summarize(steady);
+        writeln!(
+            out,
+            "  {count:>5} {:>5} {lost:>6} {:>12} {admitted:>9} {:>14} {:>12}",
+            count * per,
+            ms(first.total_time),
+            ms(s.median),
+            ms(s.p95)
+        )?;
+        close_all(pool).await?;
+    }
+    writeln!(
+        out,
+        "  (lost: cards of lost nodes the pass also reads; steady: {} passes with nothing left to admit)\n",
+        opts.repeats
+    )?;
+    Ok(())
+}
+
+/// Registers every node that has cards as lost (silent for a day), whether it had a row or not.
+async fn lose_every_node(pool: &PgPool) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO nodes (name, version, advertise_url, runs_jobs, heartbeat_at) \
+         SELECT DISTINCT node, 'bench', '', true, now() - interval '1 day' FROM gpus \
+         ON CONFLICT (name) DO UPDATE SET heartbeat_at = EXCLUDED.heartbeat_at",
+    )
+    .execute(pool)
+    .await
+    .context("marking the earlier bench nodes lost")?;
+    Ok(())
+}

@@ -197,3 +197,27 @@ pub(super) fn db_nodes(cards: usize) -> Vec<(String, Vec<Observed>)> {
     }
     nodes
 }
+
+/// Round `round` of the nodes section: `count` nodes of [`CARDS_PER_NODE`] empty cards each,
+/// named and numbered apart from every other round's and from [`db_nodes`]'.
+pub(super) fn round_nodes(round: usize, count: usize) -> Vec<(String, Vec<Observed>)> {
+    (0..count)
+        .map(|node| {
+            let (model, total) = MODELS[node % MODELS.len()];
+            let cards = (0..CARDS_PER_NODE)
+                .map(|index| Observed {
+                    uuid: Uuid::from_u128(
+                        0xBE4D_0000_0000 + ((round * 1_000 + node) * CARDS_PER_NODE + index) as u128,
+                    ),
+                    index: index as u32,
+                    model: model.to_owned(),
+                    total_mib: total,
+                    used_mib: Some(0),
+                    external_mib: Some(0),
+                    simulated: true,
+                })
+                .collect();
+            (format!("bench-r{round}-node-{node:02}"), cards)
+        })
+        .collect()
+}
