@@ -27,6 +27,7 @@
 
 mod db;
 pub mod external;
+pub mod failover;
 pub mod launch;
 mod synth;
 pub mod vram;

@@ -69,6 +69,20 @@ pub enum BenchCommand {
     /// VRAM policing: overuse → event and short card → stop latencies, and the sampler's CPU
     /// per card (needs dockerd and a scratch database).
     Vram(BenchVramArgs),
+    /// kill -9 of a node, repeatedly: time until its cards are withdrawn, and duplicate runs
+    /// (needs dockerd, the test image and a scratch database given by --database-url).
+    Failover(BenchFailoverArgs),
+}
+
+/// Flags of `gpuq bench failover`.
+#[derive(Debug, Args)]
+pub struct BenchFailoverArgs {
+    /// Database location (a scratch one; --database-url, which the killed nodes share).
+    #[command(flatten)]
+    pub db: DbArgs,
+    /// Rounds and settings.
+    #[command(flatten)]
+    pub opts: crate::server::bench::failover::FailoverBenchOptions,
 }
 
 /// Flags of `gpuq bench vram`.

@@ -529,6 +529,17 @@ pub async fn bench_vram(args: crate::server::cli::BenchVramArgs) -> Result<()> {
     .await
 }
 
+/// `gpuq bench failover`: kills and restarts a `gpuq serve` on the given external database.
+pub async fn bench_failover(args: crate::server::cli::BenchFailoverArgs) -> Result<()> {
+    let url = args.db.database_url.clone().ok_or_else(|| {
+        anyhow!("gpuq bench failover needs --database-url: the nodes it starts and kills share it")
+    })?;
+    with_database(&args.db, |pool| async move {
+        crate::server::bench::failover::run(&pool, &url, &args.opts, &mut std::io::stdout()).await
+    })
+    .await
+}
+
 /// `gpuq bench external`: measures the running server at `url` from outside. It only reads the
 /// server's database (no migration: the server may be an older build).
 pub async fn bench_external(

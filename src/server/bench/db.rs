@@ -354,7 +354,7 @@ pub(super) async fn nodes_section(
             .await?;
         }
         tx.commit().await.context("writing the round's nodes")?;
-        let seed = opts.seed ^ (0x4E0D_E5 + round as u64);
+        let seed = opts.seed ^ (0x004E_0DE5 + round as u64);
         let specs = synth::jobs(jobs, &mut synth::Rng::new(seed));
         insert_jobs(pool, owner, &specs, &format!("nodes{count}"), true).await?;
         let first = pass(pool).await?;

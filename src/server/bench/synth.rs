@@ -207,7 +207,8 @@ pub(super) fn round_nodes(round: usize, count: usize) -> Vec<(String, Vec<Observ
             let cards = (0..CARDS_PER_NODE)
                 .map(|index| Observed {
                     uuid: Uuid::from_u128(
-                        0xBE4D_0000_0000 + ((round * 1_000 + node) * CARDS_PER_NODE + index) as u128,
+                        0xBE4D_0000_0000
+                            + ((round * 1_000 + node) * CARDS_PER_NODE + index) as u128,
                     ),
                     index: index as u32,
                     model: model.to_owned(),
