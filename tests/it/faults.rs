@@ -307,3 +307,150 @@ async fn postgres_restarted_under_a_burst_loses_no_job_and_leaks_no_card(pool: P
 fn data_dir_of(socket: &std::path::Path) -> std::path::PathBuf {
     socket.parent().unwrap().parent().unwrap().to_owned()
 }
+
+/// A dockerd of the test's own (its own data and exec roots, socket and pid file, no network
+/// set-up), so restarting it disturbs no other test's containers.
+struct PrivateDockerd {
+    dir: tempfile::TempDir,
+    child: Option<std::process::Child>,
+}
+
+impl PrivateDockerd {
+    fn socket(&self) -> String {
+        self.dir.path().join("sock").display().to_string()
+    }
+
+    async fn start(dir: tempfile::TempDir) -> PrivateDockerd {
+        let root = dir.path();
+        let child = std::process::Command::new("dockerd")
+            .arg("--data-root")
+            .arg(root.join("root"))
+            .arg("--exec-root")
+            .arg(root.join("exec"))
+            .arg("--pidfile")
+            .arg(root.join("pid"))
+            .arg("-H")
+            .arg(format!("unix://{}", root.join("sock").display()))
+            .args(["--bridge", "none", "--iptables=false", "--ip6tables=false"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(root.join("dockerd.log")).unwrap())
+            .spawn()
+            .expect("dockerd");
+        let d = PrivateDockerd {
+            dir,
+            child: Some(child),
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !d.docker(&["info"]).status.success() {
+            assert!(
+                Instant::now() < deadline,
+                "the private dockerd did not start"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        d
+    }
+
+    fn docker(&self, args: &[&str]) -> std::process::Output {
+        std::process::Command::new("docker")
+            .args(["-H", &format!("unix://{}", self.socket())])
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
+    /// Stops dockerd with `sig`: SIGTERM as a service manager does (dockerd stops its containers
+    /// first), SIGKILL as a crash does (they outlive it, out of its sight).
+    async fn stop(&mut self, sig: nix::sys::signal::Signal) {
+        if let Some(mut child) = self.child.take() {
+            let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+            nix::sys::signal::kill(pid, sig).unwrap();
+            tokio::task::spawn_blocking(move || child.wait())
+                .await
+                .unwrap()
+                .unwrap();
+        }
+    }
+
+    async fn restart(mut self) -> PrivateDockerd {
+        self.child.take();
+        let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap());
+        PrivateDockerd::start(dir).await
+    }
+}
+
+impl Drop for PrivateDockerd {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+#[sqlx::test(migrations = false)]
+async fn dockerd_restarted_under_running_jobs_ends_them_once_and_frees_their_cards(pool: PgPool) {
+    let app = TestApp::with_sim_devices(pool, 2).await;
+    let dockerd = PrivateDockerd::start(tempfile::tempdir_in("/tmp").unwrap()).await;
+    // The test image, from the shared dockerd (nothing is pulled).
+    let save = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "docker save gpuq-test/busybox:latest | docker -H unix://{} load",
+            dockerd.socket()
+        ))
+        .output()
+        .unwrap();
+    assert!(
+        save.status.success(),
+        "{}",
+        String::from_utf8_lossy(&save.stderr)
+    );
+    let socket = dockerd.socket();
+    let one_card = [
+        "--gpu-source",
+        "sim",
+        "--sim-gpus",
+        "1x24576:NVIDIA GeForce RTX 3090",
+    ];
+    let extra = [
+        &["--docker-socket", &socket, "--stop-grace-s", "1"][..],
+        &one_card,
+    ]
+    .concat();
+    let serve = Serve::runner(&app.pool, "dockerd-restart", &extra);
+    let _server = serve.start("a.log").await;
+    let (client, admin) = api_as_admin(serve.port).await;
+    let root = app.bearer("root", Role::Admin).await;
+    let long = post_job(&client, serve.port, &admin, &sh("sleep 300", 20000)).await;
+    wait_status(&app, &root, long, &["running"], 60).await;
+    // dockerd crashes: its containers outlive it, out of gpuq's sight. Nothing is freed and
+    // nothing starts while it is away; a job submitted meanwhile waits.
+    let mut dockerd = dockerd;
+    dockerd.stop(nix::sys::signal::Signal::SIGKILL).await;
+    let waiting = post_job(&client, serve.port, &admin, &sh("echo after", 20000)).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let w = app.job(&root, waiting).await;
+    assert!(w["status"] == "queued", "the one card is still held: {w}");
+    let l = app.job(&root, long).await;
+    assert_eq!(
+        l["status"], "running",
+        "nothing is freed while dockerd is away: {l}"
+    );
+    assert_eq!(reserved(&app.pool).await, 20000);
+    // Restarted, dockerd ends what it finds of the old run: the job ends once, failed, and its
+    // card goes to the waiting job, which starts and succeeds.
+    let dockerd = dockerd.restart().await;
+    let v = wait_status(&app, &root, long, &["failed", "succeeded"], 60).await;
+    assert_eq!(v["status"], "failed", "{v}");
+    let w = wait_status(&app, &root, waiting, &["failed", "succeeded"], 60).await;
+    assert_eq!(w["status"], "succeeded", "{w}");
+    let kinds = event_kinds(&app, long).await;
+    for kind in ["started", "failed", "released"] {
+        assert_eq!(kinds.iter().filter(|k| *k == kind).count(), 1, "{kinds:?}");
+    }
+    started_once(&app.pool).await;
+    assert_eq!(reserved(&app.pool).await, 0);
+    assert_eq!(ledger_violations(&app.pool).await, Vec::<String>::new());
+    drop(dockerd);
+}
