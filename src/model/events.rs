@@ -31,6 +31,9 @@ vocabulary! {
         LaunchDeferred = "launch_deferred",
         /// A restarted runner took its running container back.
         Readopted = "readopted",
+        /// Its node was lost and it had asked for `requeue_on_node_loss`: back in the queue, its
+        /// cards released (`detail`: reason, node, attempt).
+        Requeued = "requeued",
         /// Its owner or an admin asked a running job to stop.
         CancelRequested = "cancel_requested",
         /// Exited 0.

@@ -159,6 +159,10 @@ pub struct RawJobSpec {
     /// Whether the job must not share its cards with other jobs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exclusive: Option<bool>,
+    /// Put the job back in the queue when its node is lost (absent: false; the job then waits for
+    /// its node, since a GPU job run twice costs more than a late one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requeue_on_node_loss: Option<bool>,
 }
 
 /// How much GPU memory a job needs, resolved so the scheduler cannot see a
@@ -190,6 +194,7 @@ pub struct JobSpec {
     timeout_s: u64,
     priority: i32,
     exclusive: bool,
+    requeue_on_node_loss: bool,
 }
 
 impl JobSpec {
@@ -245,6 +250,7 @@ impl JobSpec {
             timeout_s,
             priority,
             exclusive,
+            requeue_on_node_loss: raw.requeue_on_node_loss.unwrap_or(false),
         })
     }
 
@@ -271,6 +277,7 @@ impl JobSpec {
             timeout_s: Some(i64::try_from(self.timeout_s).unwrap_or(i64::MAX)),
             priority: Some(i64::from(self.priority)),
             exclusive: self.exclusive.then_some(true),
+            requeue_on_node_loss: self.requeue_on_node_loss.then_some(true),
         }
     }
 
@@ -313,6 +320,10 @@ impl JobSpec {
     /// Whether the cards must not be shared; only ever true for GPU jobs.
     pub fn exclusive(&self) -> bool {
         self.exclusive
+    }
+    /// Whether the job goes back to the queue when its node is lost.
+    pub fn requeue_on_node_loss(&self) -> bool {
+        self.requeue_on_node_loss
     }
 }
 

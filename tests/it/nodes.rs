@@ -490,3 +490,90 @@ async fn a_runner_that_lost_its_lease_claims_nothing(pool: PgPool) {
     assert_eq!(app.job(&member, job).await["status"], "succeeded");
     node.stop().await;
 }
+
+#[sqlx::test(migrations = false)]
+async fn a_job_that_opted_in_is_requeued_off_a_lost_node_and_its_old_run_is_stopped(pool: PgPool) {
+    use crate::support::isolation::{container_of, event_kinds};
+    use gpuq::server::runtime::LaunchMode;
+    let app = TestApp::with_sim_devices(pool, 1).await;
+    let spec = format!("1x24576:{RTX}");
+    app.sim_cards(&spec, "rq-a").await;
+    let old = register(&app, "rq-a").await;
+    let (_, member) = app.admin_and_member("alice").await;
+    let node = crate::support::Node::start(&app, "rq-a", LaunchMode::Fenced).await;
+    let job = |requeue: bool| {
+        json!({ "image": "gpuq-test/busybox:latest", "command": ["sleep", "300"],
+                "min_vram_mb": 10000, "requeue_on_node_loss": requeue })
+    };
+    let mover = app.submit_ok(&member, job(true)).await;
+    let stayer = app.submit_ok(&member, job(false)).await;
+    for id in [mover, stayer] {
+        crate::support::wait_status(&app, &member, id, &["running"], 60).await;
+    }
+    let old_run = container_of(&app, mover).await.expect("a container");
+    let stayer_run = container_of(&app, stayer).await.expect("a container");
+    // rq-a goes silent; rq-b is up. The next pass requeues the job that asked for it, which lands
+    // on rq-b at once; the other waits for its node, running as far as anyone knows.
+    app.sim_cards(&spec, "rq-b").await;
+    register(&app, "rq-b").await;
+    silence(&app, "rq-a").await;
+    app.pass().await;
+    let m = app.job(&member, mover).await;
+    assert_eq!(
+        (m["status"].as_str(), m["node"].as_str()),
+        (Some("admitted"), Some("rq-b")),
+        "{m}"
+    );
+    let s = app.job(&member, stayer).await;
+    assert_eq!(
+        (s["status"].as_str(), s["node"].as_str()),
+        (Some("running"), Some("rq-a")),
+        "{s}"
+    );
+    assert_eq!(s["node_lost"], true);
+    let kinds = event_kinds(&app, mover).await;
+    assert_eq!(
+        kinds.iter().filter(|k| *k == "requeued").count(),
+        1,
+        "{kinds:?}"
+    );
+    assert_eq!(
+        kinds.iter().filter(|k| *k == "admitted").count(),
+        2,
+        "{kinds:?}"
+    );
+    // rq-a's lease is taken: its process, were it to wake, could claim nothing.
+    assert!(
+        !nodes::beat(&app.pool, &old).await,
+        "the lost node kept its lease"
+    );
+    // rq-a's runner stops the old run, which holds a card the ledger gave back; its end is not
+    // written over the requeued job.
+    let docker = gpuq::server::runtime::Docker::connect().await.unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let alive = docker.list_managed(Some("rq-a")).await.unwrap();
+        if !alive.iter().any(|c| c.running && c.id == old_run) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the old run still runs: {alive:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let m = app.job(&member, mover).await;
+    assert_eq!(
+        (m["status"].as_str(), m["node"].as_str()),
+        (Some("admitted"), Some("rq-b")),
+        "{m}"
+    );
+    assert_eq!(ledger_violations(&app.pool).await, Vec::<String>::new());
+    node.stop().await;
+    let rm = std::process::Command::new("docker")
+        .args(["rm", "-f", &stayer_run])
+        .output()
+        .unwrap();
+    assert!(rm.status.success());
+}

@@ -71,7 +71,7 @@ fn json_value() -> impl Strategy<Value = serde_json::Value> {
 
 /// The spec's field names, then one that is none of them.
 const FIELD_NAMES: &str =
-    "image command gpu_count min_vram_mb env volumes workload name timeout_s priority exclusive other";
+    "image command gpu_count min_vram_mb env volumes workload name timeout_s priority exclusive requeue_on_node_loss other";
 
 /// Objects whose keys are mostly real field names, so parsing gets deep.
 fn json_spec_object() -> impl Strategy<Value = String> {
@@ -113,13 +113,14 @@ fn any_raw() -> impl Strategy<Value = RawJobSpec> {
             option::of(any::<i64>()),
             option::of(any::<i64>()),
             option::of(any::<bool>()),
+            option::of(any::<bool>()),
         ),
     )
         .prop_map(
             |(
                 (image, command, gpu_count, min_vram_mb),
                 (env, volumes, workload, name),
-                (timeout_s, priority, exclusive),
+                (timeout_s, priority, exclusive, requeue_on_node_loss),
             )| RawJobSpec {
                 image,
                 command,
@@ -132,6 +133,7 @@ fn any_raw() -> impl Strategy<Value = RawJobSpec> {
                 timeout_s,
                 priority,
                 exclusive,
+                requeue_on_node_loss,
             },
         )
 }
@@ -226,7 +228,11 @@ fn valid_ish_raw() -> impl Strategy<Value = RawJobSpec> {
         ("[a-z0-9][a-z0-9_.-]{0,10}", 1i64..=1_048_576),
         (option::of(env), option::of(vec(volume, 0..4))),
         (option::of(" ?\\PC{1,20} ?"), option::of(1i64..=604_800)),
-        (option::of(-100i64..=100), option::of(any::<bool>())),
+        (
+            option::of(-100i64..=100),
+            option::of(any::<bool>()),
+            option::of(any::<bool>()),
+        ),
     )
         .prop_map(
             |(
@@ -234,7 +240,7 @@ fn valid_ish_raw() -> impl Strategy<Value = RawJobSpec> {
                 (workload, mb),
                 (env, volumes),
                 (name, timeout_s),
-                (priority, exclusive),
+                (priority, exclusive, requeue_on_node_loss),
             )| {
                 let gpu = gpu_count.unwrap_or(1) > 0;
                 RawJobSpec {
@@ -249,6 +255,7 @@ fn valid_ish_raw() -> impl Strategy<Value = RawJobSpec> {
                     timeout_s,
                     priority,
                     exclusive: exclusive.map(|e| e && gpu),
+                    requeue_on_node_loss,
                 }
             },
         )
@@ -316,6 +323,7 @@ fn env_spec(key: &str) -> RawJobSpec {
         timeout_s: None,
         priority: None,
         exclusive: None,
+        requeue_on_node_loss: None,
     }
 }
 

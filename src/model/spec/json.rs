@@ -11,7 +11,7 @@ use serde_json::Value;
 use super::fields::{gpu_count_error, min_vram_error, priority_error, timeout_error};
 use super::{RawCommand, RawJobSpec, SpecError, SpecLimits};
 
-const FIELDS: [&str; 11] = [
+const FIELDS: [&str; 12] = [
     "image",
     "command",
     "gpu_count",
@@ -23,6 +23,7 @@ const FIELDS: [&str; 11] = [
     "timeout_s",
     "priority",
     "exclusive",
+    "requeue_on_node_loss",
 ];
 
 /// A top-level object kept as a list, so duplicate keys can be refused
@@ -124,17 +125,21 @@ pub(super) fn raw_from_json(text: &str, limits: &SpecLimits) -> Result<RawJobSpe
         name: string(take("name"), "name")?,
         timeout_s: integer(take("timeout_s"), || timeout_error(limits))?,
         priority: integer(take("priority"), priority_error)?,
-        exclusive: match take("exclusive") {
-            None => None,
-            Some(Value::Bool(b)) => Some(b),
-            Some(_) => {
-                return Err(SpecError::new(
-                    "exclusive",
-                    "exclusive must be true or false",
-                ))
-            }
-        },
+        exclusive: boolean(take("exclusive"), "exclusive")?,
+        requeue_on_node_loss: boolean(take("requeue_on_node_loss"), "requeue_on_node_loss")?,
     })
+}
+
+/// An optional true/false field.
+fn boolean(value: Option<Value>, field: &str) -> Result<Option<bool>, SpecError> {
+    match value {
+        None => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(b)),
+        Some(_) => Err(SpecError::new(
+            field,
+            format!("{field} must be true or false"),
+        )),
+    }
 }
 
 /// Anything but an integer that fits `i64` gets the field's range message,

@@ -8,7 +8,7 @@
 use super::planner::{self, Card, Need, Plan, PlanInput, QueuedJob, WaitReason, Waiting};
 use crate::model::{LiveEvent, QUEUE_ORDER_SQL};
 use crate::server::db::gpus::GpuRow;
-use crate::server::db::{events, gpus, manifest, settings};
+use crate::server::db::{events, gpus, manifest, nodes, settings};
 use crate::server::metrics;
 use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
@@ -85,6 +85,12 @@ pub async fn run_pass(pool: &PgPool, cfg: &PassConfig, now: DateTime<Utc>) -> Re
     let mut tx = pool.begin().await.context("beginning the pass")?;
     lock(&mut tx).await?;
     let reclaimed = reclaim(&mut tx).await?;
+    let requeued = nodes::requeue_lost(&mut tx)
+        .await
+        .context("requeueing the jobs of lost nodes")?;
+    if !requeued.is_empty() {
+        tracing::warn!(jobs = ?requeued, "requeued jobs whose node is lost (requeue_on_node_loss)");
+    }
     let state = read_state(&mut tx, cfg, now).await?;
     let planned = Instant::now();
     let plan = state.plan();
@@ -92,7 +98,7 @@ pub async fn run_pass(pool: &PgPool, cfg: &PassConfig, now: DateTime<Utc>) -> Re
     let admitted_ids = apply_plan(&mut tx, cfg, &state, &plan).await?;
     let admitted = admitted_ids.len();
     record_pass(&mut tx).await?;
-    if reclaimed > 0 || admitted > 0 {
+    if reclaimed > 0 || admitted > 0 || !requeued.is_empty() {
         let event = LiveEvent::Pass {
             admitted: admitted as u64,
             reclaimed,

@@ -182,3 +182,41 @@ pub async fn lost_names(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<String>> {
     .fetch_all(db)
     .await
 }
+
+/// Puts back in the queue, in the caller's (admission) transaction, every admitted, starting or
+/// running job that asked for `requeue_on_node_loss` and whose node is lost: its cards are released,
+/// it leaves its node, and it gets a `requeued` event. The lost nodes' leases are taken away (a new
+/// epoch), so a process of theirs that wakes claims nothing and stops the old runs' containers.
+/// Returns the jobs requeued.
+pub async fn requeue_lost(tx: &mut Transaction<'_, Postgres>) -> sqlx::Result<Vec<Uuid>> {
+    let rows: Vec<(Uuid, String, i32)> = sqlx::query_as(&format!(
+        "SELECT j.id, j.node, j.attempt FROM jobs j JOIN nodes n ON n.name = j.node \
+         WHERE j.status IN ('admitted', 'starting', 'running') \
+           AND (j.spec ->> 'requeue_on_node_loss')::boolean IS TRUE AND ({NODE_STATE_SQL}) = 'lost' \
+         ORDER BY j.id FOR UPDATE OF j"
+    ))
+    .fetch_all(&mut **tx)
+    .await?;
+    let mut fenced: Vec<String> = Vec::new();
+    for (job, node, attempt) in &rows {
+        runs::release_cards(&mut **tx, *job).await?;
+        sqlx::query(
+            "UPDATE jobs SET status = 'queued', node = NULL, admitted_at = NULL, started_at = NULL, \
+               container_id = NULL, deadline_at = NULL, log_path = NULL WHERE id = $1",
+        )
+        .bind(job)
+        .execute(&mut **tx)
+        .await?;
+        let detail = json!({ "reason": NODE_LOST_REASON, "node": node, "attempt": attempt });
+        events::job_event(&mut **tx, *job, "scheduler", JobEventKind::Requeued, detail).await?;
+        events::job_changed(&mut **tx, *job, JobStatus::Queued).await?;
+        if !fenced.contains(node) {
+            fenced.push(node.clone());
+        }
+    }
+    sqlx::query("UPDATE nodes SET epoch = nextval('node_epochs') WHERE name = ANY($1)")
+        .bind(&fenced)
+        .execute(&mut **tx)
+        .await?;
+    Ok(rows.into_iter().map(|r| r.0).collect())
+}

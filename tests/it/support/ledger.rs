@@ -3,7 +3,8 @@
 use sqlx::PgPool;
 
 /// The ledger invariants: every card's `reserved_mib` equals the sum of its live reservations and
-/// stays within its size; an exclusive card holds nothing else; no job was admitted twice or holds
+/// stays within its size; an exclusive card holds nothing else; no job was admitted twice (but
+/// once more after each time it was requeued from a lost node) or holds
 /// a number of live cards other than it asked for. Returns the violations found.
 pub async fn ledger_violations(pool: &PgPool) -> Vec<String> {
     let mut bad: Vec<String> = sqlx::query_scalar(
@@ -28,8 +29,12 @@ pub async fn ledger_violations(pool: &PgPool) -> Vec<String> {
     );
     bad.extend(
         sqlx::query_scalar::<_, String>(
-            "SELECT format('job %s admitted %s times', job_id, count(*)) FROM job_events \
-             WHERE kind = 'admitted' GROUP BY job_id HAVING count(*) > 1",
+            "SELECT format('job %s admitted %s times, requeued %s times', job_id, \
+                           count(*) FILTER (WHERE kind = 'admitted'), \
+                           count(*) FILTER (WHERE kind = 'requeued')) FROM job_events \
+             WHERE kind IN ('admitted', 'requeued') GROUP BY job_id \
+             HAVING count(*) FILTER (WHERE kind = 'admitted') \
+                  > 1 + count(*) FILTER (WHERE kind = 'requeued')",
         )
         .fetch_all(pool)
         .await
