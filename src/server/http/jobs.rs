@@ -94,7 +94,7 @@ pub(super) struct LogQuery {
 }
 
 /// `GET /api/v1/jobs/{id}/logs`: plain text, one line per output line of the container.
-#[utoipa::path(get, path = "/api/v1/jobs/{id}/logs", tag = "jobs", security(("bearer" = [])), params(("id" = Uuid, Path), LogQuery), responses((status = 200, description = "the log as text/plain", content_type = "text/plain", body = String), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+#[utoipa::path(get, path = "/api/v1/jobs/{id}/logs", tag = "jobs", security(("bearer" = [])), params(("id" = Uuid, Path), LogQuery), responses((status = 200, description = "the log as text/plain", content_type = "text/plain", body = String), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 503, description = "the log is on another node that is lost or cannot be reached, or the nodes share no secret", body = ErrorBody)))]
 pub(super) async fn logs(
     State(state): State<AppState>,
     user: CurrentUser,
