@@ -216,16 +216,26 @@ impl TestApp {
         base
     }
 
+    /// Sends `req` through the router in this process and reads the whole answer. A request that
+    /// has not been answered whole within a minute fails the test, naming it, rather than holding
+    /// the suite (and CI) forever.
     pub async fn send(&self, req: Request<Body>) -> Reply {
-        let res = self.router.clone().oneshot(req).await.expect("router");
-        let status = res.status();
-        let headers = res.headers().clone();
-        let bytes = res.into_body().collect().await.expect("body").to_bytes();
-        Reply {
-            status,
-            headers,
-            text: String::from_utf8_lossy(&bytes).into_owned(),
-        }
+        let what = format!("{} {}", req.method(), req.uri());
+        let router = self.router.clone();
+        let answer = async move {
+            let res = router.oneshot(req).await.expect("router");
+            let status = res.status();
+            let headers = res.headers().clone();
+            let bytes = res.into_body().collect().await.expect("body").to_bytes();
+            Reply {
+                status,
+                headers,
+                text: String::from_utf8_lossy(&bytes).into_owned(),
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(60), answer)
+            .await
+            .unwrap_or_else(|_| panic!("{what}: no whole answer within 60 s"))
     }
 
     pub async fn add_user(&self, name: &str, role: Role) -> uuid::Uuid {
