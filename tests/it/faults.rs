@@ -109,7 +109,9 @@ async fn a_frozen_node_wakes_to_find_itself_forgotten_and_acts_on_nothing_stale(
     signal(&server, nix::sys::signal::Signal::SIGSTOP);
     // Frozen past its lost time: others see it lost; an admin forgets it, which fails its job
     // `node_lost` and gives its cards back; a job admitted meanwhile cannot land on its cards.
-    let deadline = Instant::now() + Duration::from_secs(20);
+    // The process may have frozen inside a transaction (the admission lock, rows of its jobs):
+    // Postgres ends that session after `IDLE_IN_TRANSACTION`, and the forget goes through.
+    let deadline = Instant::now() + Duration::from_secs(40);
     loop {
         let r = app.delete("/api/v1/nodes/frozen", &root).await;
         if r.status == 200 {
@@ -453,4 +455,36 @@ async fn dockerd_restarted_under_running_jobs_ends_them_once_and_frees_their_car
     assert_eq!(reserved(&app.pool).await, 0);
     assert_eq!(ledger_violations(&app.pool).await, Vec::<String>::new());
     drop(dockerd);
+}
+
+#[sqlx::test(migrations = false)]
+async fn a_session_stalled_inside_a_transaction_is_ended_and_frees_the_admission_lock(
+    pool: PgPool,
+) {
+    // What a node frozen in the middle of an admission pass leaves behind: a session of gpuq's,
+    // idle inside a transaction that holds the admission lock.
+    let app = TestApp::new(pool).await;
+    let stalled = gpuq::server::db::open(&gpuq::server::db::DbOptions {
+        database_url: Some(crate::support::database_url(&app.pool)),
+        app_database_url: None,
+        data_dir: std::env::temp_dir(),
+        pg_user: "postgres".into(),
+        max_connections: 1,
+    })
+    .await
+    .unwrap();
+    let mut tx = stalled.pool.begin().await.unwrap();
+    gpuq::server::admission::pass::lock(&mut tx).await.unwrap();
+    // Another node's pass waits for the lock only until Postgres ends the stalled session.
+    let started = Instant::now();
+    app.pass().await;
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_secs(9) && waited < Duration::from_secs(30),
+        "the pass waited {waited:?}"
+    );
+    assert!(
+        tx.commit().await.is_err(),
+        "the stalled transaction lived on"
+    );
 }

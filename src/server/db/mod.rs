@@ -62,6 +62,13 @@ impl Database {
 /// cannot alter tables, disable triggers or change the append-only audit trails.
 pub const APP_ROLE: &str = "gpuq_app";
 
+/// How long Postgres lets one of gpuq's sessions sit idle inside a transaction before it ends the
+/// session. gpuq never waits between the statements of a transaction, so only a process that
+/// stalls in one (frozen by SIGSTOP, swapped out, cut off) trips it; without it that process would
+/// hold the admission lock or its rows' locks, and every other node's passes and an admin's forget
+/// would wait for it forever.
+pub const IDLE_IN_TRANSACTION: &str = "10s";
+
 /// Connects to the configured database (starting the embedded cluster if needed), migrates it as
 /// the schema's owner, and opens the pool as the application's role where there is one.
 pub async fn open(args: &DbOptions) -> Result<Database> {
@@ -97,10 +104,13 @@ pub async fn open(args: &DbOptions) -> Result<Database> {
     let prepared = prepare(&owner_pool, app.as_ref(), embedded.is_some()).await;
     owner_pool.close().await;
     prepared?;
+    let app = app
+        .unwrap_or(owner)
+        .options([("idle_in_transaction_session_timeout", IDLE_IN_TRANSACTION)]);
     let pool = PgPoolOptions::new()
         .max_connections(args.max_connections)
         .acquire_timeout(Duration::from_secs(10))
-        .connect_with(app.unwrap_or(owner))
+        .connect_with(app)
         .await
         .context("connecting to Postgres as the application's role")?;
     Ok(Database { pool, embedded })
