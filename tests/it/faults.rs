@@ -2,6 +2,7 @@
 //! the trail of events says what happened.
 
 use crate::support::isolation::{container_of, event_kinds};
+use crate::support::nvml::NvidiaDocker;
 use crate::support::{
     api_as_admin, ledger_violations, post_job, start_server, wait_status, Node, Serve, TestApp,
 };
@@ -39,6 +40,14 @@ async fn started_once(pool: &PgPool) {
     }
 }
 
+/// The job started, failed and had its cards released exactly once each.
+async fn failed_once(app: &TestApp, job: Uuid) {
+    let kinds = event_kinds(app, job).await;
+    for kind in ["started", "failed", "released"] {
+        assert_eq!(kinds.iter().filter(|k| *k == kind).count(), 1, "{kinds:?}");
+    }
+}
+
 async fn reserved(pool: &PgPool) -> i64 {
     sqlx::query_scalar("SELECT coalesce(sum(reserved_mib), 0)::bigint FROM gpus")
         .fetch_one(pool)
@@ -72,10 +81,7 @@ async fn a_container_removed_behind_gpuqs_back_fails_its_job_and_frees_its_card(
     // Its card is given back: the job waiting for the whole card runs.
     let n = wait_status(&app, &member, next, &["failed", "succeeded"], 60).await;
     assert_eq!(n["status"], "succeeded", "{n}");
-    let kinds = event_kinds(&app, victim).await;
-    for kind in ["started", "failed", "released"] {
-        assert_eq!(kinds.iter().filter(|k| *k == kind).count(), 1, "{kinds:?}");
-    }
+    failed_once(&app, victim).await;
     node.stop().await;
     started_once(&app.pool).await;
     assert_eq!(reserved(&app.pool).await, 0);
@@ -310,105 +316,13 @@ fn data_dir_of(socket: &std::path::Path) -> std::path::PathBuf {
     socket.parent().unwrap().parent().unwrap().to_owned()
 }
 
-/// A dockerd of the test's own (its own data and exec roots, socket and pid file, no network
-/// set-up), so restarting it disturbs no other test's containers.
-struct PrivateDockerd {
-    dir: tempfile::TempDir,
-    child: Option<std::process::Child>,
-}
-
-impl PrivateDockerd {
-    fn socket(&self) -> String {
-        self.dir.path().join("sock").display().to_string()
-    }
-
-    async fn start(dir: tempfile::TempDir) -> PrivateDockerd {
-        let root = dir.path();
-        let child = std::process::Command::new("dockerd")
-            .arg("--data-root")
-            .arg(root.join("root"))
-            .arg("--exec-root")
-            .arg(root.join("exec"))
-            .arg("--pidfile")
-            .arg(root.join("pid"))
-            .arg("-H")
-            .arg(format!("unix://{}", root.join("sock").display()))
-            .args(["--bridge", "none", "--iptables=false", "--ip6tables=false"])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::fs::File::create(root.join("dockerd.log")).unwrap())
-            .spawn()
-            .expect("dockerd");
-        let d = PrivateDockerd {
-            dir,
-            child: Some(child),
-        };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !d.docker(&["info"]).status.success() {
-            assert!(
-                Instant::now() < deadline,
-                "the private dockerd did not start"
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-        d
-    }
-
-    fn docker(&self, args: &[&str]) -> std::process::Output {
-        std::process::Command::new("docker")
-            .args(["-H", &format!("unix://{}", self.socket())])
-            .args(args)
-            .output()
-            .unwrap()
-    }
-
-    /// Stops dockerd with `sig`: SIGTERM as a service manager does (dockerd stops its containers
-    /// first), SIGKILL as a crash does (they outlive it, out of its sight).
-    async fn stop(&mut self, sig: nix::sys::signal::Signal) {
-        if let Some(mut child) = self.child.take() {
-            let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-            nix::sys::signal::kill(pid, sig).unwrap();
-            tokio::task::spawn_blocking(move || child.wait())
-                .await
-                .unwrap()
-                .unwrap();
-        }
-    }
-
-    async fn restart(mut self) -> PrivateDockerd {
-        self.child.take();
-        let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap());
-        PrivateDockerd::start(dir).await
-    }
-}
-
-impl Drop for PrivateDockerd {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
 #[sqlx::test(migrations = false)]
 async fn dockerd_restarted_under_running_jobs_ends_them_once_and_frees_their_cards(pool: PgPool) {
     let app = TestApp::with_sim_devices(pool, 2).await;
-    let dockerd = PrivateDockerd::start(tempfile::tempdir_in("/tmp").unwrap()).await;
-    // The test image, from the shared dockerd (nothing is pulled).
-    let save = std::process::Command::new("sh")
-        .arg("-c")
-        .arg(format!(
-            "docker save gpuq-test/busybox:latest | docker -H unix://{} load",
-            dockerd.socket()
-        ))
-        .output()
-        .unwrap();
-    assert!(
-        save.status.success(),
-        "{}",
-        String::from_utf8_lossy(&save.stderr)
-    );
-    let socket = dockerd.socket();
+    // A dockerd of the test's own (with the test image), so restarting it disturbs no other
+    // test's containers.
+    let mut dockerd = NvidiaDocker::start();
+    let socket = dockerd.socket().display().to_string();
     let one_card = [
         "--gpu-source",
         "sim",
@@ -428,8 +342,7 @@ async fn dockerd_restarted_under_running_jobs_ends_them_once_and_frees_their_car
     wait_status(&app, &root, long, &["running"], 60).await;
     // dockerd crashes: its containers outlive it, out of gpuq's sight. Nothing is freed and
     // nothing starts while it is away; a job submitted meanwhile waits.
-    let mut dockerd = dockerd;
-    dockerd.stop(nix::sys::signal::Signal::SIGKILL).await;
+    dockerd.crash();
     let waiting = post_job(&client, serve.port, &admin, &sh("echo after", 20000)).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let w = app.job(&root, waiting).await;
@@ -442,15 +355,12 @@ async fn dockerd_restarted_under_running_jobs_ends_them_once_and_frees_their_car
     assert_eq!(reserved(&app.pool).await, 20000);
     // Restarted, dockerd ends what it finds of the old run: the job ends once, failed, and its
     // card goes to the waiting job, which starts and succeeds.
-    let dockerd = dockerd.restart().await;
+    dockerd.restart();
     let v = wait_status(&app, &root, long, &["failed", "succeeded"], 60).await;
     assert_eq!(v["status"], "failed", "{v}");
     let w = wait_status(&app, &root, waiting, &["failed", "succeeded"], 60).await;
     assert_eq!(w["status"], "succeeded", "{w}");
-    let kinds = event_kinds(&app, long).await;
-    for kind in ["started", "failed", "released"] {
-        assert_eq!(kinds.iter().filter(|k| *k == kind).count(), 1, "{kinds:?}");
-    }
+    failed_once(&app, long).await;
     started_once(&app.pool).await;
     assert_eq!(reserved(&app.pool).await, 0);
     assert_eq!(ledger_violations(&app.pool).await, Vec::<String>::new());

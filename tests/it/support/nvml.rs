@@ -125,14 +125,39 @@ impl NvidiaDocker {
         let hook = root.join("tests/fixtures/nvidia-hook/nvidia-container-runtime-hook");
         std::fs::copy(&hook, bin.join("nvidia-container-runtime-hook")).unwrap();
         std::fs::write(dir.path().join("daemon.json"), "{}").unwrap();
+        let daemon = Self::spawn(dir.path());
+        let docker = NvidiaDocker { dir, daemon };
+        docker.wait_up();
+        let image = std::env::var("GPUQ_TEST_IMAGE").unwrap_or("gpuq-test/busybox:latest".into());
+        let copy = Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "docker save '{image}' | docker -H unix://{} load",
+                docker.socket().display()
+            ))
+            .output()
+            .unwrap();
+        assert!(
+            copy.status.success(),
+            "copying {image} into the throw-away dockerd: {}",
+            String::from_utf8_lossy(&copy.stderr)
+        );
+        docker
+    }
+
+    /// Starts dockerd on the folder `d` (its log appended to `d/dockerd.log`).
+    fn spawn(d: &Path) -> std::process::Child {
         let path = format!(
             "{}:{}",
-            bin.display(),
+            d.join("bin").display(),
             std::env::var("PATH").unwrap_or_default()
         );
-        let d = dir.path();
-        let log = std::fs::File::create(d.join("dockerd.log")).unwrap();
-        let daemon = Command::new("dockerd")
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(d.join("dockerd.log"))
+            .unwrap();
+        Command::new("dockerd")
             .arg("--config-file")
             .arg(d.join("daemon.json"))
             .arg("--data-root")
@@ -150,32 +175,33 @@ impl NvidiaDocker {
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()
-            .expect("start a throw-away dockerd");
-        let docker = NvidiaDocker { dir, daemon };
+            .expect("start a throw-away dockerd")
+    }
+
+    /// Waits (60 s at most) until the daemon answers.
+    fn wait_up(&self) {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        while !docker.cli(&["info"]).status.success() {
+        while !self.cli(&["info"]).status.success() {
             assert!(
                 std::time::Instant::now() < deadline,
                 "throw-away dockerd did not come up: {}",
-                std::fs::read_to_string(docker.dir.path().join("dockerd.log")).unwrap_or_default()
+                std::fs::read_to_string(self.dir.path().join("dockerd.log")).unwrap_or_default()
             );
             std::thread::sleep(std::time::Duration::from_millis(200));
         }
-        let image = std::env::var("GPUQ_TEST_IMAGE").unwrap_or("gpuq-test/busybox:latest".into());
-        let copy = Command::new("sh")
-            .arg("-c")
-            .arg(format!(
-                "docker save '{image}' | docker -H unix://{} load",
-                docker.socket().display()
-            ))
-            .output()
-            .unwrap();
-        assert!(
-            copy.status.success(),
-            "copying {image} into the throw-away dockerd: {}",
-            String::from_utf8_lossy(&copy.stderr)
-        );
-        docker
+    }
+
+    /// Kills the daemon with SIGKILL, as a crash does: its containers outlive it, out of its sight.
+    pub fn crash(&mut self) {
+        let _ = self.daemon.kill();
+        let _ = self.daemon.wait();
+    }
+
+    /// Starts the daemon again on the same data (the image and the old containers' records are
+    /// still there) and waits until it answers.
+    pub fn restart(&mut self) {
+        self.daemon = Self::spawn(self.dir.path());
+        self.wait_up();
     }
 
     /// Its socket, for `--docker-socket`.
