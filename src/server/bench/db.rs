@@ -50,6 +50,21 @@ pub(super) async fn ensure_scratch(pool: &PgPool) -> Result<()> {
     Ok(())
 }
 
+/// A member named `name` that no one can sign in as, who submits a bench's jobs through the same
+/// service functions the REST API calls.
+pub(super) async fn bench_member(
+    pool: &PgPool,
+    name: &str,
+) -> Result<crate::server::auth::CurrentUser> {
+    let user = users::insert(pool, name, "!no-login", Role::Member).await?;
+    Ok(crate::server::auth::CurrentUser {
+        id: user.id,
+        username: user.username,
+        role: Role::Member,
+        via_token: true,
+    })
+}
+
 /// Creates the bench user, the `bench-*` workload types and `cards` empty cards; returns the
 /// user's id.
 pub(super) async fn setup(pool: &PgPool, cards: usize) -> Result<Uuid> {

@@ -10,10 +10,9 @@
 //! succeeded with exactly one `started` event and one attempt: a duplicate run fails the bench.
 
 use super::ms;
-use crate::model::Role;
 use crate::server::admission::PassConfig;
 use crate::server::auth::CurrentUser;
-use crate::server::db::{nodes, users};
+use crate::server::db::nodes;
 use crate::server::notifier::Notifier;
 use crate::server::runtime::ensure_sim_devices;
 use crate::server::{jobs, AppState};
@@ -64,13 +63,7 @@ pub async fn run(
 ) -> Result<()> {
     super::db::ensure_scratch(pool).await?;
     ensure_sim_devices(2)?;
-    let user = users::insert(pool, "bench-failover", "!no-login", Role::Member).await?;
-    let caller = CurrentUser {
-        id: user.id,
-        username: user.username.clone(),
-        role: Role::Member,
-        via_token: true,
-    };
+    let caller = super::db::bench_member(pool, "bench-failover").await?;
     let data = std::env::temp_dir().join(format!("gpuq-bench-failover-{}", Uuid::new_v4()));
     std::fs::create_dir_all(&data).context("a data folder for the victim")?;
     let state = AppState::new(

@@ -8,10 +8,9 @@
 //! `started_at` (after `docker start` returned) and `finished_at`.
 
 use super::{ms, percentile};
-use crate::model::Role;
 use crate::server::admission::PassConfig;
 use crate::server::auth::CurrentUser;
-use crate::server::db::{gpus, users};
+use crate::server::db::gpus;
 use crate::server::notifier::Notifier;
 use crate::server::runner::{LocalNode, RunnerConfig};
 use crate::server::runtime::{ensure_sim_devices, Docker, LaunchMode};
@@ -42,13 +41,7 @@ pub struct RunnerBenchOptions {
 /// Runs the runner benchmark and prints its figures.
 pub async fn runner(pool: &PgPool, opts: &RunnerBenchOptions, out: &mut impl Write) -> Result<()> {
     super::db::ensure_scratch(pool).await?;
-    let user = users::insert(pool, "bench-runner", "!no-login", Role::Member).await?;
-    let caller = CurrentUser {
-        id: user.id,
-        username: user.username.clone(),
-        role: Role::Member,
-        via_token: true,
-    };
+    let caller = super::db::bench_member(pool, "bench-runner").await?;
     let card = gpus::Observed {
         uuid: crate::server::gpu::sim_uuid(NODE, 0, "bench", 24576),
         index: 0,

@@ -16,10 +16,9 @@
 
 use super::ms;
 use super::percentile;
-use crate::model::Role;
 use crate::server::admission::PassConfig;
 use crate::server::auth::CurrentUser;
-use crate::server::db::{gpus, users, vram};
+use crate::server::db::{gpus, vram};
 use crate::server::gpu::{self, GpuInventory, GpuMode, NvmlInventory};
 use crate::server::notifier::Notifier;
 use crate::server::runner::{LocalNode, RunnerConfig};
@@ -72,13 +71,7 @@ pub struct VramBenchOptions {
 /// Runs the benchmark and prints its figures.
 pub async fn run(pool: &PgPool, opts: &VramBenchOptions, out: &mut impl Write) -> Result<()> {
     super::db::ensure_scratch(pool).await?;
-    let user = users::insert(pool, "bench-vram", "!no-login", Role::Member).await?;
-    let caller = CurrentUser {
-        id: user.id,
-        username: user.username.clone(),
-        role: Role::Member,
-        via_token: true,
-    };
+    let caller = super::db::bench_member(pool, "bench-vram").await?;
     let spec = format!("{CARDS}x{TOTAL_MIB}:bench");
     let inventory: Arc<dyn GpuInventory> =
         Arc::from(gpu::from_config(GpuMode::Sim, Some(&spec), NODE)?);
