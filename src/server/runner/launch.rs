@@ -34,13 +34,11 @@ impl Runner {
             Err(NotLaunched::Retry(why)) => {
                 tracing::warn!(job = %job.id, %why, "launch deferred");
                 // Until the database takes it back the job stays `starting`, which nothing else
-                // would ever move on: retry as `record_end` does (its container is gone already).
-                let mut delay = std::time::Duration::from_millis(200);
-                while let Err(e) = runs::unclaim(&self.pool, job.id, &self.cfg.node, &why).await {
-                    tracing::warn!(job = %job.id, error = %e, "could not defer a launch; retrying");
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(std::time::Duration::from_secs(10));
-                }
+                // would ever move on: retry until it does (its container is gone already).
+                super::supervise::until_written(job.id, "deferring a launch", || {
+                    runs::unclaim(&self.pool, job.id, &self.cfg.node, &why)
+                })
+                .await;
             }
             Err(NotLaunched::Fail(reason)) => {
                 tracing::warn!(job = %job.id, %reason, "launch failed");

@@ -108,17 +108,26 @@ impl Runner {
 
     /// Records an end, retrying while the database is unreachable (the cards stay held until then).
     pub(super) async fn record_end(&self, job: Uuid, end: &Ending) {
-        let mut delay = Duration::from_millis(200);
-        loop {
-            match runs::finish(&self.pool, job, &self.cfg.node, end).await {
-                Ok(_) => return,
-                Err(e) => {
-                    tracing::warn!(%job, error = %e, "recording a job's end failed; retrying");
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(Duration::from_secs(10));
-                }
-            }
-        }
+        until_written(job, "recording a job's end", || {
+            runs::finish(&self.pool, job, &self.cfg.node, end)
+        })
+        .await;
+    }
+}
+
+/// Runs the database write `write` for `job` until it succeeds, waiting 200 ms after a failure,
+/// then twice as long each time up to 10 s: a runner's record of what happened to a container
+/// must not be lost while the database is away (the job's cards stay held until then).
+pub(super) async fn until_written<T, F, Fut>(job: Uuid, what: &str, mut write: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = sqlx::Result<T>>,
+{
+    let mut delay = Duration::from_millis(200);
+    while let Err(e) = write().await {
+        tracing::warn!(%job, error = %e, "{what} failed; retrying");
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_secs(10));
     }
 }
 
