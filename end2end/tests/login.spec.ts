@@ -8,6 +8,8 @@ test("sign in, see the dashboard, use a hydrated control, sign out", async ({ pa
   await page.goto("/");
   await expect(page).toHaveURL(/\/login$/);
   await expect(page.getByRole("heading", { name: "Sign in" })).toBeVisible();
+  // Typed before hydration, the form would post as a plain form (tested below, without JS).
+  await page.locator('body[data-hydrated="/login"]').waitFor({ state: "attached" });
 
   // A wrong password is refused with a message, and we stay on the page.
   await page.getByLabel("Username").fill("admin");
@@ -72,4 +74,24 @@ test("a stranger is sent to sign in and comes back to the page asked for", async
   await page.getByRole("button", { name: "Sign in" }).click();
   await expect(page.getByRole("heading", { name: "Welcome, admin" })).toBeVisible();
   expect(page.url()).not.toContain("evil");
+});
+
+test.describe("without JavaScript", () => {
+  test.use({ javaScriptEnabled: false });
+
+  test("the sign-in form still refuses a wrong password with a message, and signs in", async ({ page }) => {
+    await waitForServer(page.request);
+    await page.goto("/login");
+    await page.getByLabel("Username").fill("admin");
+    await page.getByLabel("Password").fill("wrong password");
+    await page.getByRole("button", { name: "Sign in" }).click();
+    await expect(page).toHaveURL(/\/login(\?|$)/);
+    await expect(page.getByRole("alert")).toContainText("wrong username or password");
+
+    await page.getByLabel("Username").fill("admin");
+    await page.getByLabel("Password").fill(adminPassword);
+    await page.getByRole("button", { name: "Sign in" }).click();
+    await expect(page).toHaveURL(/\/$/);
+    await expect(page.getByRole("heading", { name: "Welcome, admin" })).toBeVisible();
+  });
 });

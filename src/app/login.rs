@@ -4,7 +4,12 @@
 
 use super::alert::action_error;
 use super::Auth;
+use crate::api::Login;
+use crate::model::AppError;
 use leptos::prelude::*;
+use leptos::server::ServerActionError;
+use leptos::server_fn::error::ServerFnUrlError;
+use leptos::server_fn::ServerFn;
 use leptos_meta::Title;
 use leptos_router::hooks::use_query_map;
 
@@ -13,7 +18,13 @@ use leptos_router::hooks::use_query_map;
 pub fn LoginPage() -> impl IntoView {
     let auth = expect_context::<Auth>();
     let login = auth.login;
-    let error = move || action_error(login.value().get());
+    // Without the WASM bundle (or before it has loaded) the form posts as a plain form, and a
+    // refusal comes back in the URL (`?__path=…&__err=…`). The action lives above the router,
+    // which is where that error is read, so this page reads it itself.
+    let refused = use_context::<ServerActionError>()
+        .filter(|e| e.path() == <Login as ServerFn>::PATH)
+        .map(|e| ServerFnUrlError::<AppError>::decode_err(e.err()));
+    let error = move || action_error(login.value().get().or_else(|| refused.clone().map(Err)));
     let query = use_query_map();
     let next = move || query.read().get("next").unwrap_or_default();
     view! {
