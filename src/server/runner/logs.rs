@@ -1,8 +1,10 @@
 //! Job logs on disk: `<data-dir>/logs/<job>.log`, one line per container output line, prefixed by
 //! dockerd's timestamp and the stream (`2026-11-29T09:00:00.123456789Z o text`). The prefix lets a
-//! re-adopted job resume exactly after the last line written, and readers strip it.
+//! re-adopted job resume after the latest line written without writing one twice, and readers
+//! strip it.
 
 use crate::server::runtime::{LogLine, LogStream};
+use std::collections::HashSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -11,7 +13,11 @@ pub struct LogWriter {
     file: std::fs::File,
     written: u64,
     cap: u64,
+    /// The latest timestamp in the file when it was opened: where dockerd resends from.
     last_at: Option<String>,
+    /// Lines already in the file that dockerd will send again (those of `last_at`'s second and
+    /// later, as `"<at> <stream>"`): each is skipped once.
+    resent: HashSet<String>,
     truncated: bool,
 }
 
@@ -32,19 +38,38 @@ impl LogWriter {
             .append(true)
             .open(path)?;
         file.set_len(whole as u64)?;
-        let last_at = existing[..whole]
+        // dockerd writes stdout and stderr from two copiers, so a file's lines are not always in
+        // timestamp order: the latest one is the maximum, not the last line.
+        let kept: Vec<&str> = existing[..whole]
             .split(|b| *b == b'\n')
-            .rev()
-            .find(|l| !l.is_empty())
-            .and_then(|l| std::str::from_utf8(l).ok())
-            .and_then(|l| l.split(' ').next())
+            .filter_map(|l| std::str::from_utf8(l).ok())
+            .filter(|l| !l.is_empty())
+            .collect();
+        let last_at = kept
+            .iter()
+            .filter_map(|l| l.split(' ').next())
+            .max()
             .map(str::to_owned);
+        let resent = match &last_at {
+            Some(last) => {
+                let second = &last[..last.len().min(SECOND)];
+                kept.iter()
+                    .filter(|l| l.get(..SECOND).is_some_and(|s| s >= second))
+                    .filter_map(|l| {
+                        let mut parts = l.splitn(3, ' ');
+                        Some(format!("{} {}", parts.next()?, parts.next()?))
+                    })
+                    .collect()
+            }
+            None => HashSet::new(),
+        };
         let truncated = existing[..whole].ends_with(TRUNCATED.as_bytes());
         Ok(LogWriter {
             file,
             written: whole as u64,
             cap,
             last_at,
+            resent,
             truncated,
         })
     }
@@ -54,24 +79,21 @@ impl LogWriter {
         self.last_at.as_deref()
     }
 
-    /// Appends one line unless it was already written (at or before the last timestamp) or the cap
-    /// is reached (then a single marker line says so).
+    /// Appends one line unless the file already held it when opened (dockerd resends the whole
+    /// second it resumes from) or the cap is reached (then a single marker line says so). Lines are
+    /// kept in the order dockerd sends them, even when a stderr line arrives after a later-stamped
+    /// stdout line.
     pub fn push(&mut self, line: &LogLine) -> std::io::Result<()> {
-        if self
-            .last_at
-            .as_deref()
-            .is_some_and(|last| line.at.as_str() <= last)
-        {
-            return Ok(());
-        }
-        self.last_at = Some(line.at.clone());
-        if self.truncated {
-            return Ok(());
-        }
         let stream = match line.stream {
             LogStream::Stdout => 'o',
             LogStream::Stderr => 'e',
         };
+        if !self.resent.is_empty() && self.resent.remove(&format!("{} {stream}", line.at)) {
+            return Ok(());
+        }
+        if self.truncated {
+            return Ok(());
+        }
         let text = line.text.trim_end_matches(['\n', '\r']);
         let record = format!("{} {stream} {text}\n", line.at);
         if self.written + record.len() as u64 > self.cap {
@@ -85,6 +107,9 @@ impl LogWriter {
         Ok(())
     }
 }
+
+/// Length of a docker timestamp's whole-second prefix (`2026-01-01T00:00:01`).
+const SECOND: usize = 19;
 
 const TRUNCATED: &str = "[gpuq: log size limit reached; later lines were dropped]";
 
@@ -148,6 +173,42 @@ mod tests {
         let text = std::fs::read_to_string(&p).unwrap();
         let lines: Vec<&str> = text.lines().map(text_of).collect();
         assert_eq!(lines, ["one", "two", "three"]);
+    }
+
+    #[test]
+    fn a_stderr_line_stamped_before_the_last_stdout_line_is_kept() {
+        // dockerd's stdout and stderr copiers can hand over lines out of timestamp order.
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("j.log");
+        let mut w = LogWriter::open(&p, 1 << 20).unwrap();
+        let mut two = line("2026-01-01T00:00:01.000000002Z", "two");
+        two.stream = LogStream::Stderr;
+        for l in [
+            line("2026-01-01T00:00:01.000000001Z", "one"),
+            line("2026-01-01T00:00:01.000000003Z", "three"),
+            two.clone(),
+        ] {
+            w.push(&l).unwrap();
+        }
+        drop(w);
+        let text = std::fs::read_to_string(&p).unwrap();
+        let lines: Vec<&str> = text.lines().map(text_of).collect();
+        assert_eq!(lines, ["one", "three", "two"]);
+        // Resuming: the latest stamp, not the last line, is where dockerd resends from, and the
+        // resent second adds nothing twice.
+        let mut w = LogWriter::open(&p, 1 << 20).unwrap();
+        assert_eq!(w.last_at(), Some("2026-01-01T00:00:01.000000003Z"));
+        for l in [
+            line("2026-01-01T00:00:01.000000001Z", "one"),
+            two,
+            line("2026-01-01T00:00:01.000000003Z", "three"),
+            line("2026-01-01T00:00:02.000000001Z", "four"),
+        ] {
+            w.push(&l).unwrap();
+        }
+        let text = std::fs::read_to_string(&p).unwrap();
+        let lines: Vec<&str> = text.lines().map(text_of).collect();
+        assert_eq!(lines, ["one", "three", "two", "four"]);
     }
 
     #[test]

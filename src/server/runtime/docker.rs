@@ -362,10 +362,12 @@ impl Docker {
     }
 
     /// Log lines with dockerd's timestamps. To resume without duplicates, pass
-    /// the whole second of the last line seen as `since_unix` (docker's
-    /// `since` is inclusive and per-second) and drop lines whose `at` is not
-    /// greater than the last one seen; `at` is fixed-width, so string order is
-    /// time order. With `follow` the stream ends when the container stops.
+    /// the whole second of the latest line seen as `since_unix` (docker's
+    /// `since` is inclusive and per-second) and drop the lines of that second
+    /// already kept; `at` is fixed-width, so string order is time order. The
+    /// stream is not always in time order: stdout and stderr have separate
+    /// copiers in dockerd. With `follow` the stream ends when the container
+    /// stops.
     pub fn logs(
         &self,
         id: &str,
