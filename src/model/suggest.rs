@@ -13,7 +13,7 @@ pub const SUGGESTION_MIN_SAMPLES: i64 = 3;
 /// The observed peaks of finished jobs on one GPU model: each (job, card) record counts once,
 /// its peak being the larger of the sampler's peak and NVML accounting's peak.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema, sqlx::FromRow))]
 pub struct PeakStats {
     /// Number of (job, card) records.
     pub n: i64,

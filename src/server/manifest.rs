@@ -8,6 +8,8 @@ use crate::server::error::OrInternal;
 use crate::server::AppState;
 use serde::Deserialize;
 use serde_json::json;
+use sqlx::pool::PoolConnection;
+use sqlx::Postgres;
 use std::collections::{BTreeMap, BTreeSet};
 
 pub mod suggest;
@@ -26,8 +28,10 @@ pub struct WorkloadPut {
     pub vram_mib: BTreeMap<String, i64>,
 }
 
-/// The whole manifest and the models of the cards gpuq knows.
-pub async fn view(state: &AppState) -> Result<ManifestView, AppError> {
+/// A connection from the pool, and the manifest as read on it.
+async fn load(
+    state: &AppState,
+) -> Result<(PoolConnection<Postgres>, manifest::Manifest), AppError> {
     let mut conn = state
         .pool
         .acquire()
@@ -36,6 +40,12 @@ pub async fn view(state: &AppState) -> Result<ManifestView, AppError> {
     let m = manifest::load(&mut conn)
         .await
         .or_internal("reading the manifest")?;
+    Ok((conn, m))
+}
+
+/// The whole manifest and the models of the cards gpuq knows.
+pub async fn view(state: &AppState) -> Result<ManifestView, AppError> {
+    let (mut conn, m) = load(state).await?;
     let cards = gpus::list(&mut *conn).await.or_internal("reading cards")?;
     let models: BTreeSet<String> = cards.into_iter().map(|g| g.model).collect();
     Ok(ManifestView {

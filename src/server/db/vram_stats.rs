@@ -1,5 +1,6 @@
 //! The observed peaks of finished jobs (`job_vram`), grouped for the learning manifest.
 
+use crate::model::PeakStats;
 use sqlx::FromRow;
 
 /// Finished jobs' (job, card) records with their peak (the larger of the sampler's peak and
@@ -13,6 +14,14 @@ const OBSERVED: &str = "\
     WHERE j.status IN ('succeeded', 'failed', 'timed_out', 'cancelled') \
       AND j.finished_at IS NOT NULL";
 
+/// The columns of [`PeakStats`] over a group of `o` (the observed records). Percentiles are
+/// `percentile_disc`, so each is a peak that was really observed.
+const PEAKS: &str = "\
+    count(*) AS n, \
+    percentile_disc(0.5) WITHIN GROUP (ORDER BY o.peak_mib) AS p50_mib, \
+    percentile_disc(0.95) WITHIN GROUP (ORDER BY o.peak_mib) AS p95_mib, \
+    max(o.peak_mib) AS max_mib";
+
 /// Peaks of one workload type on one GPU model, with the manifest's figure.
 #[derive(Debug, Clone, FromRow)]
 pub struct WorkloadPeaks {
@@ -22,14 +31,9 @@ pub struct WorkloadPeaks {
     pub gpu_model: String,
     /// The manifest's figure, MiB, if it has one.
     pub declared_mib: Option<i64>,
-    /// Number of (job, card) records.
-    pub n: i64,
-    /// Median peak, MiB.
-    pub p50_mib: i64,
-    /// 95th percentile peak, MiB.
-    pub p95_mib: i64,
-    /// Largest peak, MiB.
-    pub max_mib: i64,
+    /// The observed peaks.
+    #[sqlx(flatten)]
+    pub stats: PeakStats,
 }
 
 /// Peaks of raw-declared jobs (no workload type) of one image on one GPU model.
@@ -41,28 +45,19 @@ pub struct ImagePeaks {
     pub gpu_model: String,
     /// The largest `min_vram_mib` declared, MiB.
     pub declared_max_mib: i64,
-    /// Number of (job, card) records.
-    pub n: i64,
-    /// Median peak, MiB.
-    pub p50_mib: i64,
-    /// 95th percentile peak, MiB.
-    pub p95_mib: i64,
-    /// Largest peak, MiB.
-    pub max_mib: i64,
+    /// The observed peaks.
+    #[sqlx(flatten)]
+    pub stats: PeakStats,
 }
 
-/// Per workload type × GPU model, ordered by workload then model. Percentiles are
-/// `percentile_disc`, so each is a peak that was really observed.
+/// Per workload type × GPU model, ordered by workload then model.
 pub async fn by_workload(
     db: impl sqlx::PgExecutor<'_>,
     only: Option<(&str, &str)>,
 ) -> sqlx::Result<Vec<WorkloadPeaks>> {
     let sql = format!(
         "WITH o AS ({OBSERVED}) \
-         SELECT o.workload, o.gpu_model, m.vram_mib AS declared_mib, count(*) AS n, \
-                percentile_disc(0.5) WITHIN GROUP (ORDER BY o.peak_mib) AS p50_mib, \
-                percentile_disc(0.95) WITHIN GROUP (ORDER BY o.peak_mib) AS p95_mib, \
-                max(o.peak_mib) AS max_mib \
+         SELECT o.workload, o.gpu_model, m.vram_mib AS declared_mib, {PEAKS} \
          FROM o LEFT JOIN manifest_entries m \
            ON m.workload_type = o.workload AND m.gpu_model = o.gpu_model \
          WHERE o.workload IS NOT NULL \
@@ -82,10 +77,7 @@ pub async fn by_image(db: impl sqlx::PgExecutor<'_>) -> sqlx::Result<Vec<ImagePe
     let sql = format!(
         "WITH o AS ({OBSERVED}) \
          SELECT o.image, o.gpu_model, coalesce(max(o.min_vram_mib), 0) AS declared_max_mib, \
-                count(*) AS n, \
-                percentile_disc(0.5) WITHIN GROUP (ORDER BY o.peak_mib) AS p50_mib, \
-                percentile_disc(0.95) WITHIN GROUP (ORDER BY o.peak_mib) AS p95_mib, \
-                max(o.peak_mib) AS max_mib \
+                {PEAKS} \
          FROM o WHERE o.workload IS NULL \
          GROUP BY o.image, o.gpu_model \
          ORDER BY o.image, o.gpu_model"

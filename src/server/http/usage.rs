@@ -82,10 +82,7 @@ pub(super) async fn samples_csv(
     user: CurrentUser,
     query: Result<Query<RangeQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
-    user.require(Role::Manager)?;
-    let range = RangeQuery::read(query)?.range(&state).await?;
-    let body = Body::from_stream(csv::samples(state.pool.clone(), range));
-    Ok(attachment("gpu-samples", range, body))
+    export(state, user, query, "gpu-samples", csv::samples).await
 }
 
 #[utoipa::path(get, path = "/api/v1/usage/jobs.csv", tag = "usage", security(("bearer" = [])), params(RangeQuery), responses((status = 200, description = "one row per job that ran in the range: waits, run hours, GPU-hours and VRAM GiB-hours within the range", content_type = "text/csv", body = String), (status = 400, description = "invalid range; `field` names it", body = ErrorBody), (status = 403, description = "managers and admins only", body = ErrorBody)))]
@@ -94,10 +91,27 @@ pub(super) async fn jobs_csv(
     user: CurrentUser,
     query: Result<Query<RangeQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
+    export(state, user, query, "gpu-jobs", |pool, range| {
+        csv::jobs(pool, range, Utc::now())
+    })
+    .await
+}
+
+/// A CSV export (managers and admins) of the range asked for, streamed as a download.
+async fn export<S>(
+    state: AppState,
+    user: CurrentUser,
+    query: Result<Query<RangeQuery>, QueryRejection>,
+    stem: &str,
+    rows: impl FnOnce(sqlx::PgPool, Range) -> S,
+) -> Result<Response, ApiError>
+where
+    S: futures_util::Stream<Item = Result<String, std::io::Error>> + Send + 'static,
+{
     user.require(Role::Manager)?;
     let range = RangeQuery::read(query)?.range(&state).await?;
-    let body = Body::from_stream(csv::jobs(state.pool.clone(), range, Utc::now()));
-    Ok(attachment("gpu-jobs", range, body))
+    let body = Body::from_stream(rows(state.pool.clone(), range));
+    Ok(attachment(stem, range, body))
 }
 
 fn attachment(stem: &str, range: Range, body: Body) -> Response {

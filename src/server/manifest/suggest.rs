@@ -4,21 +4,16 @@
 
 use super::{put, WorkloadPut};
 use crate::model::{
-    suggest, AppError, ImageSuggestion, ManifestSuggestions, PeakStats, WorkloadSuggestion,
-    WorkloadView, SUGGESTION_MARGIN_PERCENT, SUGGESTION_MIN_SAMPLES, SUGGESTION_ROUND_MIB,
+    suggest, AppError, ImageSuggestion, ManifestSuggestions, WorkloadSuggestion, WorkloadView,
+    SUGGESTION_MARGIN_PERCENT, SUGGESTION_MIN_SAMPLES, SUGGESTION_ROUND_MIB,
 };
 use crate::server::auth::CurrentUser;
-use crate::server::db::{manifest, vram_stats};
+use crate::server::db::vram_stats;
 use crate::server::error::OrInternal;
 use crate::server::AppState;
 
 fn workload_entry(p: vram_stats::WorkloadPeaks) -> WorkloadSuggestion {
-    let stats = PeakStats {
-        n: p.n,
-        p50_mib: p.p50_mib,
-        p95_mib: p.p95_mib,
-        max_mib: p.max_mib,
-    };
+    let stats = p.stats;
     let (suggested_mib, note) = split(suggest(&stats));
     WorkloadSuggestion {
         workload: p.workload,
@@ -54,12 +49,7 @@ pub async fn suggestions(state: &AppState) -> Result<ManifestSuggestions, AppErr
         images: images
             .into_iter()
             .map(|p| {
-                let stats = PeakStats {
-                    n: p.n,
-                    p50_mib: p.p50_mib,
-                    p95_mib: p.p95_mib,
-                    max_mib: p.max_mib,
-                };
+                let stats = p.stats;
                 let (suggested_mib, note) = split(suggest(&stats));
                 ImageSuggestion {
                     image: p.image,
@@ -84,14 +74,7 @@ pub async fn apply(
     workload: &str,
     gpu_model: &str,
 ) -> Result<WorkloadView, AppError> {
-    let mut conn = state
-        .pool
-        .acquire()
-        .await
-        .or_internal("acquiring a connection")?;
-    let m = manifest::load(&mut conn)
-        .await
-        .or_internal("reading the manifest")?;
+    let (mut conn, m) = super::load(state).await?;
     let Some(needs) = m.needs.get(workload) else {
         return Err(AppError::NotFound(format!("no workload type `{workload}`")));
     };

@@ -143,43 +143,7 @@ mod tests {
 
     #[test]
     fn unknown_use_is_a_gap_not_zero() {
-        let at = Utc.with_ymd_and_hms(2025, 1, 1, 0, 0, 0).unwrap();
-        let report = UsageReport {
-            from: at,
-            to: at + chrono::Duration::hours(1),
-            bucket_s: 8,
-            retention_h: 720,
-            cards: vec![CardSeries {
-                uuid: "GPU-x".into(),
-                node: "n".into(),
-                index: 0,
-                model: "m".into(),
-                total_mib: 1000,
-                samples: 1,
-                avg_reserved_mib: 10,
-                peak_reserved_mib: 10,
-                avg_used_mib: None,
-                peak_used_mib: None,
-                avg_external_mib: Some(0),
-                avg_utilization_pct: None,
-                points: vec![CardPoint {
-                    at,
-                    reserved_mib: 10,
-                    used_mib: None,
-                    external_mib: Some(0),
-                    utilization_pct: None,
-                }],
-            }],
-            wait: WaitStats {
-                jobs: 0,
-                p50_s: None,
-                p95_s: None,
-                max_s: None,
-                buckets: vec![],
-            },
-            by_user: vec![],
-            by_workload: vec![],
-        };
+        let report = report(vec![series(0, 1000, vec![point(0, 10, None, Some(0))])]);
         let charts = build(&report);
         let option: Value = serde_json::from_str(&charts.cards[0]).unwrap();
         assert_eq!(option["series"][1]["name"], "used (not measured)");
