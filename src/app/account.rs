@@ -1,6 +1,6 @@
 //! `/account`: change my password; create and revoke my API tokens (for the CLI and scripts).
 
-use super::alert::action_error;
+use super::alert::{action_error, loaded};
 use super::gate::SignedIn;
 use crate::api::{my_tokens, ChangePassword, CreateToken, RevokeToken};
 use crate::model::{AppError, TokenView, UserView};
@@ -135,41 +135,37 @@ fn Tokens() -> impl IntoView {
             </ActionForm>
             {secret}
             {move || action_error(revoke.value().get())}
-            <Transition fallback=|| view! { <p>"Loading…"</p> }>
-                {move || Suspend::new(async move {
-                    match tokens.await {
-                        Ok(list) if list.is_empty() => view! { <p>"No tokens yet."</p> }.into_any(),
-                        Ok(list) => view! {
-                            <table id="tokens">
-                                <thead><tr>
-                                    <th scope="col">"Name"</th><th scope="col">"Created"</th><th scope="col">"Last used"</th><th scope="col">"Status"</th><th scope="col"></th>
-                                </tr></thead>
-                                <tbody>
-                                    {list.into_iter().map(|t| {
-                                        let id = t.id;
-                                        let live = t.revoked_at.is_none() && !t.expired;
-                                        let status = token_status(&t);
-                                        view! {
-                                            <tr data-token=t.name.clone()>
-                                                <td>{t.name.clone()}</td>
-                                                <td>{stamp(t.created_at)}</td>
-                                                <td>{last_used(t.last_used_at)}</td>
-                                                <td>{status}</td>
-                                                <td>{live.then(|| view! {
-                                                    <button type="button" class="small danger" on:click=move |_| { revoke.dispatch(RevokeToken { id }); }>
-                                                        "Revoke"
-                                                    </button>
-                                                })}</td>
-                                            </tr>
-                                        }
-                                    }).collect_view()}
-                                </tbody>
-                            </table>
-                        }.into_any(),
-                        Err(e) => view! { <p class="error">{e.to_string()}</p> }.into_any(),
-                    }
-                })}
-            </Transition>
+            {loaded(tokens, move |list| if list.is_empty() {
+                view! { <p>"No tokens yet."</p> }.into_any()
+            } else {
+                view! {
+                    <table id="tokens">
+                        <thead><tr>
+                            <th scope="col">"Name"</th><th scope="col">"Created"</th><th scope="col">"Last used"</th><th scope="col">"Status"</th><th scope="col"></th>
+                        </tr></thead>
+                        <tbody>
+                            {list.into_iter().map(|t| {
+                                let id = t.id;
+                                let live = t.revoked_at.is_none() && !t.expired;
+                                let status = token_status(&t);
+                                view! {
+                                    <tr data-token=t.name.clone()>
+                                        <td>{t.name.clone()}</td>
+                                        <td>{stamp(t.created_at)}</td>
+                                        <td>{last_used(t.last_used_at)}</td>
+                                        <td>{status}</td>
+                                        <td>{live.then(|| view! {
+                                            <button type="button" class="small danger" on:click=move |_| { revoke.dispatch(RevokeToken { id }); }>
+                                                "Revoke"
+                                            </button>
+                                        })}</td>
+                                    </tr>
+                                }
+                            }).collect_view()}
+                        </tbody>
+                    </table>
+                }.into_any()
+            })}
         </section>
     }
 }

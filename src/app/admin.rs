@@ -1,7 +1,7 @@
 //! `/admin` (admins): cards (drain / undrain / offline), nodes (drain / undrain / forget), users
 //! (create, role, disable) and the launch policy. Every change goes through the same service functions as the REST API.
 
-use super::alert::action_error;
+use super::alert::{action_error, loaded};
 use super::gate::SignedIn;
 use super::live::use_live;
 use crate::api::{
@@ -40,49 +40,42 @@ fn Cards() -> impl IntoView {
             <h2>"GPUs"</h2>
             <p class="muted">"A draining card runs its jobs out and admits nothing new; an offline card is not counted at all."</p>
             {move || action_error(set.value().get())}
-            <Transition fallback=|| view! { <p>"Loading…"</p> }>
-                {move || Suspend::new(async move {
-                    match data.await {
-                        Ok(d) => view! {
-                            <table id="gpu-states">
-                                <thead><tr>
-                                    <th scope="col">"Card"</th><th scope="col">"Node"</th><th scope="col">"Jobs"</th><th scope="col">"State"</th>
-                                </tr></thead>
-                                <tbody>
-                                    {d.gpus.into_iter().map(|g| {
-                                        let uuid = g.uuid.clone();
-                                        let label = format!("State of GPU {} on {}", g.index, g.node);
-                                        let current = g.state;
-                                        view! {
-                                            <tr data-gpu=g.index>
-                                                <td>{format!("GPU {} · {}", g.index, g.model)}<br /><code class="muted">{g.uuid.clone()}</code></td>
-                                                <td>{g.node.clone()}</td>
-                                                <td>{g.jobs.len()}</td>
-                                                <td>
-                                                    <select aria-label=label on:change=move |ev| {
-                                                        set.dispatch(SetGpuState { uuid: uuid.clone(), state: event_target_value(&ev) });
-                                                    }>
-                                                        {GpuState::SETTABLE.into_iter().map(|s| view! {
-                                                            <option value=s.as_str() selected=current == s>{s.as_str()}</option>
-                                                        }).collect_view()}
-                                                    </select>
-                                                    {(current == GpuState::Missing).then(|| view! {
-                                                        <span class="muted">" missing: its node does not see it"</span>
-                                                    })}
-                                                    {(current == GpuState::Lost).then(|| view! {
-                                                        <span class="muted">" lost: its node stopped heartbeating"</span>
-                                                    })}
-                                                </td>
-                                            </tr>
-                                        }
-                                    }).collect_view()}
-                                </tbody>
-                            </table>
-                        }.into_any(),
-                        Err(e) => view! { <p class="error">{e.to_string()}</p> }.into_any(),
-                    }
-                })}
-            </Transition>
+            {loaded(data, move |d| view! {
+                <table id="gpu-states">
+                    <thead><tr>
+                        <th scope="col">"Card"</th><th scope="col">"Node"</th><th scope="col">"Jobs"</th><th scope="col">"State"</th>
+                    </tr></thead>
+                    <tbody>
+                        {d.gpus.into_iter().map(|g| {
+                            let uuid = g.uuid.clone();
+                            let label = format!("State of GPU {} on {}", g.index, g.node);
+                            let current = g.state;
+                            view! {
+                                <tr data-gpu=g.index>
+                                    <td>{format!("GPU {} · {}", g.index, g.model)}<br /><code class="muted">{g.uuid.clone()}</code></td>
+                                    <td>{g.node.clone()}</td>
+                                    <td>{g.jobs.len()}</td>
+                                    <td>
+                                        <select aria-label=label on:change=move |ev| {
+                                            set.dispatch(SetGpuState { uuid: uuid.clone(), state: event_target_value(&ev) });
+                                        }>
+                                            {GpuState::SETTABLE.into_iter().map(|s| view! {
+                                                <option value=s.as_str() selected=current == s>{s.as_str()}</option>
+                                            }).collect_view()}
+                                        </select>
+                                        {(current == GpuState::Missing).then(|| view! {
+                                            <span class="muted">" missing: its node does not see it"</span>
+                                        })}
+                                        {(current == GpuState::Lost).then(|| view! {
+                                            <span class="muted">" lost: its node stopped heartbeating"</span>
+                                        })}
+                                    </td>
+                                </tr>
+                            }
+                        }).collect_view()}
+                    </tbody>
+                </table>
+            })}
         </section>
     }
 }
@@ -104,52 +97,48 @@ fn Nodes() -> impl IntoView {
             <p class="muted">"A drained node runs its jobs out and takes no new ones. A lost node has stopped heartbeating: its jobs keep their cards and are not started elsewhere; forget it only if it is not coming back (its jobs then end failed, node_lost)."</p>
             {move || action_error(set.value().get())}
             {move || action_error(forget.value().get())}
-            <Transition fallback=|| view! { <p>"Loading…"</p> }>
-                {move || Suspend::new(async move {
-                    match data.await {
-                        Ok(list) if list.is_empty() => view! { <p class="muted">"No node has registered yet."</p> }.into_any(),
-                        Ok(list) => view! {
-                            <table id="node-states">
-                                <thead><tr>
-                                    <th scope="col">"Node"</th><th scope="col">"State"</th><th scope="col">"Heartbeat"</th>
-                                    <th scope="col">"Version"</th><th scope="col">"Cards"</th><th scope="col">"Running"</th><th scope="col">""</th>
-                                </tr></thead>
-                                <tbody>
-                                    {list.into_iter().map(|n| {
-                                        let name = n.name.clone();
-                                        let action = match n.state {
-                                            NodeState::Up => {
-                                                let name = name.clone();
-                                                view! { <button type="button" on:click=move |_| { set.dispatch(SetNodeState { name: name.clone(), state: "drained".into() }); }>"Drain"</button> }.into_any()
-                                            }
-                                            NodeState::Drained => {
-                                                let name = name.clone();
-                                                view! { <button type="button" on:click=move |_| { set.dispatch(SetNodeState { name: name.clone(), state: "up".into() }); }>"Undrain"</button> }.into_any()
-                                            }
-                                            NodeState::Lost => {
-                                                let name = name.clone();
-                                                view! { <button type="button" class="danger" on:click=move |_| { forget.dispatch(ForgetNode { name: name.clone() }); }>"Forget"</button> }.into_any()
-                                            }
-                                        };
-                                        view! {
-                                            <tr data-node=name.clone()>
-                                                <td>{n.name.clone()}<br /><code class="muted">{n.advertise_url.clone()}</code></td>
-                                                <td class=format!("node-{}", n.state)>{n.state.as_str()}</td>
-                                                <td>{format!("{} s ago", n.heartbeat_age_s)}</td>
-                                                <td>{n.version.clone()}</td>
-                                                <td>{n.cards}</td>
-                                                <td>{n.running_jobs}</td>
-                                                <td>{action}</td>
-                                            </tr>
-                                        }
-                                    }).collect_view()}
-                                </tbody>
-                            </table>
-                        }.into_any(),
-                        Err(e) => view! { <p class="error">{e.to_string()}</p> }.into_any(),
-                    }
-                })}
-            </Transition>
+            {loaded(data, move |list| if list.is_empty() {
+                view! { <p class="muted">"No node has registered yet."</p> }.into_any()
+            } else {
+                view! {
+                    <table id="node-states">
+                        <thead><tr>
+                            <th scope="col">"Node"</th><th scope="col">"State"</th><th scope="col">"Heartbeat"</th>
+                            <th scope="col">"Version"</th><th scope="col">"Cards"</th><th scope="col">"Running"</th><th scope="col">""</th>
+                        </tr></thead>
+                        <tbody>
+                            {list.into_iter().map(|n| {
+                                let name = n.name.clone();
+                                let action = match n.state {
+                                    NodeState::Up => {
+                                        let name = name.clone();
+                                        view! { <button type="button" on:click=move |_| { set.dispatch(SetNodeState { name: name.clone(), state: "drained".into() }); }>"Drain"</button> }.into_any()
+                                    }
+                                    NodeState::Drained => {
+                                        let name = name.clone();
+                                        view! { <button type="button" on:click=move |_| { set.dispatch(SetNodeState { name: name.clone(), state: "up".into() }); }>"Undrain"</button> }.into_any()
+                                    }
+                                    NodeState::Lost => {
+                                        let name = name.clone();
+                                        view! { <button type="button" class="danger" on:click=move |_| { forget.dispatch(ForgetNode { name: name.clone() }); }>"Forget"</button> }.into_any()
+                                    }
+                                };
+                                view! {
+                                    <tr data-node=name.clone()>
+                                        <td>{n.name.clone()}<br /><code class="muted">{n.advertise_url.clone()}</code></td>
+                                        <td class=format!("node-{}", n.state)>{n.state.as_str()}</td>
+                                        <td>{format!("{} s ago", n.heartbeat_age_s)}</td>
+                                        <td>{n.version.clone()}</td>
+                                        <td>{n.cards}</td>
+                                        <td>{n.running_jobs}</td>
+                                        <td>{action}</td>
+                                    </tr>
+                                }
+                            }).collect_view()}
+                        </tbody>
+                    </table>
+                }.into_any()
+            })}
         </section>
     }
 }
@@ -171,17 +160,7 @@ fn Users(me: UserView) -> impl IntoView {
         <section class="card">
             <h2>"Users"</h2>
             {move || action_error(update.value().get())}
-            <Transition fallback=|| view! { <p>"Loading…"</p> }>
-                {move || {
-                    let me = me.clone();
-                    Suspend::new(async move {
-                        match users.await {
-                            Ok(list) => view! { <UserTable list me update /> }.into_any(),
-                            Err(e) => view! { <p class="error">{e.to_string()}</p> }.into_any(),
-                        }
-                    })
-                }}
-            </Transition>
+            {loaded(users, move |list| view! { <UserTable list me=me.clone() update /> })}
             <h3>"Add a user"</h3>
             <ActionForm action=create attr:id="new-user" attr:class="row">
                 <div class="field">
@@ -265,14 +244,7 @@ fn Policy() -> impl IntoView {
     view! {
         <section class="card">
             <h2>"Launch policy"</h2>
-            <Transition fallback=|| view! { <p>"Loading…"</p> }>
-                {move || Suspend::new(async move {
-                    match policy.await {
-                        Ok(p) => view! { <PolicyForm p save /> }.into_any(),
-                        Err(e) => view! { <p class="error">{e.to_string()}</p> }.into_any(),
-                    }
-                })}
-            </Transition>
+            {loaded(policy, move |p| view! { <PolicyForm p save /> })}
         </section>
     }
 }

@@ -9,3 +9,28 @@ pub fn action_error<T>(result: Option<Result<T, AppError>>) -> Option<impl IntoV
         .and_then(|r| r.err())
         .map(|e| view! { <p class="error" role="alert">{e.to_string()}</p> })
 }
+
+/// A resource's value, drawn by `show` once it has loaded ("Loading…" until then, and the last
+/// value while it reloads), or its error as an alert line.
+pub fn loaded<T, V>(
+    resource: Resource<Result<T, AppError>>,
+    show: impl Fn(T) -> V + Clone + Send + Sync + 'static,
+) -> impl IntoView
+where
+    T: Clone + Send + Sync + serde::Serialize + serde::de::DeserializeOwned + 'static,
+    V: IntoView + 'static,
+{
+    view! {
+        <Transition fallback=|| view! { <p>"Loading…"</p> }>
+            {move || {
+                let show = show.clone();
+                Suspend::new(async move {
+                    match resource.await {
+                        Ok(value) => show(value).into_any(),
+                        Err(e) => view! { <p class="error" role="alert">{e.to_string()}</p> }.into_any(),
+                    }
+                })
+            }}
+        </Transition>
+    }
+}

@@ -5,6 +5,7 @@
 //! model beside the declared figure, and a suggested figure an admin applies with one click (an
 //! ordinary, audited edit).
 
+use super::alert::loaded;
 use super::gate::SignedIn;
 use super::live::use_live;
 use crate::api::{
@@ -190,14 +191,7 @@ fn Manifest(me: UserView) -> impl IntoView {
                 "VRAM each workload type needs per card, by GPU model (MiB). An empty cell: that type does not run on that model. "
                 "A change applies at the next admission pass (every 2 s, or at once when woken)."
             </p>
-            <Transition fallback=|| view! { <p>"Loading…"</p> }>
-                {move || Suspend::new(async move {
-                    match data.await {
-                        Ok(state) => view! { <Grid state admin edits /> }.into_any(),
-                        Err(e) => view! { <p class="error">{e.to_string()}</p> }.into_any(),
-                    }
-                })}
-            </Transition>
+            {loaded(data, move |state| view! { <Grid state admin edits /> })}
         </section>
         <section class="card" id="manifest-learned">
             <h2>"Observed peaks"</h2>
@@ -205,14 +199,7 @@ fn Manifest(me: UserView) -> impl IntoView {
                 "What finished jobs really used per card (the larger of the sampler's peak and NVML accounting's), beside the declared figure. "
                 "Suggested: p95 plus 10 %, rounded up to 256 MiB, from at least 3 records."
             </p>
-            <Transition fallback=|| view! { <p>"Loading…"</p> }>
-                {move || Suspend::new(async move {
-                    match learned.await {
-                        Ok(s) => view! { <Learned s admin edits /> }.into_any(),
-                        Err(e) => view! { <p class="error">{e.to_string()}</p> }.into_any(),
-                    }
-                })}
-            </Transition>
+            {loaded(learned, move |s| view! { <Learned s admin edits /> })}
         </section>
     }
 }

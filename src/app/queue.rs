@@ -1,7 +1,7 @@
 //! Queue and history: every job, filtered by status, owner or "mine", sorted newest or oldest
 //! first, in queue order or by name, a page at a time; queue positions and wait reasons for queued jobs; cancel where allowed.
 
-use super::alert::action_error;
+use super::alert::{action_error, loaded};
 use super::gate::SignedIn;
 use super::live::use_live;
 use crate::api::{list_jobs, CancelJob};
@@ -83,17 +83,7 @@ fn Queue(me: UserView) -> impl IntoView {
                 </div>
             </form>
             {move || action_error(cancel.value().get())}
-            <Transition fallback=|| view! { <p>"Loading…"</p> }>
-                {move || {
-                    let me = me.clone();
-                    Suspend::new(async move {
-                        match jobs.await {
-                            Ok(p) => view! { <Table p me cancel page /> }.into_any(),
-                            Err(e) => view! { <p class="error">{e.to_string()}</p> }.into_any(),
-                        }
-                    })
-                }}
-            </Transition>
+            {loaded(jobs, move |p| view! { <Table p me=me.clone() cancel page /> })}
         </section>
     }
 }

@@ -234,6 +234,16 @@ fn SubmitForm() -> impl IntoView {
                 </div>
             }
         };
+    let lines_input =
+        move |id: &'static str, label: &'static str, sig: RwSignal<String>, rows: &'static str| {
+            view! {
+                <div class="field">
+                    <label for=id>{label}</label>
+                    <textarea id=id rows=rows prop:value=move || sig.get()
+                        on:input=move |ev| sig.set(event_target_value(&ev))></textarea>
+                </div>
+            }
+        };
     view! {
         <section class="card">
             <h1>"Submit a job"</h1>
@@ -276,17 +286,9 @@ fn SubmitForm() -> impl IntoView {
                 {field_error("gpu_count")}
                 {field_error("workload")}
                 {field_error("min_vram_mb")}
-                <div class="field">
-                    <label for="env">"Environment (KEY=value per line)"</label>
-                    <textarea id="env" rows="3" prop:value=move || f.env.get()
-                        on:input=move |ev| f.env.set(event_target_value(&ev))></textarea>
-                </div>
+                {lines_input("env", "Environment (KEY=value per line)", f.env, "3")}
                 {field_error("env")}
-                <div class="field">
-                    <label for="volumes">"Volumes (host:container[:ro] per line)"</label>
-                    <textarea id="volumes" rows="2" prop:value=move || f.volumes.get()
-                        on:input=move |ev| f.volumes.set(event_target_value(&ev))></textarea>
-                </div>
+                {lines_input("volumes", "Volumes (host:container[:ro] per line)", f.volumes, "2")}
                 {field_error("volumes")}
                 <div class="row">
                     {text_input("timeout", "Timeout (s)", f.timeout, "default")}

@@ -6,6 +6,7 @@
 //! puts it in a `data-chart-option` attribute, and `/charts.js` draws whatever carries one. The
 //! browser bundle has no chart code.
 
+use super::alert::loaded;
 use super::gate::SignedIn;
 use crate::api::usage_report;
 use crate::model::{CardSeries, Role, UsageReport, UsageTotal, UsageView, WaitStats};
@@ -97,14 +98,7 @@ fn Usage() -> impl IntoView {
                 " · "
                 <a id="csv-jobs" href=move || csv("jobs.csv") download="">"per-job accounting"</a>
             </p>
-            <Transition fallback=|| view! { <p>"Loading…"</p> }>
-                {move || Suspend::new(async move {
-                    match data.await {
-                        Ok(v) => view! { <Report v /> }.into_any(),
-                        Err(e) => view! { <p class="error" role="alert">{e.to_string()}</p> }.into_any(),
-                    }
-                })}
-            </Transition>
+            {loaded(data, move |v| view! { <Report v /> })}
         </section>
     }
 }

@@ -55,9 +55,8 @@ async fn node_states(app: &TestApp, bearer: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Each card's (node, shown state).
-async fn card_states(app: &TestApp, bearer: &str) -> Vec<(String, String)> {
-    let gpus = app.get("/api/v1/gpus", bearer).await.json();
+/// Each card's (node, state) in a `GET /api/v1/gpus` answer.
+fn node_and_state(gpus: &Value) -> Vec<(String, String)> {
     gpus["gpus"]
         .as_array()
         .unwrap()
@@ -69,6 +68,12 @@ async fn card_states(app: &TestApp, bearer: &str) -> Vec<(String, String)> {
             )
         })
         .collect()
+}
+
+/// Each card's (node, shown state).
+async fn card_states(app: &TestApp, bearer: &str) -> Vec<(String, String)> {
+    let gpus = app.get("/api/v1/gpus", bearer).await.json();
+    node_and_state(&gpus)
 }
 
 async fn audit_count(app: &TestApp, kind: &str, subject: &str) -> i64 {
@@ -338,17 +343,7 @@ async fn served_card_states(
 ) -> Vec<(String, String)> {
     let url = format!("{base}/api/v1/gpus");
     let gpus: Value = get_with(client, &url, bearer).await.json().await.unwrap();
-    gpus["gpus"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|g| {
-            (
-                g["node"].as_str().unwrap().to_owned(),
-                g["state"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect()
+    node_and_state(&gpus)
 }
 
 #[sqlx::test(migrations = false)]
