@@ -1,8 +1,10 @@
-//! The one way domain code turns an unexpected failure into [`AppError::Internal`]: the cause is
-//! logged here with what was being done, and only the safe, typed error travels on. The edges
+//! The one way domain code turns an unexpected failure into [`AppError::Internal`] (or, when the
+//! database is out of reach, [`AppError::Unavailable`]): the cause is logged here with what was
+//! being done, and only the safe, typed error travels on. The edges
 //! (`http`, the server functions, the CLI) decide what status or message each error becomes.
 
 use crate::model::AppError;
+use std::any::Any;
 use std::fmt::Display;
 
 /// Turns any error into [`AppError::Internal`], logging the cause with what was being done.
@@ -11,11 +13,38 @@ pub trait OrInternal<T> {
     fn or_internal(self, doing: &str) -> Result<T, AppError>;
 }
 
-impl<T, E: Display> OrInternal<T> for Result<T, E> {
+impl<T, E: Display + 'static> OrInternal<T> for Result<T, E> {
     fn or_internal(self, doing: &str) -> Result<T, AppError> {
         self.map_err(|e| {
+            if let Some(why) = (&e as &dyn Any)
+                .downcast_ref::<sqlx::Error>()
+                .and_then(database_out_of_reach)
+            {
+                tracing::warn!(error = %e, "{doing}: the database is out of reach");
+                return AppError::Unavailable(format!(
+                    "the database is out of reach ({why}); try again shortly"
+                ));
+            }
             tracing::error!(error = %e, "{doing}");
             AppError::Internal
         })
+    }
+}
+
+/// Why an error means the database cannot be reached now (down, restarting, or no connection to
+/// be had), so the caller hears "unavailable, try again" (503) rather than an internal error.
+pub fn database_out_of_reach(e: &sqlx::Error) -> Option<&'static str> {
+    match e {
+        sqlx::Error::PoolTimedOut => Some("no connection could be had in time"),
+        sqlx::Error::PoolClosed => Some("this server is shutting down"),
+        sqlx::Error::Io(_) => Some("the connection failed"),
+        sqlx::Error::Database(d) => match d.code().as_deref() {
+            // Class 08: connection exceptions. 57P01-03: shut down by an admin, crash, or
+            // starting up.
+            Some(c) if c.starts_with("08") => Some("the connection failed"),
+            Some("57P01" | "57P02" | "57P03") => Some("it is restarting"),
+            _ => None,
+        },
+        _ => None,
     }
 }
