@@ -16,10 +16,12 @@ pub trait OrInternal<T> {
 impl<T, E: Display + 'static> OrInternal<T> for Result<T, E> {
     fn or_internal(self, doing: &str) -> Result<T, AppError> {
         self.map_err(|e| {
-            if let Some(why) = (&e as &dyn Any)
-                .downcast_ref::<sqlx::Error>()
-                .and_then(database_out_of_reach)
-            {
+            let any = &e as &dyn Any;
+            let db_error = any.downcast_ref::<sqlx::Error>().or_else(|| {
+                any.downcast_ref::<anyhow::Error>()
+                    .and_then(|a| a.downcast_ref::<sqlx::Error>())
+            });
+            if let Some(why) = db_error.and_then(database_out_of_reach) {
                 tracing::warn!(error = %e, "{doing}: the database is out of reach");
                 return AppError::Unavailable(format!(
                     "the database is out of reach ({why}); try again shortly"
@@ -46,5 +48,34 @@ pub fn database_out_of_reach(e: &sqlx::Error) -> Option<&'static str> {
             _ => None,
         },
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mapped<E: Display + 'static>(e: E) -> AppError {
+        Err::<(), E>(e).or_internal("testing").unwrap_err()
+    }
+
+    #[test]
+    fn an_unreachable_database_is_unavailable_and_anything_else_internal() {
+        for e in [
+            mapped(sqlx::Error::PoolTimedOut),
+            mapped(sqlx::Error::Io(
+                std::io::ErrorKind::ConnectionRefused.into(),
+            )),
+            mapped(anyhow::Error::from(sqlx::Error::PoolTimedOut).context("reading the queue")),
+        ] {
+            assert_eq!(e.status(), 503, "{e}");
+            assert!(e.to_string().contains("database is out of reach"), "{e}");
+        }
+        assert_eq!(mapped(sqlx::Error::RowNotFound), AppError::Internal);
+        assert_eq!(mapped("some other failure"), AppError::Internal);
+        assert_eq!(
+            mapped(anyhow::anyhow!("not a database error")),
+            AppError::Internal
+        );
     }
 }
