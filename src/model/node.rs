@@ -24,7 +24,7 @@ pub const NODE_LOST_REASON: &str = "node_lost";
 
 /// A node as listed for operators.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema, sqlx::FromRow))]
 pub struct NodeView {
     /// The node's name (`--node`).
     pub name: String,

@@ -131,18 +131,7 @@ pub async fn list(pool: &PgPool) -> Result<Vec<NodeView>, AppError> {
         .await
         .or_internal("reading nodes")?
         .into_iter()
-        .map(|n| NodeView {
-            name: n.name,
-            state: n.shown_state,
-            heartbeat_age_s: n.heartbeat_age_s,
-            lost_after_s: n.lost_after_s.into(),
-            version: n.version,
-            advertise_url: n.advertise_url,
-            runs_jobs: n.runs_jobs,
-            cards: n.cards,
-            running_jobs: n.running_jobs,
-            forgotten_at: n.forgotten_at,
-        })
+        .map(|n| n.node)
         .collect())
 }
 
@@ -193,12 +182,13 @@ pub async fn forget(pool: &PgPool, user: &CurrentUser, name: &str) -> Result<usi
     let node = nodes::get_for_update(&mut tx, name)
         .await
         .or_internal("reading a node")?
-        .ok_or_else(|| AppError::NotFound(format!("no node `{name}`")))?;
-    if node.shown_state != NodeState::Lost {
+        .ok_or_else(|| AppError::NotFound(format!("no node `{name}`")))?
+        .node;
+    if node.state != NodeState::Lost {
         return Err(AppError::Conflict(format!(
             "node `{name}` is {} (its last heartbeat {} s ago, lost after {} s): only a lost node \
              can be forgotten",
-            node.shown_state, node.heartbeat_age_s, node.lost_after_s
+            node.state, node.heartbeat_age_s, node.lost_after_s
         )));
     }
     let ended = nodes::forget(&mut tx, name, &user.username)

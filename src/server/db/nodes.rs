@@ -2,8 +2,7 @@
 //! forgetting a lost node. Whether a node is lost is always computed here, in database time.
 
 use super::{events, runs};
-use crate::model::{JobEventKind, JobStatus, NodeState, NODE_LOST_REASON};
-use chrono::{DateTime, Utc};
+use crate::model::{JobEventKind, JobStatus, NodeState, NodeView, NODE_LOST_REASON};
 use serde_json::json;
 use sqlx::{FromRow, PgExecutor, Postgres, Transaction};
 use uuid::Uuid;
@@ -60,38 +59,21 @@ pub async fn heartbeat(db: impl PgExecutor<'_>, node: &str, epoch: i64) -> sqlx:
     Ok(r.rows_affected() == 1)
 }
 
-/// A node with its derived state and what it holds.
+/// A node with its derived state and what it holds, and its current lease.
 #[derive(Debug, Clone, FromRow)]
 pub struct NodeRow {
-    /// Name.
-    pub name: String,
-    /// `up`, `drained` or `lost`, derived in database time.
-    pub shown_state: NodeState,
-    /// Whole seconds since the last heartbeat.
-    pub heartbeat_age_s: i64,
-    /// Seconds of silence after which it is lost.
-    pub lost_after_s: i32,
-    /// gpuq version.
-    pub version: String,
-    /// Advertise URL.
-    pub advertise_url: String,
-    /// Launches jobs.
-    pub runs_jobs: bool,
-    /// Cards registered under its name.
-    pub cards: i64,
-    /// Its starting or running jobs.
-    pub running_jobs: i64,
-    /// When an admin forgot it, if it has not registered since.
-    pub forgotten_at: Option<DateTime<Utc>>,
+    /// The node as it is shown (state derived in database time).
+    #[sqlx(flatten)]
+    pub node: NodeView,
     /// The current lease.
     pub epoch: i64,
 }
 
 fn select(filter: &str) -> String {
     format!(
-        "SELECT n.name, ({NODE_STATE_SQL}) AS shown_state, \
+        "SELECT n.name, ({NODE_STATE_SQL}) AS state, \
            greatest(0, floor(extract(epoch FROM now() - n.heartbeat_at)))::bigint AS heartbeat_age_s, \
-           n.lost_after_s, n.version, n.advertise_url, n.runs_jobs, \
+           n.lost_after_s::bigint AS lost_after_s, n.version, n.advertise_url, n.runs_jobs, \
            (SELECT count(*) FROM gpus g WHERE g.node = n.name) AS cards, \
            (SELECT count(*) FROM jobs j WHERE j.node = n.name \
               AND j.status IN ('starting', 'running')) AS running_jobs, \

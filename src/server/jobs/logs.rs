@@ -150,11 +150,12 @@ async fn source(state: &AppState, viewer: &CurrentUser, id: Uuid) -> Result<Sour
     let Some(row) = nodes::get(&state.pool, &node)
         .await
         .or_internal("reading a node")?
+        .map(|r| r.node)
     else {
         // A node that never registered (a record older than nodes): what this node has.
         return Ok(Source::Here(path));
     };
-    if row.shown_state == NodeState::Lost {
+    if row.state == NodeState::Lost {
         let why = match row.forgotten_at {
             Some(at) => format!(
                 "an admin forgot it at {}",
