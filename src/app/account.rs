@@ -2,6 +2,7 @@
 
 use super::alert::{action_error, loaded};
 use super::gate::SignedIn;
+use super::widgets::danger_cell;
 use crate::api::{my_tokens, ChangePassword, CreateToken, RevokeToken};
 use crate::model::{AppError, TokenView, UserView};
 use chrono::{DateTime, Utc};
@@ -154,11 +155,7 @@ fn Tokens() -> impl IntoView {
                                         <td>{stamp(t.created_at)}</td>
                                         <td>{last_used(t.last_used_at)}</td>
                                         <td>{status}</td>
-                                        <td>{live.then(|| view! {
-                                            <button type="button" class="small danger" on:click=move |_| { revoke.dispatch(RevokeToken { id }); }>
-                                                "Revoke"
-                                            </button>
-                                        })}</td>
+                                        {danger_cell(live, "Revoke", move || { revoke.dispatch(RevokeToken { id }); })}
                                     </tr>
                                 }
                             }).collect_view()}

@@ -13,6 +13,7 @@ mod manifest;
 mod queue;
 mod submit;
 mod usage;
+mod widgets;
 
 use crate::api::{whoami, Login, Logout};
 use crate::model::{AppError, Role, UserView};

@@ -4,6 +4,7 @@
 use super::alert::{action_error, loaded};
 use super::gate::SignedIn;
 use super::live::use_live;
+use super::widgets::danger_cell;
 use crate::api::{list_jobs, CancelJob};
 use crate::model::{JobPage, JobStatus, Role, UserView};
 use leptos::prelude::*;
@@ -135,11 +136,7 @@ fn Table(
                             <td>{j.gpu_count}</td>
                             <td>{j.created_at.format("%Y-%m-%d %H:%M:%S").to_string()}</td>
                             <td class="wait">{queue}</td>
-                            <td>{cancellable.then(|| view! {
-                                <button type="button" class="small danger" on:click=move |_| { cancel.dispatch(CancelJob { id }); }>
-                                    "Cancel"
-                                </button>
-                            })}</td>
+                            {danger_cell(cancellable, "Cancel", move || { cancel.dispatch(CancelJob { id }); })}
                         </tr>
                     }
                 }).collect_view()}

@@ -1,0 +1,17 @@
+//! Small pieces of markup more than one page draws the same way.
+
+use leptos::prelude::*;
+
+/// A table cell with a small red button that runs `act` when pressed; an empty cell when `shown`
+/// is false (a job that can no longer be cancelled, a token already revoked).
+pub fn danger_cell(
+    shown: bool,
+    label: &'static str,
+    act: impl Fn() + Send + Sync + 'static,
+) -> impl IntoView {
+    view! {
+        <td>{shown.then(|| view! {
+            <button type="button" class="small danger" on:click=move |_| act()>{label}</button>
+        })}</td>
+    }
+}
