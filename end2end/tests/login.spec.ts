@@ -76,6 +76,25 @@ test("a stranger is sent to sign in and comes back to the page asked for", async
   expect(page.url()).not.toContain("evil");
 });
 
+// A refusal travels in the URL when a form posts without the WASM bundle; anyone can write such
+// a link, so the page must never show words taken from it.
+function forgedRefusal(next = ""): string {
+  const json = JSON.stringify({ kind: "unavailable", detail: "Your account is locked: call 555-0100" });
+  const err = Buffer.from(json).toString("base64").replace(/\+/g, "-").replace(/\//g, "_");
+  const query = next ? `next=${encodeURIComponent(next)}&` : "";
+  return `/login?${query}__path=%2Fapi%2Flogin&__err=${encodeURIComponent(err)}`;
+}
+
+test("a forged refusal in a link puts no words of its own on the sign-in page", async ({ page }) => {
+  await waitForServer(page.request);
+  await page.goto(forgedRefusal("/jobs"));
+  await page.locator('body[data-hydrated="/login"]').waitFor({ state: "attached" });
+  await expect(page.getByRole("alert")).toContainText("send the form again with JavaScript on");
+  await expect(page.locator("body")).not.toContainText("555-0100");
+  expect(page.url()).toContain("next=%2Fjobs");
+  expect(decodeURIComponent(page.url())).not.toContain("555-0100");
+});
+
 test.describe("without JavaScript", () => {
   test.use({ javaScriptEnabled: false });
 
@@ -93,5 +112,12 @@ test.describe("without JavaScript", () => {
     await page.getByRole("button", { name: "Sign in" }).click();
     await expect(page).toHaveURL(/\/$/);
     await expect(page.getByRole("heading", { name: "Welcome, admin" })).toBeVisible();
+  });
+
+  test("a forged refusal in a link puts no words of its own on the page", async ({ page }) => {
+    await waitForServer(page.request);
+    await page.goto(forgedRefusal());
+    await expect(page.getByRole("alert")).toContainText("send the form again with JavaScript on");
+    await expect(page.locator("body")).not.toContainText("555-0100");
   });
 });

@@ -72,6 +72,9 @@ pub enum AppError {
     Transport(String),
 }
 
+/// What a refusal read from a link says in place of its own words (see [`AppError::for_a_link`]).
+pub const LINK_TEXT: &str = "refused (send the form again with JavaScript on to see why)";
+
 impl AppError {
     /// Shorthand for a refusal naming the field at fault.
     pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
@@ -90,6 +93,48 @@ impl AppError {
                 message,
             },
             other => other,
+        }
+    }
+
+    /// What of an error carried in a link may be shown. A form sent without the WASM bundle gets
+    /// its refusal back in the URL (`?__path=…&__err=…`), and anyone can write such a URL and send
+    /// it round: so the page shows the kind of refusal and its numbers, never words from the URL.
+    /// Free text is replaced by [`LINK_TEXT`]; a field name is kept only if it looks like one.
+    pub fn for_a_link(self) -> Self {
+        /// Longest wait a link may announce (a day).
+        const MAX_WAIT_S: u64 = 86_400;
+        let text = || LINK_TEXT.to_owned();
+        match self {
+            AppError::Unauthorized
+            | AppError::BadCredentials
+            | AppError::CrossSite
+            | AppError::Internal => self,
+            AppError::Throttled { retry_after_s } => AppError::Throttled {
+                retry_after_s: retry_after_s.min(MAX_WAIT_S),
+            },
+            AppError::OverCap { retry_after_s, .. } => AppError::OverCap {
+                message: text(),
+                retry_after_s: retry_after_s.min(MAX_WAIT_S),
+            },
+            AppError::Busy { retry_after_s, .. } => AppError::Busy {
+                message: text(),
+                retry_after_s: retry_after_s.min(MAX_WAIT_S),
+            },
+            AppError::Invalid { field, .. } => {
+                let named = field.len() <= 40
+                    && field.bytes().all(|b| {
+                        b.is_ascii_lowercase() || b.is_ascii_digit() || b"_.[]".contains(&b)
+                    });
+                AppError::Invalid {
+                    field: if named { field } else { "request".to_owned() },
+                    message: text(),
+                }
+            }
+            AppError::Forbidden(_) => AppError::Forbidden(text()),
+            AppError::NotFound(_) => AppError::NotFound(text()),
+            AppError::Conflict(_) => AppError::Conflict(text()),
+            AppError::Unavailable(_) => AppError::Unavailable(text()),
+            AppError::Transport(_) => AppError::Transport(text()),
         }
     }
 
@@ -153,5 +198,58 @@ mod tests {
         assert_eq!(err.to_string(), "username: must not be empty");
         assert_eq!(err.for_field("name").to_string(), "name: must not be empty");
         assert_eq!(AppError::Internal.for_field("x"), AppError::Internal);
+    }
+
+    #[test]
+    fn a_link_shows_the_kind_and_numbers_of_a_refusal_never_its_words() {
+        for kept in [
+            AppError::BadCredentials,
+            AppError::Unauthorized,
+            AppError::Internal,
+            AppError::Throttled { retry_after_s: 30 },
+        ] {
+            assert_eq!(kept.clone().for_a_link(), kept);
+        }
+        let bait = "Your account is locked: call 555-0100";
+        for forged in [
+            AppError::Forbidden(bait.into()),
+            AppError::NotFound(bait.into()),
+            AppError::Conflict(bait.into()),
+            AppError::Unavailable(bait.into()),
+            AppError::Transport(bait.into()),
+            AppError::invalid("username", bait),
+            AppError::Busy {
+                message: bait.into(),
+                retry_after_s: 2,
+            },
+            AppError::OverCap {
+                message: bait.into(),
+                retry_after_s: 2,
+            },
+        ] {
+            let shown = forged.clone().for_a_link();
+            assert_eq!(shown.status(), forged.status(), "{forged:?}");
+            assert!(!shown.to_string().contains("555"), "{shown}");
+            assert!(shown.to_string().contains(LINK_TEXT), "{shown}");
+        }
+        assert_eq!(
+            AppError::invalid("username", "x").for_a_link().field(),
+            Some("username")
+        );
+        assert_eq!(
+            AppError::invalid("Call 555-0100 now", "x")
+                .for_a_link()
+                .field(),
+            Some("request")
+        );
+        assert_eq!(
+            AppError::Throttled {
+                retry_after_s: u64::MAX
+            }
+            .for_a_link(),
+            AppError::Throttled {
+                retry_after_s: 86_400
+            }
+        );
     }
 }

@@ -17,7 +17,7 @@ pub(crate) mod vocab;
 
 pub use admin::{AuditEntry, CreatedToken, ManifestState, TokenView};
 pub use dashboard::{DashboardView, JobDetail, JobEventView, Preview};
-pub use error::AppError;
+pub use error::{AppError, LINK_TEXT};
 pub use events::{AuditKind, JobChange, JobEventKind, LiveEvent};
 pub use gpu::{
     gpu_id, human_duration, parse_gpu_id, GpuHolder, GpuState, GpuView, ManifestView,

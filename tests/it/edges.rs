@@ -307,3 +307,49 @@ async fn the_cli_strips_other_peoples_control_characters_unless_raw(pool: PgPool
         "--raw prints as is: {text:?}"
     );
 }
+
+/// A refusal rides in the URL when a form posts without the WASM bundle, and any member can write
+/// such a link to another's page ("not allowed: your password expired, mail it to …"): the page is
+/// only rendered after a 303 that cuts the refusal down to its kind, with no words from the link.
+#[sqlx::test(migrations = false)]
+async fn a_forged_refusal_in_a_page_link_is_cut_down_before_the_page_renders(pool: PgPool) {
+    use gpuq::model::{AppError, LINK_TEXT};
+    use leptos::server_fn::error::ServerFnUrlError;
+    use leptos::server_fn::ServerFn;
+
+    let app = TestApp::new(pool).await;
+    app.add_user("rae", Role::Member).await;
+    let cookie = app.login("rae", PASSWORD).await;
+    let bait = "your password expired: mail it to help@evil.example";
+    let forged = ServerFnUrlError::new(
+        <gpuq::api::ChangePassword as ServerFn>::PATH,
+        AppError::Forbidden(bait.into()),
+    )
+    .to_url("http://gpuq.test/account")
+    .unwrap();
+    let link = format!("{}?{}", forged.path(), forged.query().unwrap());
+    // Without the cut, the account page shows the words (the action reads them from the URL).
+    let reply = app.page(&link, Some(&cookie)).await;
+    assert_eq!(reply.status, 303, "{}", reply.text);
+    let location = reply.headers[header::LOCATION].to_str().unwrap().to_owned();
+    assert!(location.starts_with("/account?__path="), "{location}");
+    let page = app.page(&location, Some(&cookie)).await;
+    assert_eq!(page.status, 200, "{}", page.text);
+    assert!(!page.text.contains("evil.example"), "{}", page.text);
+    assert!(
+        page.text.contains(LINK_TEXT),
+        "the refusal's kind is still shown"
+    );
+    // What the server itself sends back (a refusal without words of its own) is left alone.
+    let plain = ServerFnUrlError::new("/api/login", AppError::BadCredentials)
+        .to_url("http://gpuq.test/login")
+        .unwrap();
+    let plain = format!("{}?{}", plain.path(), plain.query().unwrap());
+    let page = app.page(&plain, None).await;
+    assert_eq!(page.status, 200);
+    assert!(
+        page.text.contains("wrong username or password"),
+        "{}",
+        page.text
+    );
+}

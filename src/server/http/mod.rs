@@ -10,6 +10,7 @@ mod headers;
 mod health;
 mod jobs;
 mod json;
+mod links;
 mod live;
 pub mod metrics;
 mod nodes;
@@ -102,6 +103,9 @@ pub fn app(state: AppState, opts: HttpOptions) -> Router {
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             gate::pages_need_sign_in,
+        ))
+        .route_layer(axum::middleware::from_fn(
+            links::refusals_in_links_carry_no_text,
         ));
     let header_opts = headers::HeaderOptions {
         https: opts.secure_cookies,
