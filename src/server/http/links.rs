@@ -12,7 +12,6 @@ use axum::http::{header, HeaderValue, Method, StatusCode, Uri};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use leptos::server_fn::error::ServerFnUrlError;
-use std::collections::HashMap;
 
 /// Middleware (on the page routes): a page asked for with a refusal in its URL that says more than
 /// a link may is sent to the same page with what it may say.
@@ -30,12 +29,25 @@ pub async fn refusals_in_links_carry_no_text(req: Request, next: Next) -> Respon
 /// Where to send a request whose URL carries a refusal that says more than a link may; `None` when
 /// it carries none, or only what may be shown.
 fn cut_down(uri: &Uri) -> Option<String> {
-    let Query(query) = Query::<HashMap<String, String>>::try_from_uri(uri).ok()?;
-    let (path, err) = (query.get("__path")?, query.get("__err")?);
+    let Ok(Query(pairs)) = Query::<Vec<(String, String)>>::try_from_uri(uri) else {
+        // A query this cannot read but that names a refusal: drop the whole query.
+        let named = uri.query().is_some_and(|q| q.contains("__err"));
+        return named.then(|| uri.path().to_owned());
+    };
+    let values = |key: &str| -> Vec<&str> {
+        pairs
+            .iter()
+            .filter(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+            .collect()
+    };
+    let (paths, errs) = (values("__path"), values("__err"));
+    let (path, err) = (paths.first()?, errs.first()?);
     // An undecodable refusal decodes as a transport error, which is cut down like any other.
     let shown = ServerFnUrlError::<AppError>::decode_err(err);
     let safe = shown.clone().for_a_link();
-    if safe == shown {
+    // A second `__err` or `__path` goes too: the page might read another one than this.
+    if safe == shown && errs.len() == 1 && paths.len() == 1 {
         return None;
     }
     let mut here = format!(
@@ -70,11 +82,36 @@ mod tests {
         let to = cut_down(&link("/login?next=/jobs", &forged)).expect("a redirect");
         assert!(to.starts_with("/login?next=%2Fjobs&__path="), "{to}");
         let again: Uri = to.parse().unwrap();
-        let Query(q) = Query::<HashMap<String, String>>::try_from_uri(&again).unwrap();
-        let shown = ServerFnUrlError::<AppError>::decode_err(&q["__err"]);
+        let Query(q) = Query::<Vec<(String, String)>>::try_from_uri(&again).unwrap();
+        let err = &q.iter().find(|(k, _)| k == "__err").unwrap().1;
+        let shown = ServerFnUrlError::<AppError>::decode_err(err);
         assert_eq!(shown, AppError::Unavailable(LINK_TEXT.into()));
         // What was cut down is left alone the second time: no redirect loop.
         assert_eq!(cut_down(&again), None);
+    }
+
+    #[test]
+    fn a_second_refusal_in_the_same_link_is_not_let_through() {
+        let forged = AppError::Forbidden("call 555-0100".into());
+        let safe = link("/login", &AppError::BadCredentials).to_string();
+        let evil = link("/login", &forged).to_string();
+        let (safe_q, evil_q) = (
+            safe.split_once('?').unwrap().1,
+            evil.split_once('?').unwrap().1,
+        );
+        for both in [
+            format!("/login?{evil_q}&{safe_q}"),
+            format!("/login?{safe_q}&{evil_q}"),
+        ] {
+            let to = cut_down(&both.parse().unwrap()).expect("a redirect");
+            assert_eq!(to.matches("__err=").count(), 1, "{to}");
+            let again: Uri = to.parse().unwrap();
+            assert_eq!(cut_down(&again), None, "{to}");
+            let Query(q) = Query::<Vec<(String, String)>>::try_from_uri(&again).unwrap();
+            let err = &q.iter().find(|(k, _)| k == "__err").unwrap().1;
+            let shown = ServerFnUrlError::<AppError>::decode_err(err);
+            assert!(!shown.to_string().contains("555"), "{shown}");
+        }
     }
 
     #[test]
