@@ -35,7 +35,7 @@ impl<T, E: Display + 'static> OrInternal<T> for Result<T, E> {
 
 /// Why an error means the database cannot be reached now (down, restarting, or no connection to
 /// be had), so the caller hears "unavailable, try again" (503) rather than an internal error.
-pub fn database_out_of_reach(e: &sqlx::Error) -> Option<&'static str> {
+fn database_out_of_reach(e: &sqlx::Error) -> Option<&'static str> {
     match e {
         sqlx::Error::PoolTimedOut => Some("no connection could be had in time"),
         sqlx::Error::PoolClosed => Some("this server is shutting down"),

@@ -127,12 +127,7 @@ pub async fn heartbeat(
 
 /// Every node, for signed-in users.
 pub async fn list(pool: &PgPool) -> Result<Vec<NodeView>, AppError> {
-    Ok(nodes::list(pool)
-        .await
-        .or_internal("reading nodes")?
-        .into_iter()
-        .map(|n| n.node)
-        .collect())
+    nodes::list(pool).await.or_internal("reading nodes")
 }
 
 /// Sets a node's admin state from `state` (`up` or `drained`), audited (admins; the edge checks
@@ -182,8 +177,7 @@ pub async fn forget(pool: &PgPool, user: &CurrentUser, name: &str) -> Result<usi
     let node = nodes::get_for_update(&mut tx, name)
         .await
         .or_internal("reading a node")?
-        .ok_or_else(|| AppError::NotFound(format!("no node `{name}`")))?
-        .node;
+        .ok_or_else(|| AppError::NotFound(format!("no node `{name}`")))?;
     if node.state != NodeState::Lost {
         return Err(AppError::Conflict(format!(
             "node `{name}` is {} (its last heartbeat {} s ago, lost after {} s): only a lost node \

@@ -4,7 +4,7 @@
 use super::{events, runs};
 use crate::model::{JobEventKind, JobStatus, NodeState, NodeView, NODE_LOST_REASON};
 use serde_json::json;
-use sqlx::{FromRow, PgExecutor, Postgres, Transaction};
+use sqlx::{PgExecutor, Postgres, Transaction};
 use uuid::Uuid;
 
 /// The shown state of the node row aliased `n`: `lost` when forgotten or silent for longer than
@@ -59,16 +59,7 @@ pub async fn heartbeat(db: impl PgExecutor<'_>, node: &str, epoch: i64) -> sqlx:
     Ok(r.rows_affected() == 1)
 }
 
-/// A node with its derived state and what it holds, and its current lease.
-#[derive(Debug, Clone, FromRow)]
-pub struct NodeRow {
-    /// The node as it is shown (state derived in database time).
-    #[sqlx(flatten)]
-    pub node: NodeView,
-    /// The current lease.
-    pub epoch: i64,
-}
-
+/// The nodes as they are shown (state derived in database time), with what each holds.
 fn select(filter: &str) -> String {
     format!(
         "SELECT n.name, ({NODE_STATE_SQL}) AS state, \
@@ -77,18 +68,18 @@ fn select(filter: &str) -> String {
            (SELECT count(*) FROM gpus g WHERE g.node = n.name) AS cards, \
            (SELECT count(*) FROM jobs j WHERE j.node = n.name \
               AND j.status IN ('starting', 'running')) AS running_jobs, \
-           n.forgotten_at, n.epoch \
+           n.forgotten_at \
          FROM nodes n {filter} ORDER BY n.name"
     )
 }
 
 /// Every node, by name.
-pub async fn list(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<NodeRow>> {
+pub async fn list(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<NodeView>> {
     sqlx::query_as(&select("")).fetch_all(db).await
 }
 
 /// One node.
-pub async fn get(db: impl PgExecutor<'_>, name: &str) -> sqlx::Result<Option<NodeRow>> {
+pub async fn get(db: impl PgExecutor<'_>, name: &str) -> sqlx::Result<Option<NodeView>> {
     sqlx::query_as(&select("WHERE n.name = $1"))
         .bind(name)
         .fetch_optional(db)
@@ -99,7 +90,7 @@ pub async fn get(db: impl PgExecutor<'_>, name: &str) -> sqlx::Result<Option<Nod
 pub async fn get_for_update(
     tx: &mut Transaction<'_, Postgres>,
     name: &str,
-) -> sqlx::Result<Option<NodeRow>> {
+) -> sqlx::Result<Option<NodeView>> {
     sqlx::query("SELECT 1 FROM nodes WHERE name = $1 FOR UPDATE")
         .bind(name)
         .execute(&mut **tx)

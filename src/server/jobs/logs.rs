@@ -150,7 +150,6 @@ async fn source(state: &AppState, viewer: &CurrentUser, id: Uuid) -> Result<Sour
     let Some(row) = nodes::get(&state.pool, &node)
         .await
         .or_internal("reading a node")?
-        .map(|r| r.node)
     else {
         // A node that never registered (a record older than nodes): what this node has.
         return Ok(Source::Here(path));

@@ -129,8 +129,8 @@ pub async fn read(pool: &PgPool, node: &str) -> Result<Snapshot> {
         .context("reading nodes for metrics")?
         .into_iter()
         .map(|n| {
-            let up = n.node.state != crate::model::NodeState::Lost;
-            (n.node.name, up, n.node.heartbeat_age_s)
+            let up = n.state != crate::model::NodeState::Lost;
+            (n.name, up, n.heartbeat_age_s)
         })
         .collect();
     Ok(Snapshot {

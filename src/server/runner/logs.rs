@@ -57,7 +57,7 @@ impl LogWriter {
                     .filter(|l| l.get(..SECOND).is_some_and(|s| s >= second))
                     .filter_map(|l| {
                         let mut parts = l.splitn(3, ' ');
-                        Some(format!("{} {}", parts.next()?, parts.next()?))
+                        Some(resent_key(parts.next()?, parts.next()?))
                     })
                     .collect()
             }
@@ -88,7 +88,7 @@ impl LogWriter {
             LogStream::Stdout => 'o',
             LogStream::Stderr => 'e',
         };
-        if !self.resent.is_empty() && self.resent.remove(&format!("{} {stream}", line.at)) {
+        if !self.resent.is_empty() && self.resent.remove(&resent_key(&line.at, stream)) {
             return Ok(());
         }
         if self.truncated {
@@ -106,6 +106,11 @@ impl LogWriter {
         self.written += record.len() as u64;
         Ok(())
     }
+}
+
+/// How a line already in the file is known again when dockerd resends it: its stamp and stream.
+fn resent_key(at: &str, stream: impl std::fmt::Display) -> String {
+    format!("{at} {stream}")
 }
 
 /// Length of a docker timestamp's whole-second prefix (`2026-01-01T00:00:01`).
