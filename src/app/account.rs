@@ -2,7 +2,7 @@
 
 use super::alert::{action_error, loaded};
 use super::gate::SignedIn;
-use super::widgets::danger_cell;
+use super::widgets::{column_heads, danger_cell};
 use crate::api::{my_tokens, ChangePassword, CreateToken, RevokeToken};
 use crate::model::{AppError, TokenView, UserView};
 use chrono::{DateTime, Utc};
@@ -141,9 +141,7 @@ fn Tokens() -> impl IntoView {
             } else {
                 view! {
                     <table id="tokens">
-                        <thead><tr>
-                            <th scope="col">"Name"</th><th scope="col">"Created"</th><th scope="col">"Last used"</th><th scope="col">"Status"</th><th scope="col"></th>
-                        </tr></thead>
+                        {column_heads(["Name", "Created", "Last used", "Status", ""])}
                         <tbody>
                             {list.into_iter().map(|t| {
                                 let id = t.id;

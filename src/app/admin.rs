@@ -4,6 +4,7 @@
 use super::alert::{action_error, loaded};
 use super::gate::SignedIn;
 use super::live::use_live;
+use super::widgets::column_heads;
 use crate::api::{
     dashboard, get_launch_policy, list_nodes, list_users, CreateUser, ForgetNode, SaveLaunchPolicy,
     SetGpuState, SetNodeState, UpdateUser,
@@ -42,9 +43,7 @@ fn Cards() -> impl IntoView {
             {move || action_error(set.value().get())}
             {loaded(data, move |d| view! {
                 <table id="gpu-states">
-                    <thead><tr>
-                        <th scope="col">"Card"</th><th scope="col">"Node"</th><th scope="col">"Jobs"</th><th scope="col">"State"</th>
-                    </tr></thead>
+                    {column_heads(["Card", "Node", "Jobs", "State"])}
                     <tbody>
                         {d.gpus.into_iter().map(|g| {
                             let uuid = g.uuid.clone();
@@ -102,10 +101,7 @@ fn Nodes() -> impl IntoView {
             } else {
                 view! {
                     <table id="node-states">
-                        <thead><tr>
-                            <th scope="col">"Node"</th><th scope="col">"State"</th><th scope="col">"Heartbeat"</th>
-                            <th scope="col">"Version"</th><th scope="col">"Cards"</th><th scope="col">"Running"</th><th scope="col">""</th>
-                        </tr></thead>
+                        {column_heads(["Node", "State", "Heartbeat", "Version", "Cards", "Running", ""])}
                         <tbody>
                             {list.into_iter().map(|n| {
                                 let name = n.name.clone();
@@ -189,9 +185,7 @@ fn Users(me: UserView) -> impl IntoView {
 fn UserTable(list: Vec<UserView>, me: UserView, update: ServerAction<UpdateUser>) -> impl IntoView {
     view! {
         <table id="users">
-            <thead><tr>
-                <th scope="col">"Name"</th><th scope="col">"Role"</th><th scope="col">"Status"</th><th scope="col"></th>
-            </tr></thead>
+            {column_heads(["Name", "Role", "Status", ""])}
             <tbody>
                 {list.into_iter().map(|u| {
                     let id = u.id;

@@ -3,6 +3,7 @@
 
 use super::gate::SignedIn;
 use super::live::use_live;
+use super::widgets::column_heads;
 use crate::api::{dashboard, ServerStatus};
 use crate::model::{
     human_duration, AssignedGpu, DashboardView, GpuHolder, GpuView, JobView, SkippedGpuView,
@@ -223,7 +224,7 @@ fn MyJobs(jobs: Vec<JobView>) -> impl IntoView {
     }
     view! {
         <table>
-            <thead><tr><th scope="col">"Job"</th><th scope="col">"Status"</th><th scope="col">"GPUs"</th><th scope="col">"Waiting because"</th></tr></thead>
+            {column_heads(["Job", "Status", "GPUs", "Waiting because"])}
             <tbody>
                 {jobs.into_iter().map(|j| view! {
                     <tr>

@@ -8,6 +8,7 @@
 use super::alert::loaded;
 use super::gate::SignedIn;
 use super::live::use_live;
+use super::widgets::column_heads;
 use crate::api::{
     get_manifest_state, get_manifest_suggestions, ApplyManifestSuggestion, DeleteWorkload,
     RenameWorkload, SaveWorkload,
@@ -284,18 +285,7 @@ fn Learned(s: ManifestSuggestions, admin: bool, edits: Edits) -> impl IntoView {
             <p class="muted">"A hint to create a workload type for the image."</p>
             <div class="scroll">
                 <table id="manifest-learned-images" class="grid">
-                    <thead>
-                        <tr>
-                            <th scope="col">"Image"</th>
-                            <th scope="col">"GPU model"</th>
-                            <th scope="col">"Declared (largest)"</th>
-                            <th scope="col">"n"</th>
-                            <th scope="col">"p50"</th>
-                            <th scope="col">"p95"</th>
-                            <th scope="col">"max"</th>
-                            <th scope="col">"Suggested"</th>
-                        </tr>
-                    </thead>
+                    {column_heads(["Image", "GPU model", "Declared (largest)", "n", "p50", "p95", "max", "Suggested"])}
                     <tbody>{rows}</tbody>
                 </table>
             </div>
@@ -304,19 +294,11 @@ fn Learned(s: ManifestSuggestions, admin: bool, edits: Edits) -> impl IntoView {
     view! {
         <div class="scroll">
             <table id="manifest-suggestions" class="grid">
-                <thead>
-                    <tr>
-                        <th scope="col">"Workload type"</th>
-                        <th scope="col">"GPU model"</th>
-                        <th scope="col">"Declared"</th>
-                        <th scope="col">"n"</th>
-                        <th scope="col">"p50"</th>
-                        <th scope="col">"p95"</th>
-                        <th scope="col">"max"</th>
-                        <th scope="col">"Suggested"</th>
-                        {admin.then(|| view! { <th scope="col">"Apply"</th> })}
-                    </tr>
-                </thead>
+                {column_heads(
+                    ["Workload type", "GPU model", "Declared", "n", "p50", "p95", "max", "Suggested"]
+                        .into_iter()
+                        .chain(admin.then_some("Apply")),
+                )}
                 <tbody>{rows}</tbody>
             </table>
         </div>

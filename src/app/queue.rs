@@ -4,7 +4,7 @@
 use super::alert::{action_error, loaded};
 use super::gate::SignedIn;
 use super::live::use_live;
-use super::widgets::danger_cell;
+use super::widgets::{column_heads, danger_cell};
 use crate::api::{list_jobs, CancelJob};
 use crate::model::{JobPage, JobStatus, Role, UserView};
 use leptos::prelude::*;
@@ -117,12 +117,7 @@ fn Table(
     let (first, last) = (current <= 1, current >= pages);
     view! {
         <table id="jobs">
-            <thead>
-                <tr>
-                    <th scope="col">"Job"</th><th scope="col">"Owner"</th><th scope="col">"Status"</th>
-                    <th scope="col">"GPUs"</th><th scope="col">"Submitted"</th><th scope="col">"Queue"</th><th scope="col"></th>
-                </tr>
-            </thead>
+            {column_heads(["Job", "Owner", "Status", "GPUs", "Submitted", "Queue", ""])}
             <tbody>
                 {p.jobs.into_iter().map(|j| {
                     let id = j.id;

@@ -8,6 +8,7 @@
 
 use super::alert::loaded;
 use super::gate::SignedIn;
+use super::widgets::column_heads;
 use crate::api::usage_report;
 use crate::model::{CardSeries, Role, UsageReport, UsageTotal, UsageView, WaitStats};
 use leptos::prelude::*;
@@ -177,14 +178,7 @@ fn Card(card: CardSeries, option: String) -> impl IntoView {
             <h3>{title}</h3>
             <div class="chart" role="img" aria-label=label data-chart-option=option></div>
             <table class="usage-table usage-summary">
-                <thead>
-                    <tr>
-                        <th scope="col">"Samples"</th><th scope="col">"Reserved (mean)"</th>
-                        <th scope="col">"Reserved (peak)"</th><th scope="col">"Used (mean)"</th>
-                        <th scope="col">"Used (peak)"</th><th scope="col">"External (mean)"</th>
-                        <th scope="col">"Busy (mean)"</th>
-                    </tr>
-                </thead>
+                {column_heads(["Samples", "Reserved (mean)", "Reserved (peak)", "Used (mean)", "Used (peak)", "External (mean)", "Busy (mean)"])}
                 <tbody>
                     <tr>
                         <td>{card.samples}</td>
@@ -200,12 +194,7 @@ fn Card(card: CardSeries, option: String) -> impl IntoView {
             <details>
                 <summary>{format!("All {} points", points.len())}</summary>
                 <table class="usage-table">
-                    <thead>
-                        <tr>
-                            <th scope="col">"Time (UTC)"</th><th scope="col">"Reserved"</th>
-                            <th scope="col">"Used"</th><th scope="col">"External"</th>
-                        </tr>
-                    </thead>
+                    {column_heads(["Time (UTC)", "Reserved", "Used", "External"])}
                     <tbody>
                         {points
                             .into_iter()
@@ -248,7 +237,7 @@ fn Waits(wait: WaitStats, option: String) -> impl IntoView {
         <p id="usage-wait-summary">{summary}</p>
         <div class="chart small" role="img" aria-label="Histogram of queue waits" data-chart-option=option></div>
         <table id="usage-waits" class="usage-table">
-            <thead><tr><th scope="col">"Wait"</th><th scope="col">"Jobs"</th></tr></thead>
+            {column_heads(["Wait", "Jobs"])}
             <tbody>
                 {wait.buckets
                     .into_iter()
@@ -273,12 +262,7 @@ fn Totals(
     view! {
         <div class="chart small" role="img" aria-label=label data-chart-option=option></div>
         <table id=id class="usage-table">
-            <thead>
-                <tr>
-                    <th scope="col">{first}</th><th scope="col">"Jobs"</th>
-                    <th scope="col">"GPU-hours"</th><th scope="col">"VRAM GiB-hours"</th>
-                </tr>
-            </thead>
+            {column_heads([first, "Jobs", "GPU-hours", "VRAM GiB-hours"])}
             <tbody>
                 {rows
                     .into_iter()

@@ -15,3 +15,13 @@ pub fn danger_cell(
         })}</td>
     }
 }
+
+/// A table's head: one `<th scope="col">` per name, in order (an empty name heads a column of
+/// buttons).
+pub fn column_heads<N: IntoView + 'static>(names: impl IntoIterator<Item = N>) -> impl IntoView {
+    let cells = names
+        .into_iter()
+        .map(|name| view! { <th scope="col">{name}</th> })
+        .collect_view();
+    view! { <thead><tr>{cells}</tr></thead> }
+}
