@@ -5,6 +5,7 @@ use std::fmt;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use reqwest::{Method, RequestBuilder, StatusCode};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -335,16 +336,17 @@ impl ApiClient {
     }
 }
 
-/// `text` percent-encoded for use as one path segment (a node name with `/` or `?` stays one).
-fn path_segment(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
+/// What a path segment escapes: all but RFC 3986's unreserved characters, so a node name with
+/// `/` or `?` stays one segment.
+const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// `text` percent-encoded for use as one path segment.
+pub(crate) fn path_segment(text: &str) -> String {
+    utf8_percent_encode(text, SEGMENT).to_string()
 }
 
 /// An error and its sources, joined by `: `, without repeats.

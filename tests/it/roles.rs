@@ -7,6 +7,7 @@ use crate::support::{true_job, Reply, TestApp};
 use axum::body::Body;
 use axum::http::{header, Request};
 use gpuq::model::Role;
+use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
 use serde_json::{json, Value};
 use sqlx::PgPool;
 use std::collections::BTreeSet;
@@ -84,7 +85,7 @@ async fn every_server_function_allows_exactly_the_roles_it_should(pool: PgPool) 
     const OWNER_ADMIN: [bool; 5] = [false, true, false, false, true];
     const OWNER_MANAGER: [bool; 5] = [false, true, false, true, true];
     let spec = true_job(1000).to_string();
-    let spec_form = format!("spec={}", urlencode(&spec));
+    let spec_form = format!("spec={}", utf8_percent_encode(&spec, NON_ALPHANUMERIC));
     let form = |s: &str| Args::Form(s.to_owned());
     let table: Vec<(&str, Args, [bool; 5])> = vec![
         (
@@ -220,17 +221,6 @@ async fn every_server_function_allows_exactly_the_roles_it_should(pool: PgPool) 
     );
     let stale: Vec<_> = covered.difference(&registered).collect();
     assert!(stale.is_empty(), "rows for no server function: {stale:?}");
-}
-
-fn urlencode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 /// What each role reads of one member's job, through the job page's server function and the REST

@@ -1,6 +1,6 @@
 use uuid::Uuid;
 
-use crate::client::api::{map_error, match_prefix, ApiClient, LOGIN_HINT};
+use crate::client::api::{map_error, match_prefix, path_segment, ApiClient, LOGIN_HINT};
 
 #[test]
 fn error_with_field() {
@@ -86,4 +86,12 @@ async fn unreachable_server_error_names_the_url() {
         err.starts_with(&format!("cannot reach gpuq at {url}: ")),
         "{err}"
     );
+}
+
+#[test]
+fn a_node_name_stays_one_path_segment() {
+    assert_eq!(path_segment("node-a_1.b~"), "node-a_1.b~");
+    assert_eq!(path_segment("a/../b?x=1#y"), "a%2F..%2Fb%3Fx%3D1%23y");
+    assert_eq!(path_segment("gpu box"), "gpu%20box");
+    assert_eq!(path_segment("nœud"), "n%C5%93ud");
 }
