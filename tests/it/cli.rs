@@ -1,7 +1,7 @@
 //! `gpuq user add` and the embedded Postgres, as a script or an operator uses them.
 
+use crate::support::db::{cluster_folder, start_cluster};
 use crate::support::{database_url, Serve, TestApp, PASSWORD};
-use gpuq::server::db::embedded::EmbeddedPg;
 use sqlx::PgPool;
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -78,25 +78,10 @@ async fn user_add_reads_the_password_from_stdin(pool: PgPool) {
 
 #[tokio::test]
 async fn embedded_postgres_is_created_reused_and_stopped() {
-    let dir = tempfile::Builder::new()
-        .prefix("gpuq-emb")
-        .tempdir_in("/tmp")
-        .unwrap();
-    // Postgres refuses root; as root the cluster belongs to `postgres` and it must reach the folder.
-    std::fs::set_permissions(
-        dir.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
+    let dir = cluster_folder("gpuq-emb");
     let data = dir.path().to_owned();
 
-    let pg = tokio::task::spawn_blocking({
-        let data = data.clone();
-        move || EmbeddedPg::start(&data, "postgres")
-    })
-    .await
-    .unwrap()
-    .expect("embedded start");
+    let pg = start_cluster(&data).await;
     assert!(pg.started_here());
     let pool = PgPool::connect_with(pg.connect_options("gpuq"))
         .await
@@ -108,13 +93,7 @@ async fn embedded_postgres_is_created_reused_and_stopped() {
     pool.close().await;
 
     // A second start on the same folder attaches instead of starting another server.
-    let attached = tokio::task::spawn_blocking({
-        let data = data.clone();
-        move || EmbeddedPg::start(&data, "postgres")
-    })
-    .await
-    .unwrap()
-    .unwrap();
+    let attached = start_cluster(&data).await;
     assert!(!attached.started_here());
     drop(attached);
     drop(pg); // stops it
@@ -123,10 +102,7 @@ async fn embedded_postgres_is_created_reused_and_stopped() {
 
     // Started again, the data is still there.
     let data_dir = data.clone();
-    let again = tokio::task::spawn_blocking(move || EmbeddedPg::start(&data, "postgres"))
-        .await
-        .unwrap()
-        .unwrap();
+    let again = start_cluster(&data).await;
     assert!(again.started_here());
     let pool = PgPool::connect_with(again.connect_options("gpuq"))
         .await

@@ -1,6 +1,8 @@
 //! Faults on one host. For each: no job is left stuck, no capacity leaks, no job runs twice, and
 //! the trail of events says what happened.
 
+use crate::support::db::{cluster_folder, start_cluster};
+use crate::support::docker::docker_cli;
 use crate::support::isolation::{container_of, event_kinds};
 use crate::support::nvml::NvidiaDocker;
 use crate::support::{
@@ -65,15 +67,7 @@ async fn a_container_removed_behind_gpuqs_back_fails_its_job_and_frees_its_card(
     let next = app.submit_ok(&member, sh("echo next", 20000)).await;
     wait_status(&app, &member, victim, &["running"], 60).await;
     let container = container_of(&app, victim).await.expect("a container id");
-    let rm = std::process::Command::new("docker")
-        .args(["rm", "-f", &container])
-        .output()
-        .unwrap();
-    assert!(
-        rm.status.success(),
-        "{}",
-        String::from_utf8_lossy(&rm.stderr)
-    );
+    docker_cli(&["rm", "-f", &container]);
     let v = wait_status(&app, &member, victim, &["failed", "succeeded"], 60).await;
     assert_eq!(v["status"], "failed", "{v}");
     let reason = v["status_reason"].as_str().unwrap_or_default().to_owned();
@@ -174,21 +168,8 @@ async fn a_frozen_node_wakes_to_find_itself_forgotten_and_acts_on_nothing_stale(
 async fn postgres_restarted_under_a_burst_loses_no_job_and_leaks_no_card(pool: PgPool) {
     // Its own Postgres, so restarting it disturbs no other test.
     let _app = TestApp::with_sim_devices(pool, 4).await;
-    let pg_dir = tempfile::Builder::new()
-        .prefix("gpuq-pgr")
-        .tempdir_in("/tmp")
-        .unwrap();
-    // Postgres refuses root; as root the cluster belongs to `postgres` and it must reach the folder.
-    std::fs::set_permissions(
-        pg_dir.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
-    let data = pg_dir.path().to_owned();
-    let mut pg = tokio::task::spawn_blocking(move || EmbeddedPg::start(&data, "postgres"))
-        .await
-        .unwrap()
-        .expect("a private Postgres");
+    let pg_dir = cluster_folder("gpuq-pgr");
+    let mut pg = start_cluster(pg_dir.path()).await;
     let socket = pg_dir.path().join("pg/run");
     let url = format!("postgres://gpuq@localhost/gpuq?host={}", socket.display());
     let dir = tempfile::tempdir().unwrap();

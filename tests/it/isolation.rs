@@ -3,6 +3,7 @@
 //! never-mount list, re-checks of re-adopted containers and gpuq's job network. The attacks
 //! themselves are in `attacks::isolation`.
 
+use crate::support::docker::docker_cli;
 use crate::support::isolation::{
     allowed_tempdir, container_of, facts_of, job, job_ids_of, log, open_dir, IsoNode,
 };
@@ -310,10 +311,7 @@ async fn the_job_network_is_created_once_without_inter_container_traffic() {
     let first = docker.ensure_job_network().await.unwrap();
     let again = docker.ensure_job_network().await.unwrap();
     assert_eq!(first, again, "created once, then reused");
-    let out = std::process::Command::new("docker")
-        .args(["network", "inspect", &first, "-f", "{{json .Options}}"])
-        .output()
-        .unwrap();
-    let options: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let out = docker_cli(&["network", "inspect", &first, "-f", "{{json .Options}}"]);
+    let options: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(options[ICC_OPTION], "false", "{options}");
 }

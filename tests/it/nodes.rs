@@ -1,6 +1,7 @@
 //! Nodes: registration and heartbeats under an epoch lease, lost nodes (derived from database
 //! time) and drained nodes getting no new work, and an admin forgetting a lost node.
 
+use crate::support::docker::docker_cli;
 use crate::support::server::{api_as_admin, get_with, post_job, Serve};
 use crate::support::{ledger_violations, TestApp};
 use gpuq::server::nodes::{self, Registered, Registration};
@@ -567,11 +568,7 @@ async fn a_job_that_opted_in_is_requeued_off_a_lost_node_and_its_old_run_is_stop
     assert_eq!(ledger_violations(&app.pool).await, Vec::<String>::new());
     // The other job's container goes too, and its end is recorded before the node stops, so no
     // task of this test is left writing to the database.
-    let rm = std::process::Command::new("docker")
-        .args(["rm", "-f", &stayer_run])
-        .output()
-        .unwrap();
-    assert!(rm.status.success());
+    docker_cli(&["rm", "-f", &stayer_run]);
     crate::support::wait_status(&app, &member, stayer, &["failed"], 60).await;
     node.stop().await;
 }

@@ -1,5 +1,6 @@
 //! Layer 2 end to end: real Postgres, real dockerd, simulated cards fenced through device nodes.
 
+use crate::support::docker::docker_cli;
 use crate::support::isolation::{container_of, event_kinds};
 use crate::support::{api_as_admin, get_with, post_job, wait_status, Node, Serve, TestApp};
 use gpuq::model::Role;
@@ -185,11 +186,7 @@ async fn launch_problems_fail_the_job_with_a_reason(pool: PgPool) {
     let doomed = app.submit_ok(&member, sh("sleep 60", json!({}))).await;
     wait_status(&app, &member, doomed, &["running"], 30).await;
     let container = container_of(&app, doomed).await.unwrap();
-    let out = std::process::Command::new("docker")
-        .args(["rm", "-f", &container])
-        .output()
-        .unwrap();
-    assert!(out.status.success());
+    docker_cli(&["rm", "-f", &container]);
     let v = wait_status(&app, &member, doomed, &["failed"], 30).await;
     assert!(
         v["status_reason"]

@@ -4,6 +4,7 @@
 //! Simulated cards get their usage through the admin API; real-card reading goes through the fake
 //! NVML with the job container's real host PID, mapped by its `/proc/<pid>/cgroup`.
 
+use crate::support::docker::docker_cli;
 use crate::support::isolation::{container_of, event_kinds};
 use crate::support::nvml::FakeNvml;
 use crate::support::{wait_status, Node, TestApp};
@@ -326,11 +327,9 @@ async fn simulated_usage_is_for_admins_and_for_jobs_holding_the_card(pool: PgPoo
 
 /// The container's main process, as the host sees it.
 fn host_pid(container: &str) -> u32 {
-    let out = std::process::Command::new("docker")
-        .args(["inspect", "-f", "{{.State.Pid}}", container])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+    docker_cli(&["inspect", "-f", "{{.State.Pid}}", container])
+        .parse()
+        .unwrap()
 }
 
 #[sqlx::test(migrations = false)]

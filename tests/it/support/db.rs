@@ -2,6 +2,7 @@
 //! shows the truth).
 
 use super::TestApp;
+use gpuq::server::db::embedded::EmbeddedPg;
 use sqlx::{Decode, Encode, Postgres, Type};
 
 /// A value read from one column.
@@ -29,4 +30,28 @@ impl TestApp {
         let query = sqlx::query_scalar(sql).bind(arg);
         query.fetch_all(&self.pool).await.unwrap()
     }
+}
+
+/// A fresh folder under /tmp for an embedded cluster. Postgres refuses root, so as root the
+/// cluster belongs to `postgres`, which must reach the folder.
+pub fn cluster_folder(prefix: &str) -> tempfile::TempDir {
+    let dir = tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in("/tmp")
+        .unwrap();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    dir
+}
+
+/// Starts the embedded cluster in `data` (or attaches to the one already running there).
+pub async fn start_cluster(data: &std::path::Path) -> EmbeddedPg {
+    let data = data.to_owned();
+    tokio::task::spawn_blocking(move || EmbeddedPg::start(&data, "postgres"))
+        .await
+        .unwrap()
+        .expect("starting the embedded Postgres")
 }

@@ -112,3 +112,19 @@ pub async fn run(d: &Docker, c: &Cleanup, req: &LaunchRequest, mode: LaunchMode)
 pub async fn all_logs(d: &Docker, id: &str) -> Vec<LogLine> {
     d.logs(id, None, false).map(|l| l.unwrap()).collect().await
 }
+
+/// Runs the docker CLI against the test host's dockerd and returns its trimmed stdout; a failed
+/// command fails the test with what docker said.
+pub fn docker_cli(args: &[&str]) -> String {
+    let out = std::process::Command::new("docker")
+        .args(args)
+        .output()
+        .expect("running the docker CLI");
+    assert!(
+        out.status.success(),
+        "docker {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}

@@ -1,6 +1,7 @@
 //! Helpers of the isolation tests: a node with its own never-mount paths and uid range, the launch
 //! policy, host folders a member's job may mount, and what Docker says about a job's container.
 
+use super::docker::docker_cli;
 use super::node::Node;
 use super::TestApp;
 use gpuq::server::db::job_uids::JobUidRange;
@@ -86,15 +87,6 @@ pub async fn job_ids_of(app: &TestApp, user: &str) -> (Option<i32>, Option<i32>)
 
 /// A container's IPv4 address on its network, as `docker inspect` shows it.
 pub fn ip_of(container: &str) -> String {
-    let out = std::process::Command::new("docker")
-        .args([
-            "inspect",
-            "-f",
-            "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
-            container,
-        ])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    let networks = "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}";
+    docker_cli(&["inspect", "-f", networks, container])
 }
