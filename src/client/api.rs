@@ -11,7 +11,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use super::model::JobList;
+use crate::model::JobPage;
 
 /// Hint appended to 401 errors.
 pub const LOGIN_HINT: &str = "run `gpuq login USERNAME` or set GPUQ_TOKEN";
@@ -290,12 +290,12 @@ impl ApiClient {
         for page in 1..=100u64 {
             let query = [("page", page.to_string()), ("per_page", "100".to_owned())];
             let value = self.list_jobs(&query).await?;
-            let list: JobList = serde_json::from_value(value).context("unexpected job list")?;
+            let list: JobPage = serde_json::from_value(value).context("unexpected job list")?;
             if list.jobs.is_empty() {
                 break;
             }
             ids.extend(list.jobs.iter().map(|j| j.id));
-            if ids.len() as u64 >= list.total {
+            if i64::try_from(ids.len()).unwrap_or(i64::MAX) >= list.total {
                 break;
             }
         }

@@ -2,10 +2,14 @@
 //!
 //! The host binary flattens [`ConnArgs`] into its top-level parser, adds
 //! [`ClientCommand`]'s variants to its subcommands and calls [`run`].
+//!
+//! Answers are read into the server's own wire types ([`crate::model`]), so the CLI and the server
+//! cannot drift apart. Fields the client does not know are ignored and missing optional ones are
+//! `None`; a value it does not know (a status of a newer server) is an error that names it, and
+//! `--json` prints any answer as it came.
 
 pub mod api;
 pub mod credentials;
-pub mod model;
 pub mod render;
 pub mod request;
 pub mod sanitize;
@@ -19,9 +23,9 @@ use anyhow::{bail, Context, Result};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use crate::model::{CreatedToken, GpuList, JobAck, JobPage, JobView, NodeView};
 use api::ApiClient;
 use credentials::Credentials;
-use model::{GpuList, JobList, JobStatusResponse, JobView, NodeView, TokenResponse};
 
 /// Where the gpuq server is and how to authenticate to it.
 #[derive(Clone, clap::Args)]
@@ -279,7 +283,7 @@ pub async fn run(cmd: ClientCommand, conn: ConnArgs) -> Result<()> {
             if args.json {
                 pretty(&answer)?
             } else {
-                let r: JobStatusResponse = typed(answer)?;
+                let r: JobAck = typed(answer)?;
                 format!("submitted {} ({})\n", r.job_id, r.status)
             }
         }
@@ -288,7 +292,7 @@ pub async fn run(cmd: ClientCommand, conn: ConnArgs) -> Result<()> {
             if args.json {
                 pretty(&answer)?
             } else {
-                render::jobs_table(&typed::<JobList>(answer)?, now)
+                render::jobs_table(&typed::<JobPage>(answer)?, now)
             }
         }
         ClientCommand::Show(args) => {
@@ -302,7 +306,7 @@ pub async fn run(cmd: ClientCommand, conn: ConnArgs) -> Result<()> {
         }
         ClientCommand::Cancel(args) => {
             let id = api.resolve_job_id(&args.id).await?;
-            let r: JobStatusResponse = typed(api.cancel_job(id).await?)?;
+            let r: JobAck = typed(api.cancel_job(id).await?)?;
             format!("{}: {}\n", r.job_id, r.status)
         }
         ClientCommand::Logs(args) => {
@@ -376,7 +380,7 @@ async fn login(args: LoginArgs, conn: &ConnArgs) -> Result<()> {
     let answer = api
         .create_token(&args.username, &password, &name, args.expires_in_days)
         .await?;
-    let r: TokenResponse = typed(answer)?;
+    let r: CreatedToken = typed(answer)?;
     if r.token.is_empty() {
         bail!("the server returned no token");
     }

@@ -3,8 +3,7 @@
 
 use chrono::{DateTime, SecondsFormat, Utc};
 
-use super::model::{GpuList, GpuView, JobList, JobView, NodeView};
-use crate::model::ManifestSuggestions;
+use crate::model::{GpuList, GpuView, JobPage, JobStatus, JobView, ManifestSuggestions, NodeView};
 
 /// Width the jobs table is kept within (by truncating the WAIT column).
 pub const MAX_WIDTH: usize = 120;
@@ -104,24 +103,23 @@ fn wait_cell(job: &JobView) -> String {
 }
 
 /// The `gpuq jobs` table and its `page X of Y (N jobs)` footer.
-pub fn jobs_table(list: &JobList, now: DateTime<Utc>) -> String {
+pub fn jobs_table(list: &JobPage, now: DateTime<Utc>) -> String {
     let mut rows: Vec<Vec<String>> = list
         .jobs
         .iter()
         .map(|job| {
             vec![
                 short_id(&job.id),
-                truncate(&or_dash(job.name.as_deref()), MAX_NAME),
+                truncate(&or_dash(Some(&job.name)), MAX_NAME),
                 or_dash(Some(&job.owner)),
-                job.status.clone(),
+                job.status.to_string(),
                 gpus_cell(job),
-                job.created_at
-                    .map_or_else(|| "-".to_owned(), |t| format_age(t, now)),
+                format_age(job.created_at, now),
             ]
         })
         .collect();
     let mut headers = vec!["ID", "NAME", "OWNER", "STATUS", "GPUS", "AGE"];
-    let any_queued = list.jobs.iter().any(|j| j.status == "queued");
+    let any_queued = list.jobs.iter().any(|j| j.status == JobStatus::Queued);
     if any_queued {
         // Width of the columns before WAIT, separators included.
         let mut used = 0;
@@ -134,7 +132,7 @@ pub fn jobs_table(list: &JobList, now: DateTime<Utc>) -> String {
         }
         let room = MAX_WIDTH.saturating_sub(used).max(MIN_WAIT);
         for (row, job) in rows.iter_mut().zip(&list.jobs) {
-            let wait = if job.status == "queued" {
+            let wait = if job.status == JobStatus::Queued {
                 truncate(&wait_cell(job), room)
             } else {
                 String::new()
@@ -154,11 +152,11 @@ pub fn jobs_table(list: &JobList, now: DateTime<Utc>) -> String {
 }
 
 /// `page X of Y (N jobs)`.
-pub fn page_footer(list: &JobList) -> String {
-    let pages = if list.per_page == 0 {
-        1
-    } else {
-        list.total.div_ceil(list.per_page).max(1)
+pub fn page_footer(list: &JobPage) -> String {
+    let total = u64::try_from(list.total).unwrap_or(0);
+    let pages = match u64::try_from(list.per_page) {
+        Ok(per_page) if per_page > 0 => total.div_ceil(per_page).max(1),
+        _ => 1,
     };
     let noun = if list.total == 1 { "job" } else { "jobs" };
     format!(
@@ -175,9 +173,9 @@ fn gpu_jobs_cell(gpu: &GpuView) -> String {
     let names: Vec<String> = gpu
         .jobs
         .iter()
-        .map(|j| match j.name.as_deref() {
-            Some(n) if !n.is_empty() => n.to_owned(),
-            _ => short_id(&j.id),
+        .map(|j| match j.name.as_str() {
+            "" => short_id(&j.id),
+            name => name.to_owned(),
         })
         .collect();
     names.join(", ")
@@ -197,7 +195,7 @@ pub fn gpus_table(list: &GpuList) -> String {
                 g.node.clone(),
                 g.index.to_string(),
                 g.model.clone(),
-                g.state.clone(),
+                g.state.to_string(),
                 g.total_mib.to_string(),
                 g.reserved_mib.to_string(),
                 g.external_mib.to_string(),
@@ -304,7 +302,7 @@ pub fn nodes_table(nodes: &[NodeView]) -> String {
         .map(|n| {
             vec![
                 n.name.clone(),
-                n.state.clone(),
+                n.state.to_string(),
                 format!("{} s", n.heartbeat_age_s),
                 n.version.clone(),
                 if n.runs_jobs { "yes" } else { "no" }.to_owned(),
@@ -356,7 +354,7 @@ pub fn job_details(job: &JobView, now: DateTime<Utc>) -> String {
     let opt = |v: Option<String>| v.unwrap_or_else(|| "-".to_owned());
     let status = match job.status_reason.as_deref().filter(|r| !r.is_empty()) {
         Some(r) => format!("{} ({r})", job.status),
-        None => job.status.clone(),
+        None => job.status.to_string(),
     };
     let status = if job.node_lost {
         format!("{status}; node lost: not started elsewhere, its cards stay held")
@@ -372,7 +370,7 @@ pub fn job_details(job: &JobView, now: DateTime<Utc>) -> String {
     let mut lines: Vec<(&str, String)> = vec![
         ("ID", job.id.to_string()),
         ("Seq", job.seq.to_string()),
-        ("Name", or_dash(job.name.as_deref())),
+        ("Name", or_dash(Some(&job.name))),
         ("Owner", or_dash(Some(&job.owner))),
         ("Status", status),
         ("Image", or_dash(Some(&job.image))),
@@ -385,7 +383,7 @@ pub fn job_details(job: &JobView, now: DateTime<Utc>) -> String {
             if job.exclusive { "yes" } else { "no" }.to_owned(),
         ),
         ("Priority", job.priority.to_string()),
-        ("Timeout", opt(job.timeout_s.map(|t| format!("{t}s")))),
+        ("Timeout", format!("{}s", job.timeout_s)),
     ];
     let env = job.env.as_ref().filter(|e| !e.is_empty());
     match env {
@@ -401,12 +399,21 @@ pub fn job_details(job: &JobView, now: DateTime<Utc>) -> String {
         lines.push(("Assigned GPUs", "-".to_owned()));
     }
     lines.extend(job.assigned_gpus.iter().map(|g| {
-        let text = format!("#{} {} {} ({} MiB)", g.index, g.uuid, g.model, g.vram_mib);
+        let mut text = format!("#{} {} {} ({} MiB)", g.index, g.uuid, g.model, g.vram_mib);
+        if let Some(used) = g.used_mib {
+            text.push_str(&format!("; uses {used} MiB"));
+        }
+        if let Some(peak) = g.peak_mib {
+            text.push_str(&format!("; peak {peak} MiB"));
+        }
+        if g.over_commitment {
+            text.push_str("; went over its reservation");
+        }
         ("Assigned GPUs", text)
     }));
     lines.extend([
         ("Exit code", opt(job.exit_code.map(|c| c.to_string()))),
-        ("Created", time_cell(job.created_at, now)),
+        ("Created", time_cell(Some(job.created_at), now)),
         ("Admitted", time_cell(job.admitted_at, now)),
         ("Started", time_cell(job.started_at, now)),
         ("Finished", time_cell(job.finished_at, now)),

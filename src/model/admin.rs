@@ -66,8 +66,9 @@ pub struct TokenView {
     pub expired: bool,
 }
 
-/// A token just created: the secret is shown this once.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// A token just created: the secret is shown this once (and never by `Debug`, so a log line or a
+/// panic message cannot carry it).
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct CreatedToken {
     /// The secret for `Authorization: Bearer …`.
@@ -75,4 +76,40 @@ pub struct CreatedToken {
     /// Its record (id to revoke it, name), beside the secret on the wire.
     #[serde(flatten)]
     pub record: TokenView,
+}
+
+impl std::fmt::Debug for CreatedToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CreatedToken")
+            .field("token", &"<redacted>")
+            .field("record", &self.record)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_created_tokens_debug_form_never_holds_the_secret() {
+        let created = CreatedToken {
+            token: "gpuq_s3cr3t-value".into(),
+            record: TokenView {
+                id: Uuid::nil(),
+                name: "laptop".into(),
+                created_at: DateTime::<Utc>::MIN_UTC,
+                last_used_at: None,
+                revoked_at: None,
+                expires_at: None,
+                expired: false,
+            },
+        };
+        let shown = format!("{created:?} {created:#?}");
+        assert!(!shown.contains("s3cr3t"), "{shown}");
+        assert!(
+            shown.contains("<redacted>") && shown.contains("laptop"),
+            "{shown}"
+        );
+    }
 }

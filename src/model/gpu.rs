@@ -111,6 +111,17 @@ pub struct GpuView {
     pub jobs: Vec<GpuHolder>,
 }
 
+/// `GET /api/v1/gpus`: every card and the devices the nodes do not schedule.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+pub struct GpuList {
+    /// Every card gpuq schedules (or did), with what holds it.
+    pub gpus: Vec<GpuView>,
+    /// Devices the nodes see but do not schedule (a MIG-enabled card, a MIG device).
+    #[serde(default)]
+    pub skipped: Vec<SkippedGpuView>,
+}
+
 /// A workload type and its VRAM need per GPU model.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]

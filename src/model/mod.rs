@@ -20,7 +20,7 @@ pub use dashboard::{DashboardView, JobDetail, JobEventView, Preview};
 pub use error::{AppError, LINK_TEXT};
 pub use events::{AuditKind, JobChange, JobEventKind, LiveEvent};
 pub use gpu::{
-    gpu_id, human_duration, parse_gpu_id, GpuHolder, GpuState, GpuView, ManifestView,
+    gpu_id, human_duration, parse_gpu_id, GpuHolder, GpuList, GpuState, GpuView, ManifestView,
     SkippedGpuView, WorkloadView,
 };
 pub use job::{

@@ -269,6 +269,15 @@ async fn the_cli_submits_lists_shows_and_cancels_against_a_real_server(pool: PgP
         4,
         "{table}"
     );
+    // The CLI reads the server's own wire types, so every table here is the server's answer read
+    // by the same structs that wrote it.
+    let nodes = gpuq_env(&["nodes"], "", &env);
+    assert!(nodes.status.success(), "{}", text(&nodes));
+    let listed = text(&nodes);
+    assert!(
+        listed.starts_with("NODE") && listed.contains("  up  "),
+        "{listed}"
+    );
     let cancel = gpuq_env(&["cancel", &id], "", &env);
     assert!(cancel.status.success(), "{}", text(&cancel));
     assert!(text(&cancel).contains("cancelled"), "{}", text(&cancel));

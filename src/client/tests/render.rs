@@ -2,20 +2,21 @@ use chrono::{Duration, TimeZone, Utc};
 use serde_json::json;
 
 use super::now;
-use crate::client::model::{GpuList, JobList, JobView, NodeView};
 use crate::client::render::{
     format_age, gpus_table, job_details, jobs_table, nodes_table, page_footer, suggestions_table,
     table, truncate, MAX_WIDTH,
 };
+use crate::model::{GpuList, JobPage, JobStatus, JobView, NodeView};
 
-fn jobs_fixture() -> JobList {
+fn jobs_fixture() -> JobPage {
     serde_json::from_str(include_str!("fixtures/jobs.json")).expect("fixture parses")
 }
 
-fn queued(id: &str, name: &str, position: u64, reason: &str) -> JobView {
+fn queued(id: &str, name: &str, position: i64, reason: &str) -> JobView {
     serde_json::from_value(json!({
         "id": id, "seq": 1, "name": name, "owner": "dave", "status": "queued",
         "image": "x", "command": ["y"], "gpu_count": 4, "created_at": "2025-01-01T11:59:55Z",
+        "exclusive": false, "priority": 0, "timeout_s": 3600, "volumes": [], "assigned_gpus": [],
         "queue_position": position, "wait_reason": reason
     }))
     .expect("job parses")
@@ -94,7 +95,7 @@ page 1 of 3 (5 jobs)
 fn jobs_table_truncates_long_wait_reasons_to_fit() {
     let reason = "waiting for 4 GPUs with at least 40000 MiB free each on one node; \
                   node-a has 2 such GPUs, node-b is draining, node-c is offline";
-    let list = JobList {
+    let list = JobPage {
         jobs: vec![queued(
             "0badc0de-0000-4000-8000-000000000003",
             "sweep",
@@ -120,7 +121,7 @@ fn jobs_table_truncates_long_wait_reasons_to_fit() {
 #[test]
 fn jobs_table_long_names_are_cut() {
     let name = "a-very-long-job-name-that-goes-on-and-on-and-on";
-    let list = JobList {
+    let list = JobPage {
         jobs: vec![queued("0badc0de-0000-4000-8000-000000000003", name, 1, "x")],
         page: 1,
         per_page: 50,
@@ -132,7 +133,7 @@ fn jobs_table_long_names_are_cut() {
 
 #[test]
 fn empty_job_list() {
-    let list = JobList {
+    let list = JobPage {
         jobs: vec![],
         page: 1,
         per_page: 50,
@@ -143,7 +144,7 @@ fn empty_job_list() {
 
 #[test]
 fn footer_page_count() {
-    let mut list = JobList {
+    let mut list = JobPage {
         jobs: vec![],
         page: 1,
         per_page: 50,
@@ -296,9 +297,11 @@ me/train:1  A100       5000  3  3500  4000  4000       4608
 fn nodes_list_their_state_heartbeat_and_work() {
     let nodes: Vec<NodeView> = serde_json::from_value(json!([
         { "name": "gpu-a", "state": "up", "heartbeat_age_s": 1, "version": "0.1.0",
-          "advertise_url": "http://gpu-a:3000", "runs_jobs": true, "cards": 8, "running_jobs": 3 },
+          "advertise_url": "http://gpu-a:3000", "runs_jobs": true, "cards": 8, "running_jobs": 3,
+          "lost_after_s": 15 },
         { "name": "gpu-b", "state": "lost", "heartbeat_age_s": 3600, "version": "0.1.0",
-          "advertise_url": "http://gpu-b:3000", "runs_jobs": false, "cards": 4, "running_jobs": 0 }
+          "advertise_url": "http://gpu-b:3000", "runs_jobs": false, "cards": 4, "running_jobs": 0,
+          "lost_after_s": 15 }
     ]))
     .expect("nodes parse");
     let text = nodes_table(&nodes);
@@ -341,12 +344,28 @@ fn nodes_list_their_state_heartbeat_and_work() {
 #[test]
 fn show_says_when_a_jobs_node_is_lost() {
     let mut job = queued("0badc0de-0000-4000-8000-000000000005", "stuck", 1, "");
-    job.status = "running".into();
+    job.status = JobStatus::Running;
     assert!(!job_details(&job, now()).contains("node lost"));
     job.node_lost = true;
     let text = job_details(&job, now());
     assert!(
         text.contains("\nStatus:          running; node lost: not started elsewhere"),
+        "{text}"
+    );
+}
+
+#[test]
+fn show_gives_each_cards_observed_use_when_known() {
+    let mut job = jobs_fixture().jobs.remove(0);
+    job.assigned_gpus[0].used_mib = Some(39000);
+    job.assigned_gpus[0].peak_mib = Some(41000);
+    job.assigned_gpus[0].over_commitment = true;
+    let text = job_details(&job, now());
+    assert!(
+        text.contains(
+            "\nAssigned GPUs:   #0 GPU-aaaa H100 (40000 MiB); uses 39000 MiB; peak 41000 MiB; \
+             went over its reservation\n                 #3 GPU-bbbb H100 (40000 MiB)\n"
+        ),
         "{text}"
     );
 }

@@ -3,8 +3,7 @@
 use super::error::ErrorBody;
 use super::{ApiError, ApiJson};
 use crate::model::{
-    parse_gpu_id, AppError, GpuView, LaunchPolicy, ManifestState, ManifestView, Role,
-    SkippedGpuView, WorkloadView,
+    parse_gpu_id, AppError, GpuList, LaunchPolicy, ManifestState, ManifestView, Role, WorkloadView,
 };
 use crate::server::admin;
 use crate::server::auth::CurrentUser;
@@ -15,7 +14,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::routing::{get, patch, post, put};
 use axum::{Json, Router};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use std::collections::BTreeMap;
 use uuid::Uuid;
 
@@ -33,14 +32,6 @@ pub fn router() -> Router<AppState> {
         )
         .route("/manifest/{workload}/rename", post(rename_workload))
         .route("/settings/launch-policy", get(get_policy).put(put_policy))
-}
-
-#[derive(Serialize, utoipa::ToSchema)]
-pub(super) struct GpuList {
-    /// Every card gpuq schedules (or did), with what holds it.
-    gpus: Vec<GpuView>,
-    /// Devices the nodes see but do not schedule (a MIG-enabled card, a MIG device).
-    skipped: Vec<SkippedGpuView>,
 }
 
 #[utoipa::path(get, path = "/api/v1/gpus", tag = "gpus", security(("bearer" = [])), responses((status = 200, body = GpuList)))]

@@ -5,9 +5,9 @@ use super::error::ErrorBody;
 use super::{cluster, health, jobs, live, nodes, suggest, usage, v1};
 use crate::model::spec::{RawCommand, RawJobSpec};
 use crate::model::{
-    AssignedGpu, AuditEntry, AuditKind, CreatedToken, GpuHolder, GpuState, GpuView, JobAck,
-    JobNetwork, JobPage, JobStatus, JobView, LaunchPolicy, ManifestState, ManifestView, Role,
-    SkippedGpuView, TokenView, UserView, VolumeRule, WorkloadView,
+    AssignedGpu, AuditEntry, AuditKind, CreatedToken, GpuHolder, GpuList, GpuState, GpuView,
+    JobAck, JobNetwork, JobPage, JobStatus, JobView, LaunchPolicy, ManifestState, ManifestView,
+    Role, SkippedGpuView, TokenView, UserView, VolumeRule, WorkloadView,
 };
 use crate::server::manifest::WorkloadPut;
 use axum::Json;
@@ -41,7 +41,7 @@ use utoipa::{Modify, OpenApi};
         ErrorBody, Role, UserView, TokenView, CreatedToken, v1::TokenRequest, v1::NewUser, v1::UserPatch, v1::PasswordChange,
         cluster::WorkloadRename, ManifestState, AuditEntry,
         RawJobSpec, RawCommand, JobStatus, AssignedGpu, JobView, JobPage, JobAck, AuditKind, GpuState,
-        GpuHolder, GpuView, SkippedGpuView, cluster::GpuList, cluster::SimPut, cluster::GpuPatch,
+        GpuHolder, GpuView, SkippedGpuView, GpuList, cluster::SimPut, cluster::GpuPatch,
         crate::model::NodeView, crate::model::NodeState, nodes::NodePatch, nodes::Forgotten,
         WorkloadView, ManifestView, WorkloadPut, LaunchPolicy, VolumeRule, JobNetwork,
         crate::model::UsageReport, crate::model::CardSeries, crate::model::CardPoint,
