@@ -55,6 +55,15 @@ impl JobStatus {
                 | JobStatus::Rejected
         )
     }
+
+    /// Whether the job has been placed on a node and not yet ended there (admitted, starting or
+    /// running): if that node is lost, the job is stuck with it.
+    pub fn holds_cards_on_its_node(self) -> bool {
+        matches!(
+            self,
+            JobStatus::Admitted | JobStatus::Starting | JobStatus::Running
+        )
+    }
 }
 
 /// A card granted to a job.

@@ -1,6 +1,6 @@
 //! Repository for jobs and their reservations.
 
-use crate::model::QUEUE_ORDER_SQL;
+use crate::model::{JobStatus, QUEUE_ORDER_SQL};
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::{FromRow, PgExecutor, QueryBuilder};
@@ -37,8 +37,8 @@ pub struct JobRow {
     pub priority: i32,
     /// Run-time limit.
     pub timeout_s: i64,
-    /// Status (text mirrored by `JobStatus`).
-    pub status: String,
+    /// Status.
+    pub status: JobStatus,
     /// Why.
     pub status_reason: Option<String>,
     /// Node.

@@ -400,8 +400,10 @@ pub async fn cancel(state: &AppState, user: &CurrentUser, id: Uuid) -> Result<Jo
             .await
             .or_internal("notifying the runner")?;
         tx.commit().await.or_internal("committing a cancellation")?;
-        let status = job.status.parse().unwrap_or(JobStatus::Running);
-        return Ok(JobAck { job_id: id, status });
+        return Ok(JobAck {
+            job_id: id,
+            status: job.status,
+        });
     }
     Err(AppError::Conflict(format!(
         "job {id} has already ended ({})",

@@ -133,7 +133,7 @@ async fn views(
     } else {
         Default::default()
     };
-    let waiting = if rows.iter().any(|r| r.status == "queued") {
+    let waiting = if rows.iter().any(|r| r.status == JobStatus::Queued) {
         wait_info(state).await?
     } else {
         HashMap::new()
@@ -142,7 +142,7 @@ async fn views(
         .map(|r| {
             let grants = by_job.remove(&r.id).unwrap_or_default();
             let wait = waiting.get(&r.id);
-            let node_lost = matches!(r.status.as_str(), "admitted" | "starting" | "running")
+            let node_lost = r.status.holds_cards_on_its_node()
                 && r.node.as_ref().is_some_and(|n| lost.contains(n));
             to_view(r, grants, wait, viewer).map(|v| JobView { node_lost, ..v })
         })
@@ -188,17 +188,12 @@ fn to_view(
     let raw: RawJobSpec =
         serde_json::from_value(r.spec.clone()).or_internal("reading a stored spec")?;
     let owner_id = r.owner_id;
-    let status: JobStatus = r
-        .status
-        .parse()
-        .map_err(|e: String| e)
-        .or_internal("reading a status")?;
     let mut view = JobView {
         id: r.id,
         seq: r.seq,
         name: r.name,
         owner: r.owner,
-        status,
+        status: r.status,
         status_reason: r.status_reason,
         image: r.image,
         command: r.command,
