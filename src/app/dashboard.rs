@@ -143,7 +143,7 @@ fn bar_width(part_mib: i64, total_mib: i64) -> String {
 fn holder_line(h: &GpuHolder) -> String {
     let state = match h.running_s {
         Some(s) => format!("running {}", human_duration(s)),
-        None => h.status.clone(),
+        None => h.status.to_string(),
     };
     let uses = h
         .used_mib
@@ -243,16 +243,17 @@ fn MyJobs(jobs: Vec<JobView>) -> impl IntoView {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::JobStatus;
     use chrono::TimeZone;
     use uuid::Uuid;
 
-    fn holder(running_s: Option<i64>, status: &str) -> GpuHolder {
+    fn holder(running_s: Option<i64>, status: JobStatus) -> GpuHolder {
         GpuHolder {
             id: Uuid::nil(),
             name: "train".into(),
             owner: "alice".into(),
             vram_mib: 20480,
-            status: status.into(),
+            status,
             running_s,
             used_mib: None,
             over_commitment: false,
@@ -263,7 +264,7 @@ mod tests {
     fn observed_use_is_shown_beside_the_commitment() {
         let h = GpuHolder {
             used_mib: Some(9000),
-            ..holder(Some(65), "running")
+            ..holder(Some(65), JobStatus::Running)
         };
         assert_eq!(
             holder_line(&h),
@@ -352,19 +353,21 @@ mod tests {
     #[test]
     fn a_holder_shows_how_long_it_has_run_or_its_status() {
         assert_eq!(
-            holder_line(&holder(Some(95), "running")),
+            holder_line(&holder(Some(95), JobStatus::Running)),
             " · alice · 20480 MiB · running 1 min 35 s"
         );
         assert_eq!(
-            holder_line(&holder(Some(0), "running")),
+            holder_line(&holder(Some(0), JobStatus::Running)),
             " · alice · 20480 MiB · running 0 s"
         );
         assert_eq!(
-            holder_line(&holder(None, "admitted")),
+            holder_line(&holder(None, JobStatus::Admitted)),
             " · alice · 20480 MiB · admitted"
         );
-        // Old servers send no status: the line still ends cleanly.
-        assert_eq!(holder_line(&holder(None, "")), " · alice · 20480 MiB · ");
+        assert_eq!(
+            holder_line(&holder(None, JobStatus::Starting)),
+            " · alice · 20480 MiB · starting"
+        );
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Cards and the manifest as the UI, the REST API and the CLI see them.
 
 use super::vocab::vocabulary;
+use super::JobStatus;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use uuid::Uuid;
@@ -30,7 +31,7 @@ impl GpuState {
 
 /// A job holding part of a card.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema, sqlx::FromRow))]
 pub struct GpuHolder {
     /// Job id.
     pub id: Uuid,
@@ -41,8 +42,7 @@ pub struct GpuHolder {
     /// VRAM reserved on this card.
     pub vram_mib: i64,
     /// The job's status (`admitted`, `starting`, `running`, or ended and not yet released).
-    #[serde(default)]
-    pub status: String,
+    pub status: JobStatus,
     /// How long it has been running, in seconds (as of the request).
     #[serde(default)]
     pub running_s: Option<i64>,

@@ -1,7 +1,7 @@
 //! Repository for cards: the inventory's upserts, the ledger columns, and what holds each card.
 
 use super::nodes::NODE_STATE_SQL;
-use crate::model::{GpuState, NodeState};
+use crate::model::{GpuHolder, GpuState, NodeState};
 use chrono::{DateTime, Utc};
 use sqlx::{FromRow, PgExecutor, Postgres, Transaction};
 use uuid::Uuid;
@@ -191,28 +191,15 @@ pub async fn set_state(db: impl PgExecutor<'_>, uuid: Uuid, state: GpuState) -> 
 pub struct HolderRow {
     /// Card.
     pub gpu_uuid: Uuid,
-    /// Job.
-    pub job_id: Uuid,
-    /// Job name.
-    pub name: String,
-    /// Owner.
-    pub owner: String,
-    /// Reserved MiB.
-    pub vram_mib: i64,
-    /// The job's status.
-    pub status: String,
-    /// Seconds since its container started (running jobs).
-    pub running_s: Option<i64>,
-    /// Observed VRAM on this card (`job_vram`).
-    pub used_mib: Option<i64>,
-    /// Stayed above its commitment at some point.
-    pub over_commitment: bool,
+    /// The job and what it holds there, as the API shows it.
+    #[sqlx(flatten)]
+    pub holder: GpuHolder,
 }
 
 /// Every live reservation with its job.
 pub async fn holders(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<HolderRow>> {
     sqlx::query_as(
-        "SELECT r.gpu_uuid, r.job_id, j.name, u.username AS owner, r.vram_mib, j.status, \
+        "SELECT r.gpu_uuid, r.job_id AS id, j.name, u.username AS owner, r.vram_mib, j.status, \
                 CASE WHEN j.started_at IS NOT NULL AND j.finished_at IS NULL \
                      THEN floor(extract(epoch FROM now() - j.started_at))::bigint END AS running_s, \
                 v.used_mib, v.warned_at IS NOT NULL AS over_commitment \

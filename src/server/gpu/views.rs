@@ -33,16 +33,7 @@ pub async fn list(state: &AppState) -> Result<Vec<GpuView>, AppError> {
         .or_internal("reading holders")?;
     let mut by_card: HashMap<Uuid, Vec<GpuHolder>> = HashMap::new();
     for h in holders {
-        by_card.entry(h.gpu_uuid).or_default().push(GpuHolder {
-            id: h.job_id,
-            name: h.name,
-            owner: h.owner,
-            vram_mib: h.vram_mib,
-            status: h.status,
-            running_s: h.running_s,
-            used_mib: h.used_mib,
-            over_commitment: h.over_commitment,
-        });
+        by_card.entry(h.gpu_uuid).or_default().push(h.holder);
     }
     let headroom = state.pass.headroom_mib;
     Ok(rows
