@@ -95,9 +95,10 @@ pub struct AssignedGpu {
     pub over_commitment: bool,
 }
 
-/// Everything a viewer may know about a job.
+/// Everything a viewer may know about a job. On the server a `jobs` row is read straight into it;
+/// the fields the row does not hold (marked `skip`) are filled in by the job views.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema, sqlx::FromRow))]
 pub struct JobView {
     /// Job id.
     pub id: Uuid,
@@ -116,10 +117,12 @@ pub struct JobView {
     /// argv.
     pub command: Vec<String>,
     /// Cards asked for.
+    #[cfg_attr(feature = "ssr", sqlx(try_from = "i32"))]
     pub gpu_count: u32,
     /// Workload type, when the need comes from the manifest.
     pub workload: Option<String>,
     /// Explicit MiB per card, otherwise.
+    #[cfg_attr(feature = "ssr", sqlx(rename = "min_vram_mib"))]
     pub min_vram_mb: Option<i64>,
     /// Whole cards.
     pub exclusive: bool,
@@ -128,12 +131,15 @@ pub struct JobView {
     /// Run-time limit.
     pub timeout_s: i64,
     /// Environment: only for the owner and admins.
+    #[cfg_attr(feature = "ssr", sqlx(skip))]
     pub env: Option<BTreeMap<String, String>>,
     /// `host:container[:ro]` mounts.
+    #[cfg_attr(feature = "ssr", sqlx(skip))]
     pub volumes: Vec<String>,
     /// Node it was placed on.
     pub node: Option<String>,
     /// Cards it holds or held.
+    #[cfg_attr(feature = "ssr", sqlx(skip))]
     pub assigned_gpus: Vec<AssignedGpu>,
     /// Container exit code.
     pub exit_code: Option<i32>,
@@ -148,16 +154,20 @@ pub struct JobView {
     /// Capacity given back.
     pub released_at: Option<DateTime<Utc>>,
     /// 1-based place in the queue, for queued jobs.
+    #[cfg_attr(feature = "ssr", sqlx(skip))]
     pub queue_position: Option<i64>,
     /// Plain words on why a queued job waits.
+    #[cfg_attr(feature = "ssr", sqlx(skip))]
     pub wait_reason: Option<String>,
     /// Command, volumes and status details are someone else's and were left out (they are the
     /// owner's, their managers' and admins' to read).
     #[serde(default)]
+    #[cfg_attr(feature = "ssr", sqlx(skip))]
     pub details_hidden: bool,
     /// The job holds cards on a node that is lost: it is not started anywhere else, keeps its
     /// cards, and ends when the node comes back (or `node_lost` when an admin forgets the node).
     #[serde(default)]
+    #[cfg_attr(feature = "ssr", sqlx(skip))]
     pub node_lost: bool,
 }
 

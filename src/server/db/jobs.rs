@@ -1,60 +1,21 @@
 //! Repository for jobs and their reservations.
 
-use crate::model::{JobStatus, QUEUE_ORDER_SQL};
-use chrono::{DateTime, Utc};
+use crate::model::{JobView, QUEUE_ORDER_SQL};
 use serde_json::Value;
 use sqlx::{FromRow, PgExecutor, QueryBuilder};
 use uuid::Uuid;
 
-/// A `jobs` row with its owner's name.
+/// A `jobs` row: the job as the API shows it (less what the row does not hold) and what only the
+/// server reads.
 #[derive(Debug, Clone, FromRow)]
 pub struct JobRow {
-    /// Key.
-    pub id: Uuid,
-    /// Submit order.
-    pub seq: i64,
     /// Owner.
     pub owner_id: Uuid,
-    /// Owner's login name.
-    pub owner: String,
-    /// Display name.
-    pub name: String,
     /// The parsed spec (its raw form).
     pub spec: Value,
-    /// Image.
-    pub image: String,
-    /// argv.
-    pub command: Vec<String>,
-    /// Cards.
-    pub gpu_count: i32,
-    /// Workload type.
-    pub workload: Option<String>,
-    /// Explicit MiB per card.
-    pub min_vram_mib: Option<i64>,
-    /// Whole cards.
-    pub exclusive: bool,
-    /// Priority.
-    pub priority: i32,
-    /// Run-time limit.
-    pub timeout_s: i64,
-    /// Status.
-    pub status: JobStatus,
-    /// Why.
-    pub status_reason: Option<String>,
-    /// Node.
-    pub node: Option<String>,
-    /// Exit code.
-    pub exit_code: Option<i32>,
-    /// Submitted.
-    pub created_at: DateTime<Utc>,
-    /// Admitted.
-    pub admitted_at: Option<DateTime<Utc>>,
-    /// Started.
-    pub started_at: Option<DateTime<Utc>>,
-    /// Ended.
-    pub finished_at: Option<DateTime<Utc>>,
-    /// Capacity given back.
-    pub released_at: Option<DateTime<Utc>>,
+    /// Every other column, under the API's names.
+    #[sqlx(flatten)]
+    pub job: JobView,
 }
 
 const COLUMNS: &str = "j.id, j.seq, j.owner_id, u.username AS owner, j.name, j.spec, j.image, \

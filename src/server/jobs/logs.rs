@@ -111,7 +111,7 @@ pub async fn for_peer(
         .await
         .or_internal("reading a job")?
         .ok_or_else(|| AppError::NotFound(format!("no job {id}")))?;
-    if job.node.as_deref() != Some(peers.node.as_str()) {
+    if job.job.node.as_deref() != Some(peers.node.as_str()) {
         return Err(AppError::NotFound(format!(
             "job {id} did not run on node `{}`",
             peers.node
@@ -141,7 +141,7 @@ async fn source(state: &AppState, viewer: &CurrentUser, id: Uuid) -> Result<Sour
         ));
     }
     let path = log_path(&state.logs_dir, id);
-    let (Some(peers), Some(node)) = (&state.peers, job.node) else {
+    let (Some(peers), Some(node)) = (&state.peers, job.job.node) else {
         return Ok(Source::Here(path));
     };
     if node == peers.node || tokio::fs::try_exists(&path).await.unwrap_or(false) {
@@ -349,7 +349,7 @@ async fn job_ended(pool: &PgPool, id: Uuid) -> bool {
         .await
         .ok()
         .flatten()
-        .is_none_or(|j| j.released_at.is_some() || j.finished_at.is_some())
+        .is_none_or(|j| j.job.released_at.is_some() || j.job.finished_at.is_some())
 }
 
 /// The most a follow reads from the log at once.

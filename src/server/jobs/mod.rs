@@ -402,11 +402,11 @@ pub async fn cancel(state: &AppState, user: &CurrentUser, id: Uuid) -> Result<Jo
         tx.commit().await.or_internal("committing a cancellation")?;
         return Ok(JobAck {
             job_id: id,
-            status: job.status,
+            status: job.job.status,
         });
     }
     Err(AppError::Conflict(format!(
         "job {id} has already ended ({})",
-        job.status
+        job.job.status
     )))
 }

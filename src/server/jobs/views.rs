@@ -116,7 +116,7 @@ async fn views(
     viewer: &CurrentUser,
     rows: Vec<JobRow>,
 ) -> Result<Vec<JobView>, AppError> {
-    let ids: Vec<Uuid> = rows.iter().map(|r| r.id).collect();
+    let ids: Vec<Uuid> = rows.iter().map(|r| r.job.id).collect();
     let grants = jobs::grants_of(&state.pool, &ids)
         .await
         .or_internal("reading grants")?;
@@ -124,7 +124,7 @@ async fn views(
     for g in grants {
         by_job.entry(g.job_id).or_default().push(g);
     }
-    let lost: std::collections::HashSet<String> = if rows.iter().any(|r| r.node.is_some()) {
+    let lost: std::collections::HashSet<String> = if rows.iter().any(|r| r.job.node.is_some()) {
         crate::server::db::nodes::lost_names(&state.pool)
             .await
             .or_internal("reading lost nodes")?
@@ -133,17 +133,17 @@ async fn views(
     } else {
         Default::default()
     };
-    let waiting = if rows.iter().any(|r| r.status == JobStatus::Queued) {
+    let waiting = if rows.iter().any(|r| r.job.status == JobStatus::Queued) {
         wait_info(state).await?
     } else {
         HashMap::new()
     };
     rows.into_iter()
         .map(|r| {
-            let grants = by_job.remove(&r.id).unwrap_or_default();
-            let wait = waiting.get(&r.id);
-            let node_lost = r.status.holds_cards_on_its_node()
-                && r.node.as_ref().is_some_and(|n| lost.contains(n));
+            let grants = by_job.remove(&r.job.id).unwrap_or_default();
+            let wait = waiting.get(&r.job.id);
+            let node_lost = r.job.status.holds_cards_on_its_node()
+                && r.job.node.as_ref().is_some_and(|n| lost.contains(n));
             to_view(r, grants, wait, viewer).map(|v| JobView { node_lost, ..v })
         })
         .collect()
@@ -189,23 +189,8 @@ fn to_view(
         serde_json::from_value(r.spec.clone()).or_internal("reading a stored spec")?;
     let owner_id = r.owner_id;
     let mut view = JobView {
-        id: r.id,
-        seq: r.seq,
-        name: r.name,
-        owner: r.owner,
-        status: r.status,
-        status_reason: r.status_reason,
-        image: r.image,
-        command: r.command,
-        gpu_count: r.gpu_count as u32,
-        workload: r.workload,
-        min_vram_mb: r.min_vram_mib,
-        exclusive: r.exclusive,
-        priority: r.priority,
-        timeout_s: r.timeout_s,
         env: Some(raw.env.unwrap_or_default()),
         volumes: raw.volumes.unwrap_or_default(),
-        node: r.node,
         assigned_gpus: grants
             .into_iter()
             .map(|g| AssignedGpu {
@@ -219,16 +204,9 @@ fn to_view(
                 over_commitment: g.over_commitment,
             })
             .collect(),
-        exit_code: r.exit_code,
-        created_at: r.created_at,
-        admitted_at: r.admitted_at,
-        started_at: r.started_at,
-        finished_at: r.finished_at,
-        released_at: r.released_at,
         queue_position: wait.map(|w| w.0),
         wait_reason: wait.map(|w| w.1.clone()),
-        details_hidden: false,
-        node_lost: false,
+        ..r.job
     };
     super::access::redact(&mut view, viewer, owner_id);
     Ok(view)
