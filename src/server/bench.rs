@@ -29,6 +29,7 @@ mod db;
 pub mod external;
 pub mod failover;
 pub mod launch;
+mod node;
 mod synth;
 pub mod vram;
 
@@ -127,6 +128,11 @@ fn summarize(mut samples: Vec<Duration>) -> Summary {
         median: percentile(&samples, 50.0),
         p95: percentile(&samples, 95.0),
     }
+}
+
+/// The time from one database stamp to a later one (zero when clocks put it before).
+fn gap(from: chrono::DateTime<chrono::Utc>, to: chrono::DateTime<chrono::Utc>) -> Duration {
+    (to - from).to_std().unwrap_or(Duration::ZERO)
 }
 
 /// Milliseconds with three decimals and the unit.

@@ -7,15 +7,12 @@
 //! database: `created_at`, the `start_issued` event (taken just before `docker start`),
 //! `started_at` (after `docker start` returned) and `finished_at`.
 
-use super::{ms, percentile};
-use crate::server::admission::PassConfig;
+use super::{gap, ms, percentile};
 use crate::server::auth::CurrentUser;
 use crate::server::db::gpus;
-use crate::server::notifier::Notifier;
-use crate::server::runner::{LocalNode, RunnerConfig};
-use crate::server::runtime::{ensure_sim_devices, Docker, LaunchMode};
+use crate::server::runtime::ensure_sim_devices;
 use crate::server::{jobs, AppState};
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, bail, Result};
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 use std::io::Write;
@@ -55,33 +52,7 @@ pub async fn runner(pool: &PgPool, opts: &RunnerBenchOptions, out: &mut impl Wri
     gpus::sync_node(&mut tx, NODE, &[card]).await?;
     tx.commit().await?;
     ensure_sim_devices(1)?;
-    let logs = std::env::temp_dir().join(format!("gpuq-bench-logs-{}", Uuid::new_v4()));
-    let pass = PassConfig {
-        headroom_mib: 0,
-        starvation_after: Duration::from_secs(3600),
-        cpu_node: NODE.into(),
-    };
-    let notifier = Notifier::new(Duration::from_millis(2000));
-    let state = AppState::new(
-        pool.clone(),
-        "target/site",
-        pass.clone(),
-        logs.clone(),
-        notifier.clone(),
-    );
-    let docker = Docker::connect()
-        .await
-        .context("the runner bench needs dockerd")?;
-    let cfg = RunnerConfig {
-        node: NODE.into(),
-        never_mount: vec![logs.clone()],
-        logs_dir: logs,
-        log_max_bytes: 1 << 20,
-        stop_grace: Duration::from_secs(1),
-        mode: LaunchMode::Fenced,
-        job_uids: Default::default(),
-    };
-    let node = LocalNode::start(pool.clone(), docker, cfg, pass, notifier).await?;
+    let (state, node) = super::node::start(pool, NODE, 0, Duration::from_secs(1), "runner").await?;
     let result = sections(&state, &caller, opts, out).await;
     node.stop().await;
     result
@@ -172,10 +143,6 @@ fn row(out: &mut impl Write, what: &str, mut samples: Vec<Duration>) -> Result<(
         samples.len()
     )?;
     Ok(())
-}
-
-fn gap(from: DateTime<Utc>, to: DateTime<Utc>) -> Duration {
-    (to - from).to_std().unwrap_or(Duration::ZERO)
 }
 
 async fn submit(state: &AppState, caller: &CurrentUser, image: &str) -> Result<Uuid> {

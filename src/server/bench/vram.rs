@@ -14,15 +14,11 @@
 //!   of `tests/fixtures/fake-nvml/`), the same through NVML with 4 processes per card, each
 //!   looked up in `/proc/<pid>/cgroup` as on a real host.
 
-use super::ms;
-use super::percentile;
-use crate::server::admission::PassConfig;
+use super::{gap, ms, percentile};
 use crate::server::auth::CurrentUser;
 use crate::server::db::{gpus, vram};
 use crate::server::gpu::{self, GpuInventory, GpuMode, NvmlInventory};
-use crate::server::notifier::Notifier;
-use crate::server::runner::{LocalNode, RunnerConfig};
-use crate::server::runtime::{ensure_sim_devices, Docker, LaunchMode};
+use crate::server::runtime::ensure_sim_devices;
 use crate::server::vram::{Sampler, VramConfig};
 use crate::server::{jobs, AppState};
 use anyhow::{anyhow, bail, Context, Result};
@@ -77,33 +73,8 @@ pub async fn run(pool: &PgPool, opts: &VramBenchOptions, out: &mut impl Write) -
         Arc::from(gpu::from_config(GpuMode::Sim, Some(&spec), NODE)?);
     gpu::sync::refresh(pool, &inventory, NODE).await?;
     ensure_sim_devices(CARDS)?;
-    let logs = std::env::temp_dir().join(format!("gpuq-bench-logs-{}", Uuid::new_v4()));
-    let pass = PassConfig {
-        headroom_mib: 256,
-        starvation_after: Duration::from_secs(3600),
-        cpu_node: NODE.into(),
-    };
-    let notifier = Notifier::new(Duration::from_millis(2000));
-    let state = AppState::new(
-        pool.clone(),
-        "",
-        pass.clone(),
-        logs.clone(),
-        notifier.clone(),
-    );
-    let docker = Docker::connect()
-        .await
-        .context("the VRAM bench needs dockerd")?;
-    let cfg = RunnerConfig {
-        node: NODE.into(),
-        never_mount: vec![logs.clone()],
-        logs_dir: logs,
-        log_max_bytes: 1 << 20,
-        stop_grace: Duration::from_secs(opts.stop_grace_s),
-        mode: LaunchMode::Fenced,
-        job_uids: Default::default(),
-    };
-    let node = LocalNode::start(pool.clone(), docker, cfg, pass, notifier).await?;
+    let grace = Duration::from_secs(opts.stop_grace_s);
+    let (state, node) = super::node::start(pool, NODE, 256, grace, "VRAM").await?;
     let vram_cfg = VramConfig {
         node: NODE.into(),
         every: Duration::from_millis(opts.vram_sample_ms),
@@ -336,10 +307,6 @@ async fn poll(pool: &PgPool, job: Uuid, sql: &str) -> Result<DateTime<Utc>> {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-}
-
-fn gap(from: DateTime<Utc>, to: DateTime<Utc>) -> Duration {
-    (to - from).to_std().unwrap_or(Duration::ZERO)
 }
 
 fn row(out: &mut impl Write, what: &str, mut samples: Vec<Duration>) -> Result<()> {
