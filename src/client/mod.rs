@@ -188,13 +188,16 @@ pub struct SubmitArgs {
     /// Ask for the GPUs exclusively
     #[arg(long)]
     pub exclusive: bool,
+    /// Put the job back in the queue if its node is lost (else it waits for that node)
+    #[arg(long)]
+    pub requeue_on_node_loss: bool,
     /// Print the server's JSON answer
     #[arg(long)]
     pub json: bool,
     /// Job spec as a JSON request body (`-` = stdin), instead of the flags
     #[arg(long, value_name = "PATH", conflicts_with_all = [
         "image", "gpus", "workload", "vram_mib", "env", "volume", "name",
-        "timeout", "priority", "exclusive", "command",
+        "timeout", "priority", "exclusive", "requeue_on_node_loss", "command",
     ])]
     pub file: Option<String>,
     /// Command and its arguments, after `--`

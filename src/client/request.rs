@@ -3,7 +3,9 @@
 use std::collections::BTreeMap;
 
 use anyhow::{bail, Context, Result};
-use serde_json::{Map, Value};
+use serde_json::Value;
+
+use crate::model::spec::{RawCommand, RawJobSpec};
 
 use super::{JobsArgs, SubmitArgs};
 
@@ -17,51 +19,37 @@ pub fn parse_env(item: &str) -> Result<(String, String)> {
     }
 }
 
-/// The `POST /api/v1/jobs` body for flag-style `gpuq submit`: only the fields
-/// the user gave, with the command argv exactly as given after `--`.
+/// The `POST /api/v1/jobs` body for flag-style `gpuq submit`: the server's own [`RawJobSpec`] with
+/// only the fields the user gave, and the command argv exactly as given after `--`.
 pub fn submit_body(args: &SubmitArgs) -> Result<Value> {
-    let mut body = Map::new();
     let Some(image) = &args.image else {
         bail!("--image is required (or use --file)");
     };
     if args.command.is_empty() {
         bail!("a command is required after `--` (or use --file)");
     }
-    body.insert("image".into(), Value::from(image.as_str()));
-    body.insert("command".into(), Value::from(args.command.clone()));
-    if let Some(n) = args.gpus {
-        body.insert("gpu_count".into(), Value::from(n));
-    }
-    if let Some(w) = &args.workload {
-        body.insert("workload".into(), Value::from(w.as_str()));
-    }
-    if let Some(mib) = args.vram_mib {
-        body.insert("min_vram_mb".into(), Value::from(mib));
-    }
-    if !args.env.is_empty() {
-        let mut env = BTreeMap::new();
-        for item in &args.env {
-            let (k, v) = parse_env(item)?;
-            env.insert(k, Value::from(v));
-        }
-        body.insert("env".into(), Value::Object(env.into_iter().collect()));
-    }
-    if !args.volume.is_empty() {
-        body.insert("volumes".into(), Value::from(args.volume.clone()));
-    }
-    if let Some(name) = &args.name {
-        body.insert("name".into(), Value::from(name.as_str()));
-    }
-    if let Some(t) = args.timeout {
-        body.insert("timeout_s".into(), Value::from(t));
-    }
-    if let Some(p) = args.priority {
-        body.insert("priority".into(), Value::from(p));
-    }
-    if args.exclusive {
-        body.insert("exclusive".into(), Value::Bool(true));
-    }
-    Ok(Value::Object(body))
+    let env = args
+        .env
+        .iter()
+        .map(|item| parse_env(item))
+        .collect::<Result<BTreeMap<_, _>>>()?;
+    let number =
+        |flag: &str, n: u64| i64::try_from(n).with_context(|| format!("{flag} {n} is too large"));
+    let spec = RawJobSpec {
+        image: image.clone(),
+        command: RawCommand::Argv(args.command.clone()),
+        gpu_count: args.gpus.map(i64::from),
+        min_vram_mb: args.vram_mib.map(|n| number("--vram-mib", n)).transpose()?,
+        env: (!env.is_empty()).then_some(env),
+        volumes: (!args.volume.is_empty()).then(|| args.volume.clone()),
+        workload: args.workload.clone(),
+        name: args.name.clone(),
+        timeout_s: args.timeout.map(|n| number("--timeout", n)).transpose()?,
+        priority: args.priority,
+        exclusive: args.exclusive.then_some(true),
+        requeue_on_node_loss: args.requeue_on_node_loss.then_some(true),
+    };
+    Ok(serde_json::to_value(spec)?)
 }
 
 /// Parses the text of a `--file` job spec; it is sent as is, but must be a

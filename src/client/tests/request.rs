@@ -36,6 +36,7 @@ fn all_flags_are_mapped() {
         "--priority",
         "7",
         "--exclusive",
+        "--requeue-on-node-loss",
         "--json",
         "--",
         "python",
@@ -49,7 +50,7 @@ fn all_flags_are_mapped() {
             "image": "pytorch:2.4", "command": ["python", "train.py"], "gpu_count": 2,
             "min_vram_mb": 40000, "env": {"A": "1", "B": "x=y", "EMPTY": ""},
             "volumes": ["/data:/data:ro", "/tmp:/tmp"], "name": "train", "timeout_s": 3600,
-            "priority": 7, "exclusive": true
+            "priority": 7, "exclusive": true, "requeue_on_node_loss": true
         })
     );
 }
@@ -158,4 +159,17 @@ fn jobs_query_has_only_given_params() {
         ("per_page", "10".into()),
     ];
     assert_eq!(q, expected);
+}
+
+#[test]
+fn a_number_the_server_cannot_hold_is_refused_naming_the_flag() {
+    let huge = u64::MAX.to_string();
+    let err = submit_body(&submit(&["--image", "i", "--vram-mib", &huge, "--", "x"]))
+        .expect_err("too large")
+        .to_string();
+    assert!(err.contains("--vram-mib") && err.contains(&huge), "{err}");
+    let err = submit_body(&submit(&["--image", "i", "--timeout", &huge, "--", "x"]))
+        .expect_err("too large")
+        .to_string();
+    assert!(err.contains("--timeout"), "{err}");
 }
