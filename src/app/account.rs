@@ -2,7 +2,7 @@
 
 use super::alert::{action_error, loaded};
 use super::gate::SignedIn;
-use super::widgets::{column_heads, danger_cell};
+use super::widgets::{danger_cell, table_or_note};
 use crate::api::{my_tokens, ChangePassword, CreateToken, RevokeToken};
 use crate::model::{AppError, TokenView, UserView};
 use chrono::{DateTime, Utc};
@@ -136,31 +136,20 @@ fn Tokens() -> impl IntoView {
             </ActionForm>
             {secret}
             {move || action_error(revoke.value().get())}
-            {loaded(tokens, move |list| if list.is_empty() {
-                view! { <p>"No tokens yet."</p> }.into_any()
-            } else {
+            {loaded(tokens, move |list| table_or_note("tokens", ["Name", "Created", "Last used", "Status", ""], list, move |t| {
+                let id = t.id;
+                let live = t.revoked_at.is_none() && !t.expired;
+                let status = token_status(&t);
                 view! {
-                    <table id="tokens">
-                        {column_heads(["Name", "Created", "Last used", "Status", ""])}
-                        <tbody>
-                            {list.into_iter().map(|t| {
-                                let id = t.id;
-                                let live = t.revoked_at.is_none() && !t.expired;
-                                let status = token_status(&t);
-                                view! {
-                                    <tr data-token=t.name.clone()>
-                                        <td>{t.name.clone()}</td>
-                                        <td>{stamp(t.created_at)}</td>
-                                        <td>{last_used(t.last_used_at)}</td>
-                                        <td>{status}</td>
-                                        {danger_cell(live, "Revoke", move || { revoke.dispatch(RevokeToken { id }); })}
-                                    </tr>
-                                }
-                            }).collect_view()}
-                        </tbody>
-                    </table>
-                }.into_any()
-            })}
+                    <tr data-token=t.name.clone()>
+                        <td>{t.name.clone()}</td>
+                        <td>{stamp(t.created_at)}</td>
+                        <td>{last_used(t.last_used_at)}</td>
+                        <td>{status}</td>
+                        {danger_cell(live, "Revoke", move || { revoke.dispatch(RevokeToken { id }); })}
+                    </tr>
+                }
+            }, "No tokens yet."))}
         </section>
     }
 }

@@ -4,7 +4,7 @@
 use super::alert::{action_error, loaded};
 use super::gate::SignedIn;
 use super::live::use_live;
-use super::widgets::column_heads;
+use super::widgets::{column_heads, table_or_note};
 use crate::api::{
     dashboard, get_launch_policy, list_nodes, list_users, CreateUser, ForgetNode, SaveLaunchPolicy,
     SetGpuState, SetNodeState, UpdateUser,
@@ -96,45 +96,34 @@ fn Nodes() -> impl IntoView {
             <p class="muted">"A drained node runs its jobs out and takes no new ones. A lost node has stopped heartbeating: its jobs keep their cards and are not started elsewhere; forget it only if it is not coming back (its jobs then end failed, node_lost)."</p>
             {move || action_error(set.value().get())}
             {move || action_error(forget.value().get())}
-            {loaded(data, move |list| if list.is_empty() {
-                view! { <p class="muted">"No node has registered yet."</p> }.into_any()
-            } else {
+            {loaded(data, move |list| table_or_note("node-states", ["Node", "State", "Heartbeat", "Version", "Cards", "Running", ""], list, move |n| {
+                let name = n.name.clone();
+                let action = match n.state {
+                    NodeState::Up => {
+                        let name = name.clone();
+                        view! { <button type="button" on:click=move |_| { set.dispatch(SetNodeState { name: name.clone(), state: "drained".into() }); }>"Drain"</button> }.into_any()
+                    }
+                    NodeState::Drained => {
+                        let name = name.clone();
+                        view! { <button type="button" on:click=move |_| { set.dispatch(SetNodeState { name: name.clone(), state: "up".into() }); }>"Undrain"</button> }.into_any()
+                    }
+                    NodeState::Lost => {
+                        let name = name.clone();
+                        view! { <button type="button" class="danger" on:click=move |_| { forget.dispatch(ForgetNode { name: name.clone() }); }>"Forget"</button> }.into_any()
+                    }
+                };
                 view! {
-                    <table id="node-states">
-                        {column_heads(["Node", "State", "Heartbeat", "Version", "Cards", "Running", ""])}
-                        <tbody>
-                            {list.into_iter().map(|n| {
-                                let name = n.name.clone();
-                                let action = match n.state {
-                                    NodeState::Up => {
-                                        let name = name.clone();
-                                        view! { <button type="button" on:click=move |_| { set.dispatch(SetNodeState { name: name.clone(), state: "drained".into() }); }>"Drain"</button> }.into_any()
-                                    }
-                                    NodeState::Drained => {
-                                        let name = name.clone();
-                                        view! { <button type="button" on:click=move |_| { set.dispatch(SetNodeState { name: name.clone(), state: "up".into() }); }>"Undrain"</button> }.into_any()
-                                    }
-                                    NodeState::Lost => {
-                                        let name = name.clone();
-                                        view! { <button type="button" class="danger" on:click=move |_| { forget.dispatch(ForgetNode { name: name.clone() }); }>"Forget"</button> }.into_any()
-                                    }
-                                };
-                                view! {
-                                    <tr data-node=name.clone()>
-                                        <td>{n.name.clone()}<br /><code class="muted">{n.advertise_url.clone()}</code></td>
-                                        <td class=format!("node-{}", n.state)>{n.state.as_str()}</td>
-                                        <td>{format!("{} s ago", n.heartbeat_age_s)}</td>
-                                        <td>{n.version.clone()}</td>
-                                        <td>{n.cards}</td>
-                                        <td>{n.running_jobs}</td>
-                                        <td>{action}</td>
-                                    </tr>
-                                }
-                            }).collect_view()}
-                        </tbody>
-                    </table>
-                }.into_any()
-            })}
+                    <tr data-node=name.clone()>
+                        <td>{n.name.clone()}<br /><code class="muted">{n.advertise_url.clone()}</code></td>
+                        <td class=format!("node-{}", n.state)>{n.state.as_str()}</td>
+                        <td>{format!("{} s ago", n.heartbeat_age_s)}</td>
+                        <td>{n.version.clone()}</td>
+                        <td>{n.cards}</td>
+                        <td>{n.running_jobs}</td>
+                        <td>{action}</td>
+                    </tr>
+                }
+            }, "No node has registered yet."))}
         </section>
     }
 }

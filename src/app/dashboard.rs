@@ -3,7 +3,7 @@
 
 use super::gate::SignedIn;
 use super::live::use_live;
-use super::widgets::column_heads;
+use super::widgets::table_or_note;
 use crate::api::{dashboard, ServerStatus};
 use crate::model::{
     human_duration, AssignedGpu, DashboardView, GpuHolder, GpuView, JobView, SkippedGpuView,
@@ -219,25 +219,22 @@ fn GpuCard(g: GpuView) -> impl IntoView {
 
 #[component]
 fn MyJobs(jobs: Vec<JobView>) -> impl IntoView {
-    if jobs.is_empty() {
-        return view! { <p>"No unfinished jobs."</p> }.into_any();
-    }
-    view! {
-        <table>
-            {column_heads(["Job", "Status", "GPUs", "Waiting because"])}
-            <tbody>
-                {jobs.into_iter().map(|j| view! {
-                    <tr>
-                        <td><A href=format!("/jobs/{}", j.id)>{j.name}</A></td>
-                        <td class=format!("status status-{}", j.status)>{j.status.as_str()}</td>
-                        <td>{gpu_list(&j.assigned_gpus)}{j.assigned_gpus.iter().any(|g| g.over_commitment).then(|| view! { " " <span class="badge badge-over">"over its VRAM"</span> })}</td>
-                        <td>{j.wait_reason.unwrap_or_default()}</td>
-                    </tr>
-                }).collect_view()}
-            </tbody>
-        </table>
-    }
-    .into_any()
+    table_or_note(
+        "my-jobs",
+        ["Job", "Status", "GPUs", "Waiting because"],
+        jobs,
+        |j| {
+            view! {
+                <tr>
+                    <td><A href=format!("/jobs/{}", j.id)>{j.name}</A></td>
+                    <td class=format!("status status-{}", j.status)>{j.status.as_str()}</td>
+                    <td>{gpu_list(&j.assigned_gpus)}{j.assigned_gpus.iter().any(|g| g.over_commitment).then(|| view! { " " <span class="badge badge-over">"over its VRAM"</span> })}</td>
+                    <td>{j.wait_reason.unwrap_or_default()}</td>
+                </tr>
+            }
+        },
+        "No unfinished jobs.",
+    )
 }
 
 #[cfg(test)]

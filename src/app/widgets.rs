@@ -25,3 +25,25 @@ pub fn column_heads<N: IntoView + 'static>(names: impl IntoIterator<Item = N>) -
         .collect_view();
     view! { <thead><tr>{cells}</tr></thead> }
 }
+
+/// A table with id `id`: `heads`, then one row per item drawn by `row`; a muted `none` instead
+/// when there are no items.
+pub fn table_or_note<T, R: IntoView + 'static>(
+    id: &'static str,
+    heads: impl IntoIterator<Item = &'static str>,
+    items: Vec<T>,
+    row: impl FnMut(T) -> R,
+    none: &'static str,
+) -> AnyView {
+    if items.is_empty() {
+        return view! { <p class="muted">{none}</p> }.into_any();
+    }
+    let rows = items.into_iter().map(row).collect_view();
+    view! {
+        <table id=id>
+            {column_heads(heads)}
+            <tbody>{rows}</tbody>
+        </table>
+    }
+    .into_any()
+}
