@@ -182,23 +182,25 @@ async fn run(args: &ServeArgs, database: &Database, secret: Option<ClusterSecret
         tasks.spawn(sched);
     }
     // On NVML cards, the processes of gpuq's own containers are not foreign.
-    let own_pids = if args.runner {
-        gpu::sync::OwnPids::docker(args.docker_socket.clone())
-    } else {
-        gpu::sync::OwnPids::None
+    let cards = gpu::sync::NodeCards {
+        pool: pool.clone(),
+        inventory: Arc::clone(&inventory),
+        node: args.node.clone(),
+        own: if args.runner {
+            gpu::sync::OwnPids::docker(args.docker_socket.clone())
+        } else {
+            gpu::sync::OwnPids::None
+        },
     };
     tasks.spawn(crate::server::usage::sampler::run(
-        pool.clone(),
-        Arc::clone(&inventory),
-        args.node.clone(),
+        cards.clone(),
         crate::server::usage::Sampling::from_flags(args.sample_every_s, args.sample_retention_h),
-        own_pids.clone(),
         stop_rx.clone(),
     ));
     if args.runner {
         tasks.spawn(crate::server::vram::run(
             pool.clone(),
-            Arc::clone(&inventory),
+            inventory,
             crate::server::vram::VramConfig {
                 node: args.node.clone(),
                 every: Duration::from_millis(args.vram_sample_ms),
@@ -210,11 +212,8 @@ async fn run(args: &ServeArgs, database: &Database, secret: Option<ClusterSecret
         ));
     }
     tasks.spawn(gpu::sync::run(
-        pool.clone(),
-        inventory,
-        args.node.clone(),
+        cards,
         Duration::from_secs(args.gpu_refresh_s.max(1)),
-        own_pids,
         stop_rx.clone(),
     ));
     tasks.spawn(crate::server::jobs::retention::run(

@@ -131,14 +131,13 @@ async fn the_sampling_task_samples_until_stopped_and_records_its_settings(pool: 
         every: std::time::Duration::from_millis(50),
         retention: std::time::Duration::from_secs(48 * 3600),
     };
-    let task = tokio::spawn(sampler::run(
-        app.pool.clone(),
+    let cards = gpuq::server::gpu::sync::NodeCards {
+        pool: app.pool.clone(),
         inventory,
-        "node-t".into(),
-        sampling,
-        gpuq::server::gpu::sync::OwnPids::None,
-        rx,
-    ));
+        node: "node-t".into(),
+        own: gpuq::server::gpu::sync::OwnPids::None,
+    };
+    let task = tokio::spawn(sampler::run(cards, sampling, rx));
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     while count_samples(&app).await < 3 {
         assert!(std::time::Instant::now() < deadline, "no samples written");

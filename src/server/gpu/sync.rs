@@ -166,19 +166,33 @@ async fn withdraw_all(pool: &PgPool, node: &str) -> Result<()> {
     Ok(())
 }
 
-/// Refreshes every `every` until `stop` turns true. On NVML cards, `own` names gpuq's container
+/// What the node-side loops (the inventory refresh, the usage sampler) read cards through: the
+/// database, this node's inventory and name, and where gpuq's own processes come from.
+#[derive(Clone)]
+pub struct NodeCards {
+    /// The database.
+    pub pool: PgPool,
+    /// This node's cards.
+    pub inventory: Arc<dyn GpuInventory>,
+    /// This node's name.
+    pub node: String,
+    /// gpuq's own container processes (on NVML cards).
+    pub own: OwnPids,
+}
+
+impl NodeCards {
+    /// gpuq's own processes on these cards now (none on simulated cards).
+    pub async fn ours(&self) -> OurProcesses {
+        self.own.read_for(self.inventory.as_ref(), &self.node).await
+    }
+}
+
+/// Refreshes `cards` every `every` until `stop` turns true, naming gpuq's own container
 /// processes before each reading.
-pub async fn run(
-    pool: PgPool,
-    inventory: Arc<dyn GpuInventory>,
-    node: String,
-    every: Duration,
-    own: OwnPids,
-    stop: watch::Receiver<bool>,
-) {
+pub async fn run(cards: NodeCards, every: Duration, stop: watch::Receiver<bool>) {
     crate::server::periodic::every(every, stop, || async {
-        let ours = own.read_for(inventory.as_ref(), &node).await;
-        if let Err(e) = refresh_with(&pool, &inventory, &node, ours).await {
+        let ours = cards.ours().await;
+        if let Err(e) = refresh_with(&cards.pool, &cards.inventory, &cards.node, ours).await {
             tracing::warn!(error = format!("{e:#}"), "GPU inventory refresh failed");
         }
     })

@@ -8,7 +8,7 @@
 //! in the `gpus` row; it is what admission subtracts, so it is what the chart shows.
 
 use super::Sampling;
-use crate::server::gpu::sync::OwnPids;
+use crate::server::gpu::sync::NodeCards;
 use crate::server::gpu::{GpuInfo, GpuInventory, OurProcesses};
 use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
@@ -88,17 +88,11 @@ pub async fn prune(pool: &PgPool, before: DateTime<Utc>) -> Result<u64> {
     Ok(done.rows_affected())
 }
 
-/// Samples every `sampling.every` (on NVML cards naming gpuq's own processes through `own`) and prunes past `sampling.retention` until `stop` turns true.
-/// The settings are recorded first, so every process's usage pages check ranges against them.
-pub async fn run(
-    pool: PgPool,
-    inventory: Arc<dyn GpuInventory>,
-    node: String,
-    sampling: Sampling,
-    own: OwnPids,
-    stop: watch::Receiver<bool>,
-) {
-    if let Err(e) = super::save_sampling(&pool, &sampling).await {
+/// Samples `cards` every `sampling.every` (naming gpuq's own processes) and prunes past
+/// `sampling.retention` until `stop` turns true. The settings are recorded first, so every
+/// process's usage pages check ranges against them.
+pub async fn run(cards: NodeCards, sampling: Sampling, stop: watch::Receiver<bool>) {
+    if let Err(e) = super::save_sampling(&cards.pool, &sampling).await {
         tracing::warn!(
             error = format!("{e:#}"),
             "recording the sampling settings failed"
@@ -107,9 +101,9 @@ pub async fn run(
     crate::server::periodic::every(sampling.every, stop, || async {
         let now = Utc::now();
         let done = async {
-            let ours = own.read_for(inventory.as_ref(), &node).await;
-            sample_with(&pool, &inventory, &node, now, ours).await?;
-            prune(&pool, now - sampling.retention_chrono()).await
+            let ours = cards.ours().await;
+            sample_with(&cards.pool, &cards.inventory, &cards.node, now, ours).await?;
+            prune(&cards.pool, now - sampling.retention_chrono()).await
         };
         if let Err(e) = done.await {
             tracing::warn!(error = format!("{e:#}"), "GPU sampling failed");
