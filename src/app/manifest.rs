@@ -13,7 +13,9 @@ use crate::api::{
     get_manifest_state, get_manifest_suggestions, ApplyManifestSuggestion, DeleteWorkload,
     RenameWorkload, SaveWorkload,
 };
-use crate::model::{AppError, ManifestState, ManifestSuggestions, Role, UserView, WorkloadView};
+use crate::model::{
+    AppError, ManifestState, ManifestSuggestions, Observed, Role, UserView, WorkloadView,
+};
 use leptos::prelude::*;
 use leptos_meta::Title;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -206,6 +208,17 @@ fn Manifest(me: UserView) -> impl IntoView {
 }
 
 /// A suggestion as shown: the figure, or why there is none.
+/// The observed figures of a suggestions row (records, p50, p95, max) and the suggestion.
+fn observed_cells(o: &Observed) -> impl IntoView {
+    view! {
+        <td class="n">{o.stats.n}</td>
+        <td>{o.stats.p50_mib}</td>
+        <td>{o.stats.p95_mib}</td>
+        <td>{o.stats.max_mib}</td>
+        <td class="suggested">{suggestion_text(o.suggested_mib, o.note.as_deref())}</td>
+    }
+}
+
 fn suggestion_text(suggested: Option<i64>, note: Option<&str>) -> String {
     match (suggested, note) {
         (Some(mib), _) => format!("{mib} MiB"),
@@ -227,6 +240,7 @@ fn Learned(s: ManifestSuggestions, admin: bool, edits: Edits) -> impl IntoView {
         .into_iter()
         .map(|w| {
             let button = w
+                .observed
                 .suggested_mib
                 .filter(|mib| admin && w.declared_mib != Some(*mib))
                 .map(|mib| {
@@ -251,11 +265,7 @@ fn Learned(s: ManifestSuggestions, admin: bool, edits: Edits) -> impl IntoView {
                     <th scope="row">{w.workload.clone()}</th>
                     <td>{w.gpu_model.clone()}</td>
                     <td class="declared">{declared}</td>
-                    <td class="n">{w.stats.n}</td>
-                    <td>{w.stats.p50_mib}</td>
-                    <td>{w.stats.p95_mib}</td>
-                    <td>{w.stats.max_mib}</td>
-                    <td class="suggested">{suggestion_text(w.suggested_mib, w.note.as_deref())}</td>
+                    {observed_cells(&w.observed)}
                     {admin.then(|| view! { <td class="actions">{button}</td> })}
                 </tr>
             }
@@ -271,11 +281,7 @@ fn Learned(s: ManifestSuggestions, admin: bool, edits: Edits) -> impl IntoView {
                         <th scope="row">{i.image.clone()}</th>
                         <td>{i.gpu_model.clone()}</td>
                         <td>{i.declared_max_mib}</td>
-                        <td>{i.stats.n}</td>
-                        <td>{i.stats.p50_mib}</td>
-                        <td>{i.stats.p95_mib}</td>
-                        <td>{i.stats.max_mib}</td>
-                        <td>{suggestion_text(i.suggested_mib, i.note.as_deref())}</td>
+                        {observed_cells(&i.observed)}
                     </tr>
                 }
             })

@@ -229,8 +229,8 @@ pub fn suggestions_table(s: &ManifestSuggestions) -> String {
                     &w.workload,
                     &w.gpu_model,
                     opt(w.declared_mib),
-                    &w.stats,
-                    opt(w.suggested_mib),
+                    &w.observed.stats,
+                    opt(w.observed.suggested_mib),
                 )
             })
             .collect();
@@ -246,8 +246,8 @@ pub fn suggestions_table(s: &ManifestSuggestions) -> String {
                     &i.image,
                     &i.gpu_model,
                     i.declared_max_mib.to_string(),
-                    &i.stats,
-                    opt(i.suggested_mib),
+                    &i.observed.stats,
+                    opt(i.observed.suggested_mib),
                 )
             })
             .collect();

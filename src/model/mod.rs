@@ -30,7 +30,7 @@ pub use node::{NodeState, NodeView, NODE_LOST_REASON};
 pub use policy::{glob_match, JobNetwork, LaunchPolicy, VolumeRule, VramEnforcement};
 pub use status::StatusView;
 pub use suggest::{
-    suggest, ImageSuggestion, ManifestSuggestions, PeakStats, WorkloadSuggestion,
+    suggest, ImageSuggestion, ManifestSuggestions, Observed, PeakStats, WorkloadSuggestion,
     SUGGESTION_MARGIN_PERCENT, SUGGESTION_MIN_SAMPLES, SUGGESTION_ROUND_MIB,
 };
 pub use usage::{

@@ -25,6 +25,33 @@ pub struct PeakStats {
     pub max_mib: i64,
 }
 
+/// The observed peaks of one group of (job, card) records and the need gpuq suggests from them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+pub struct Observed {
+    /// The observed peaks.
+    pub stats: PeakStats,
+    /// The suggested need, MiB; `None` when there are too few records (see `note`).
+    pub suggested_mib: Option<i64>,
+    /// Why there is no suggestion, when there is none.
+    pub note: Option<String>,
+}
+
+impl From<PeakStats> for Observed {
+    /// The stats with their suggestion ([`suggest`]) or the reason there is none.
+    fn from(stats: PeakStats) -> Self {
+        let (suggested_mib, note) = match suggest(&stats) {
+            Ok(mib) => (Some(mib), None),
+            Err(why) => (None, Some(why)),
+        };
+        Observed {
+            stats,
+            suggested_mib,
+            note,
+        }
+    }
+}
+
 /// One workload type × GPU model: what is declared, what was observed, what gpuq suggests.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
@@ -35,12 +62,9 @@ pub struct WorkloadSuggestion {
     pub gpu_model: String,
     /// The manifest's figure for this pair, MiB; `None` when the manifest has none.
     pub declared_mib: Option<i64>,
-    /// The observed peaks.
-    pub stats: PeakStats,
-    /// The suggested need, MiB; `None` when there are too few records (see `note`).
-    pub suggested_mib: Option<i64>,
-    /// Why there is no suggestion, when there is none.
-    pub note: Option<String>,
+    /// What was observed and the need suggested from it.
+    #[serde(flatten)]
+    pub observed: Observed,
 }
 
 /// Jobs declared with a raw `min_vram_mib` (no workload type), per image × GPU model: a hint to
@@ -54,12 +78,9 @@ pub struct ImageSuggestion {
     pub gpu_model: String,
     /// The largest `min_vram_mib` these jobs declared, MiB.
     pub declared_max_mib: i64,
-    /// The observed peaks.
-    pub stats: PeakStats,
-    /// The suggested need for a workload type for this image, MiB; `None` with too few records.
-    pub suggested_mib: Option<i64>,
-    /// Why there is no suggestion, when there is none.
-    pub note: Option<String>,
+    /// What was observed and the need suggested from it.
+    #[serde(flatten)]
+    pub observed: Observed,
 }
 
 /// `GET /api/v1/manifest/suggestions`: the learning manifest.

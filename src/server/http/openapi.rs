@@ -47,7 +47,7 @@ use utoipa::{Modify, OpenApi};
         crate::model::UsageReport, crate::model::CardSeries, crate::model::CardPoint,
         crate::model::WaitStats, crate::model::WaitBucket, crate::model::UsageTotal,
         crate::model::ManifestSuggestions, crate::model::WorkloadSuggestion,
-        crate::model::ImageSuggestion, crate::model::PeakStats, suggest::ApplySuggestion,
+        crate::model::ImageSuggestion, crate::model::Observed, crate::model::PeakStats, suggest::ApplySuggestion,
     )),
     modifiers(&BearerAuth)
 )]

@@ -4,33 +4,13 @@
 
 use super::{put, WorkloadPut};
 use crate::model::{
-    suggest, AppError, ImageSuggestion, ManifestSuggestions, WorkloadSuggestion, WorkloadView,
+    AppError, ImageSuggestion, ManifestSuggestions, Observed, WorkloadSuggestion, WorkloadView,
     SUGGESTION_MARGIN_PERCENT, SUGGESTION_MIN_SAMPLES, SUGGESTION_ROUND_MIB,
 };
 use crate::server::auth::CurrentUser;
 use crate::server::db::vram_stats;
 use crate::server::error::OrInternal;
 use crate::server::AppState;
-
-fn workload_entry(p: vram_stats::WorkloadPeaks) -> WorkloadSuggestion {
-    let stats = p.stats;
-    let (suggested_mib, note) = split(suggest(&stats));
-    WorkloadSuggestion {
-        workload: p.workload,
-        gpu_model: p.gpu_model,
-        declared_mib: p.declared_mib,
-        stats,
-        suggested_mib,
-        note,
-    }
-}
-
-fn split(r: Result<i64, String>) -> (Option<i64>, Option<String>) {
-    match r {
-        Ok(mib) => (Some(mib), None),
-        Err(why) => (None, Some(why)),
-    }
-}
 
 /// The learning manifest: every workload type × model and every raw-declared image × model that
 /// a finished job with an observed peak ran on (anyone signed in may read it, like the manifest).
@@ -45,20 +25,22 @@ pub async fn suggestions(state: &AppState) -> Result<ManifestSuggestions, AppErr
         margin_percent: SUGGESTION_MARGIN_PERCENT,
         round_mib: SUGGESTION_ROUND_MIB,
         min_samples: SUGGESTION_MIN_SAMPLES,
-        workloads: workloads.into_iter().map(workload_entry).collect(),
+        workloads: workloads
+            .into_iter()
+            .map(|p| WorkloadSuggestion {
+                workload: p.workload,
+                gpu_model: p.gpu_model,
+                declared_mib: p.declared_mib,
+                observed: p.stats.into(),
+            })
+            .collect(),
         images: images
             .into_iter()
-            .map(|p| {
-                let stats = p.stats;
-                let (suggested_mib, note) = split(suggest(&stats));
-                ImageSuggestion {
-                    image: p.image,
-                    gpu_model: p.gpu_model,
-                    declared_max_mib: p.declared_max_mib,
-                    stats,
-                    suggested_mib,
-                    note,
-                }
+            .map(|p| ImageSuggestion {
+                image: p.image,
+                gpu_model: p.gpu_model,
+                declared_max_mib: p.declared_max_mib,
+                observed: p.stats.into(),
             })
             .collect(),
     })
@@ -82,7 +64,7 @@ pub async fn apply(
         .await
         .or_internal("reading observed peaks")?;
     drop(conn);
-    let Some(entry) = peaks.into_iter().next().map(workload_entry) else {
+    let Some(observed) = peaks.into_iter().next().map(|p| Observed::from(p.stats)) else {
         return Err(AppError::invalid(
             "gpu_model",
             format!(
@@ -91,12 +73,12 @@ pub async fn apply(
             ),
         ));
     };
-    let Some(mib) = entry.suggested_mib else {
+    let Some(mib) = observed.suggested_mib else {
         return Err(AppError::invalid(
             "gpu_model",
             format!(
                 "no suggestion for `{workload}` on `{gpu_model}`: {}",
-                entry.note.unwrap_or_default()
+                observed.note.unwrap_or_default()
             ),
         ));
     };
