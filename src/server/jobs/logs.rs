@@ -107,10 +107,7 @@ pub async fn for_peer(
         tracing::warn!(job = %id, %why, "refused a forwarded log read");
         AppError::Unauthorized
     })?;
-    let job = jobs::get(&state.pool, id)
-        .await
-        .or_internal("reading a job")?
-        .ok_or_else(|| AppError::NotFound(format!("no job {id}")))?;
+    let job = super::find(&state.pool, id).await?;
     if job.job.node.as_deref() != Some(peers.node.as_str()) {
         return Err(AppError::NotFound(format!(
             "job {id} did not run on node `{}`",
@@ -131,10 +128,7 @@ pub async fn for_peer(
 /// Here when this process is alone, ran the job, or holds its log file; otherwise on the job's
 /// node, unless that node is lost.
 async fn source(state: &AppState, viewer: &CurrentUser, id: Uuid) -> Result<Source, AppError> {
-    let job = jobs::get(&state.pool, id)
-        .await
-        .or_internal("reading a job")?
-        .ok_or_else(|| AppError::NotFound(format!("no job {id}")))?;
+    let job = super::find(&state.pool, id).await?;
     if !super::access::sees_details(viewer, job.owner_id) {
         return Err(AppError::Forbidden(
             "members read only their own jobs' logs".into(),

@@ -320,13 +320,18 @@ pub async fn submit(state: &AppState, user: &CurrentUser, body: &str) -> Result<
     }
 }
 
+/// Job `id`'s row, or a 404 that names it.
+pub(crate) async fn find(pool: &sqlx::PgPool, id: Uuid) -> Result<jobs::JobRow, AppError> {
+    jobs::get(pool, id)
+        .await
+        .or_internal("reading a job")?
+        .ok_or_else(|| AppError::NotFound(format!("no job {id}")))
+}
+
 /// Submits a new job with the spec of an earlier one (its owner only: the env is private). The
 /// spec goes through today's parser, manifest and launch policy, like any submission.
 pub async fn resubmit(state: &AppState, user: &CurrentUser, id: Uuid) -> Result<JobAck, AppError> {
-    let job = jobs::get(&state.pool, id)
-        .await
-        .or_internal("reading a job")?
-        .ok_or_else(|| AppError::NotFound(format!("no job {id}")))?;
+    let job = find(&state.pool, id).await?;
     if !access::may_resubmit(user, job.owner_id) {
         return Err(AppError::Forbidden(
             "only the job's owner may resubmit it (its environment is private)".into(),
@@ -349,10 +354,7 @@ pub async fn resubmit(state: &AppState, user: &CurrentUser, id: Uuid) -> Result<
 /// stopped by the runner of its node, which hears the request as a notification.
 pub async fn cancel(state: &AppState, user: &CurrentUser, id: Uuid) -> Result<JobAck, AppError> {
     let pool = &state.pool;
-    let job = jobs::get(pool, id)
-        .await
-        .or_internal("reading a job")?
-        .ok_or_else(|| AppError::NotFound(format!("no job {id}")))?;
+    let job = find(pool, id).await?;
     if !access::may_cancel(user, job.owner_id) {
         return Err(AppError::Forbidden(
             "only the job's owner or an admin may cancel it".into(),

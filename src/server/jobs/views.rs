@@ -103,10 +103,7 @@ pub async fn list(
 
 /// One job.
 pub async fn get(state: &AppState, viewer: &CurrentUser, id: Uuid) -> Result<JobView, AppError> {
-    let row = jobs::get(&state.pool, id)
-        .await
-        .or_internal("reading a job")?
-        .ok_or_else(|| AppError::NotFound(format!("no job {id}")))?;
+    let row = super::find(&state.pool, id).await?;
     let mut v = views(state, viewer, vec![row]).await?;
     v.pop().ok_or(AppError::Internal)
 }
