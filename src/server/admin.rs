@@ -7,7 +7,8 @@ use crate::model::{
     UserView, WorkloadView,
 };
 use crate::server::auth::{password, service, CurrentUser};
-use crate::server::db::{events, job_uids, settings, users};
+use crate::server::db::users::{self, UserRow};
+use crate::server::db::{events, job_uids, settings};
 use crate::server::error::OrInternal;
 use crate::server::manifest::{self, check_name};
 use crate::server::AppState;
@@ -15,6 +16,21 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 /// Creates a user (admins).
+/// Begins an edit of user `id`: a transaction and the user's row read in it, or a 404 naming
+/// the id. `what` names the edit in an internal error.
+async fn user_for_edit(
+    state: &AppState,
+    id: Uuid,
+    what: &'static str,
+) -> Result<(sqlx::Transaction<'static, sqlx::Postgres>, UserRow), AppError> {
+    let mut tx = state.pool.begin().await.or_internal(what)?;
+    let user = users::by_id(&mut *tx, id)
+        .await
+        .or_internal("reading a user")?
+        .ok_or_else(|| AppError::NotFound(format!("no user {id}")))?;
+    Ok((tx, user))
+}
+
 pub async fn create_user(
     state: &AppState,
     admin: &CurrentUser,
@@ -55,17 +71,7 @@ pub async fn update_user(
             ));
         }
     }
-    let mut tx = state
-        .pool
-        .begin()
-        .await
-        .or_internal("beginning a user edit")?;
-    let Some(before) = users::by_id(&mut *tx, id)
-        .await
-        .or_internal("reading a user")?
-    else {
-        return Err(AppError::NotFound(format!("no user {id}")));
-    };
+    let (mut tx, before) = user_for_edit(state, id, "beginning a user edit").await?;
     if let Some(role) = role {
         users::set_role(&mut *tx, id, role)
             .await
@@ -121,17 +127,7 @@ pub async fn set_job_ids(
     if uid.is_none() && gid.is_none() {
         return Ok(());
     }
-    let mut tx = state
-        .pool
-        .begin()
-        .await
-        .or_internal("beginning a job uid edit")?;
-    let Some(user) = users::by_id(&mut *tx, id)
-        .await
-        .or_internal("reading a user")?
-    else {
-        return Err(AppError::NotFound(format!("no user {id}")));
-    };
+    let (mut tx, user) = user_for_edit(state, id, "beginning a job uid edit").await?;
     job_uids::set(&mut tx, id, uid, gid)
         .await
         .map_err(|e| match e {
