@@ -12,6 +12,16 @@ fn jobs_fixture() -> JobPage {
     serde_json::from_str(include_str!("fixtures/jobs.json")).expect("fixture parses")
 }
 
+/// The first page (of 50) of `total` jobs, holding `jobs`.
+fn first_page(jobs: Vec<JobView>, total: i64) -> JobPage {
+    JobPage {
+        jobs,
+        page: 1,
+        per_page: 50,
+        total,
+    }
+}
+
 fn queued(id: &str, name: &str, position: i64, reason: &str) -> JobView {
     serde_json::from_value(json!({
         "id": id, "seq": 1, "name": name, "owner": "dave", "status": "queued",
@@ -95,17 +105,15 @@ page 1 of 3 (5 jobs)
 fn jobs_table_truncates_long_wait_reasons_to_fit() {
     let reason = "waiting for 4 GPUs with at least 40000 MiB free each on one node; \
                   node-a has 2 such GPUs, node-b is draining, node-c is offline";
-    let list = JobPage {
-        jobs: vec![queued(
+    let list = first_page(
+        vec![queued(
             "0badc0de-0000-4000-8000-000000000003",
             "sweep",
             12,
             reason,
         )],
-        page: 1,
-        per_page: 50,
-        total: 1,
-    };
+        1,
+    );
     let text = jobs_table(&list, now());
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), 3);
@@ -121,35 +129,23 @@ fn jobs_table_truncates_long_wait_reasons_to_fit() {
 #[test]
 fn jobs_table_long_names_are_cut() {
     let name = "a-very-long-job-name-that-goes-on-and-on-and-on";
-    let list = JobPage {
-        jobs: vec![queued("0badc0de-0000-4000-8000-000000000003", name, 1, "x")],
-        page: 1,
-        per_page: 50,
-        total: 1,
-    };
+    let list = first_page(
+        vec![queued("0badc0de-0000-4000-8000-000000000003", name, 1, "x")],
+        1,
+    );
     let text = jobs_table(&list, now());
     assert!(text.contains("a-very-long-job-name-that-goes-…"));
 }
 
 #[test]
 fn empty_job_list() {
-    let list = JobPage {
-        jobs: vec![],
-        page: 1,
-        per_page: 50,
-        total: 0,
-    };
+    let list = first_page(vec![], 0);
     assert_eq!(jobs_table(&list, now()), "no jobs\npage 1 of 1 (0 jobs)\n");
 }
 
 #[test]
 fn footer_page_count() {
-    let mut list = JobPage {
-        jobs: vec![],
-        page: 1,
-        per_page: 50,
-        total: 123,
-    };
+    let mut list = first_page(vec![], 123);
     assert_eq!(page_footer(&list), "page 1 of 3 (123 jobs)");
     list.total = 100;
     list.page = 2;

@@ -1,6 +1,6 @@
 //! Repository for jobs and their reservations.
 
-use crate::model::{JobView, QUEUE_ORDER_SQL};
+use crate::model::{JobStatus, JobView, QUEUE_ORDER_SQL};
 use serde_json::Value;
 use sqlx::{FromRow, PgExecutor, QueryBuilder};
 use uuid::Uuid;
@@ -244,7 +244,7 @@ pub async fn cancel_unstarted(
     db: impl PgExecutor<'_>,
     id: Uuid,
     reason: &str,
-) -> sqlx::Result<Option<String>> {
+) -> sqlx::Result<Option<JobStatus>> {
     sqlx::query_scalar(
         "UPDATE jobs SET status = 'cancelled', status_reason = $2, finished_at = clock_timestamp(), \
            released_at = CASE WHEN status = 'queued' THEN clock_timestamp() END \

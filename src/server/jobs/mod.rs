@@ -382,7 +382,6 @@ pub async fn cancel(state: &AppState, user: &CurrentUser, id: Uuid) -> Result<Jo
             .await
             .or_internal("announcing a cancellation")?;
         tx.commit().await.or_internal("committing a cancellation")?;
-        let status = status.parse().unwrap_or(JobStatus::Cancelled);
         return Ok(JobAck { job_id: id, status });
     }
     if jobs::request_cancel(&mut *tx, id)

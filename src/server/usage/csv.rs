@@ -3,7 +3,7 @@
 
 use super::report::RUNS;
 use super::Range;
-use crate::model::{gpu_id, CUSTOM_VRAM};
+use crate::model::{gpu_id, JobStatus, CUSTOM_VRAM};
 use chrono::{DateTime, SecondsFormat, Utc};
 use futures_util::{Stream, StreamExt};
 use sqlx::{FromRow, PgPool};
@@ -77,7 +77,7 @@ struct RunRow {
     owner: String,
     workload: String,
     gpu_count: i32,
-    status: String,
+    status: JobStatus,
     created_at: DateTime<Utc>,
     admitted_at: Option<DateTime<Utc>>,
     started_at: Option<DateTime<Utc>>,
