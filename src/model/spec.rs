@@ -54,6 +54,17 @@ impl SpecError {
             message: message.into(),
         }
     }
+
+    /// `field` holds `count` `items` where at most `max` are allowed (`Ok` when within).
+    pub fn at_most(field: &str, items: &str, count: usize, max: usize) -> Result<(), Self> {
+        if count <= max {
+            return Ok(());
+        }
+        Err(Self::new(
+            field,
+            format!("{field} has {count} {items}, but at most {max} are allowed"),
+        ))
+    }
 }
 
 /// Deployment-dependent bounds. They are parameters rather than constants

@@ -82,16 +82,15 @@ pub async fn update_user(
             .await
             .or_internal("disabling a user")?;
     }
-    events::audit(
-        &mut *tx,
+    events::commit_audited(
+        tx,
         &admin.username,
         AuditKind::UserUpdate,
         &before.username,
         json!({ "role": role, "disabled": disabled }),
     )
     .await
-    .or_internal("auditing a user edit")?;
-    tx.commit().await.or_internal("committing a user edit")?;
+    .or_internal("recording a user edit")?;
     let mut view = before.view().or_internal("reading a user")?;
     view.role = role.unwrap_or(view.role);
     view.disabled = disabled.unwrap_or(view.disabled);
@@ -137,16 +136,15 @@ pub async fn set_job_ids(
                 AppError::Internal
             }
         })?;
-    events::audit(
-        &mut *tx,
+    events::commit_audited(
+        tx,
         &admin.username,
         AuditKind::UserUpdate,
         &user.username,
         json!({ "job_uid": uid, "job_gid": gid }),
     )
     .await
-    .or_internal("auditing a job uid edit")?;
-    tx.commit().await.or_internal("committing a job uid edit")?;
+    .or_internal("recording a job uid edit")?;
     Ok(())
 }
 
@@ -278,16 +276,15 @@ pub async fn save_policy(
     settings::save_launch_policy(&mut *tx, policy)
         .await
         .or_internal("saving the launch policy")?;
-    events::audit(
-        &mut *tx,
+    events::commit_audited(
+        tx,
         &admin.username,
         AuditKind::LaunchPolicy,
         "launch_policy",
         serde_json::to_value(policy).or_internal("encoding a policy")?,
     )
     .await
-    .or_internal("auditing a policy edit")?;
-    tx.commit().await.or_internal("committing a policy edit")?;
+    .or_internal("recording a policy edit")?;
     Ok(policy.clone())
 }
 

@@ -184,15 +184,7 @@ pub(super) fn parse_command(raw: RawCommand, max_args: usize) -> Result<Vec<Stri
             "command must not be empty: give the program to run and its arguments",
         ));
     }
-    if argv.len() > max_args {
-        return Err(SpecError::new(
-            "command",
-            format!(
-                "command has {} arguments, but at most {max_args} are allowed",
-                argv.len()
-            ),
-        ));
-    }
+    SpecError::at_most("command", "arguments", argv.len(), max_args)?;
     // Point at the array element when the user wrote an array.
     let field = |i: usize| {
         if from_array {

@@ -75,15 +75,7 @@ pub(super) fn parse_env(
     env: BTreeMap<String, String>,
     max_env: usize,
 ) -> Result<BTreeMap<String, String>, SpecError> {
-    if env.len() > max_env {
-        return Err(SpecError::new(
-            "env",
-            format!(
-                "env has {} variables, but at most {max_env} are allowed",
-                env.len()
-            ),
-        ));
-    }
+    SpecError::at_most("env", "variables", env.len(), max_env)?;
     for (key, value) in &env {
         let field = || format!("env.{key}");
         if !is_valid_key(key) {

@@ -443,3 +443,29 @@ fn deserializing_a_job_spec_rechecks_it() {
         Some(64)
     );
 }
+
+#[test]
+fn too_many_env_variables_or_volumes_are_refused_naming_the_field_and_the_bound() {
+    let limits = SpecLimits {
+        max_env: 1,
+        max_volumes: 1,
+        ..limits()
+    };
+    let spec = |extra: serde_json::Value| {
+        let mut body = serde_json::json!({ "image": "i", "command": ["x"], "min_vram_mb": 1000 });
+        body.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        JobSpec::from_json(&body.to_string(), &limits).expect_err("over the bound")
+    };
+    let e = spec(serde_json::json!({ "env": { "A": "1", "B": "2" } }));
+    assert_eq!(e.field, "env");
+    assert_eq!(e.message, "env has 2 variables, but at most 1 are allowed");
+    let e = spec(serde_json::json!({ "volumes": ["/a:/a", "/b:/b"] }));
+    assert_eq!(e.field, "volumes");
+    assert_eq!(
+        e.message,
+        "volumes has 2 entries, but at most 1 are allowed"
+    );
+    assert!(SpecError::at_most("env", "variables", 1, 1).is_ok());
+}

@@ -149,15 +149,7 @@ pub(super) fn parse_volumes(
     volumes: Vec<String>,
     max_volumes: usize,
 ) -> Result<Vec<Volume>, SpecError> {
-    if volumes.len() > max_volumes {
-        return Err(SpecError::new(
-            "volumes",
-            format!(
-                "{} volumes given, but at most {max_volumes} are allowed",
-                volumes.len()
-            ),
-        ));
-    }
+    SpecError::at_most("volumes", "entries", volumes.len(), max_volumes)?;
     let mut seen: BTreeMap<String, usize> = BTreeMap::new();
     let mut out = Vec::with_capacity(volumes.len());
     for (i, spec) in volumes.iter().enumerate() {
