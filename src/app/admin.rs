@@ -4,7 +4,7 @@
 use super::alert::{action_error, loaded};
 use super::gate::SignedIn;
 use super::live::use_live;
-use super::widgets::{column_heads, table_or_note};
+use super::widgets::{column_heads, number_input, table_or_note, text_area};
 use crate::api::{
     dashboard, get_launch_policy, list_nodes, list_users, CreateUser, ForgetNode, SaveLaunchPolicy,
     SetGpuState, SetNodeState, UpdateUser,
@@ -355,61 +355,36 @@ fn PolicyForm(p: LaunchPolicy, save: ServerAction<SaveLaunchPolicy>) -> impl Int
             .and_then(|r| r.ok())
             .map(|_| view! { <p role="status">"Saved. New jobs are checked against it from now on."</p> })
     };
-    let field = |id: &'static str, label: &'static str, s: RwSignal<String>| {
-        view! {
-            <div class="field">
-                <label for=id>{label}</label>
-                <input id=id type="number" min="1" prop:value=move || s.get() on:input=move |ev| s.set(event_target_value(&ev)) />
-            </div>
-        }
-    };
-    let field0 = |id: &'static str, label: &'static str, s: RwSignal<String>| {
-        view! {
-            <div class="field">
-                <label for=id>{label}</label>
-                <input id=id type="number" min="0" prop:value=move || s.get() on:input=move |ev| s.set(event_target_value(&ev)) />
-            </div>
-        }
-    };
     view! {
         <form id="policy" on:submit=submit>
             <div class="row">
-                <div class="field">
-                    <label for="policy-images">"Image allowlist (one pattern per line; * matches anything)"</label>
-                    <textarea id="policy-images" rows="4" prop:value=move || images.get() on:input=move |ev| images.set(event_target_value(&ev))></textarea>
-                </div>
-                <div class="field">
-                    <label for="policy-volumes">"Volume allowlist (one host folder per line; add :ro for read-only)"</label>
-                    <textarea id="policy-volumes" rows="4" prop:value=move || volumes.get() on:input=move |ev| volumes.set(event_target_value(&ev))></textarea>
-                </div>
+                {text_area("policy-images", "Image allowlist (one pattern per line; * matches anything)", "4", images)}
+                {text_area("policy-volumes", "Volume allowlist (one host folder per line; add :ro for read-only)", "4", volumes)}
             </div>
             <div class="row">
-                {field("policy-default-timeout", "Default timeout (s)", default_timeout)}
-                {field("policy-max-timeout", "Maximum timeout (s)", max_timeout)}
-                {field("policy-memory", "Container memory limit (MiB)", memory)}
-                {field("policy-pids", "Container process limit", pids)}
+                {number_input("policy-default-timeout", "Default timeout (s)", "1", default_timeout)}
+                {number_input("policy-max-timeout", "Maximum timeout (s)", "1", max_timeout)}
+                {number_input("policy-memory", "Container memory limit (MiB)", "1", memory)}
+                {number_input("policy-pids", "Container process limit", "1", pids)}
             </div>
             <p class="muted">"Bounds per user and per job (0: no limit)"</p>
             <div class="row">
-                {field0("policy-max-queued", "Queued jobs per user", max_queued)}
-                {field0("policy-max-running", "Running jobs per user", max_running)}
-                {field0("policy-max-cpu-jobs", "Jobs without GPUs per node", max_cpu_jobs)}
-                {field0("policy-min-vram", "Least VRAM per card (MiB)", min_vram)}
+                {number_input("policy-max-queued", "Queued jobs per user", "0", max_queued)}
+                {number_input("policy-max-running", "Running jobs per user", "0", max_running)}
+                {number_input("policy-max-cpu-jobs", "Jobs without GPUs per node", "0", max_cpu_jobs)}
+                {number_input("policy-min-vram", "Least VRAM per card (MiB)", "0", min_vram)}
             </div>
             <div class="row">
                 <div class="field">
                     <label for="policy-cpus">"CPU cores per job"</label>
                     <input id="policy-cpus" type="number" min="0" step="0.1" prop:value=move || cpus.get() on:input=move |ev| cpus.set(event_target_value(&ev)) />
                 </div>
-                {field0("policy-shm", "/dev/shm per job (MiB)", shm)}
-                {field0("policy-log-days", "Keep logs (days)", log_days)}
-                {field0("policy-log-total", "Log folder cap (MiB)", log_total)}
+                {number_input("policy-shm", "/dev/shm per job (MiB)", "0", shm)}
+                {number_input("policy-log-days", "Keep logs (days)", "0", log_days)}
+                {number_input("policy-log-total", "Log folder cap (MiB)", "0", log_total)}
             </div>
             <div class="row">
-                <div class="field">
-                    <label for="policy-root-images">"Images that may run as root (one pattern per line)"</label>
-                    <textarea id="policy-root-images" rows="2" prop:value=move || root_images.get() on:input=move |ev| root_images.set(event_target_value(&ev))></textarea>
-                </div>
+                {text_area("policy-root-images", "Images that may run as root (one pattern per line)", "2", root_images)}
                 <div class="field">
                     <label for="policy-network">"Job network"</label>
                     <select id="policy-network" on:change=move |ev| network.set(if event_target_value(&ev) == "none" { JobNetwork::None } else { JobNetwork::Isolated })>

@@ -2,6 +2,7 @@
 //! live preview says whether the job fits now, would wait, or can never run here.
 
 use super::gate::SignedIn;
+use super::widgets::{number_input, text_area};
 use crate::api::{get_manifest, PreviewJob, SubmitJob};
 use crate::model::{AppError, Preview};
 use leptos::prelude::*;
@@ -234,16 +235,6 @@ fn SubmitForm() -> impl IntoView {
                 </div>
             }
         };
-    let lines_input =
-        move |id: &'static str, label: &'static str, sig: RwSignal<String>, rows: &'static str| {
-            view! {
-                <div class="field">
-                    <label for=id>{label}</label>
-                    <textarea id=id rows=rows prop:value=move || sig.get()
-                        on:input=move |ev| sig.set(event_target_value(&ev))></textarea>
-                </div>
-            }
-        };
     view! {
         <section class="card">
             <h1>"Submit a job"</h1>
@@ -255,11 +246,7 @@ fn SubmitForm() -> impl IntoView {
                 {text_input("name", "Name (optional)", f.name, "")}
                 {field_error("name")}
                 <div class="row">
-                    <div class="field">
-                        <label for="gpus">"GPUs"</label>
-                        <input id="gpus" type="number" min="0" prop:value=move || f.gpus.get()
-                            on:input=move |ev| f.gpus.set(event_target_value(&ev)) />
-                    </div>
+                    {number_input("gpus", "GPUs", "0", f.gpus)}
                     <div class="field">
                         <label for="workload">"Workload type"</label>
                         <Transition fallback=|| view! { <select id="workload" disabled=true></select> }>
@@ -277,18 +264,14 @@ fn SubmitForm() -> impl IntoView {
                             })}
                         </Transition>
                     </div>
-                    <div class="field">
-                        <label for="vram">"VRAM per card (MiB)"</label>
-                        <input id="vram" type="number" min="1" prop:value=move || f.vram.get()
-                            on:input=move |ev| f.vram.set(event_target_value(&ev)) />
-                    </div>
+                    {number_input("vram", "VRAM per card (MiB)", "1", f.vram)}
                 </div>
                 {field_error("gpu_count")}
                 {field_error("workload")}
                 {field_error("min_vram_mb")}
-                {lines_input("env", "Environment (KEY=value per line)", f.env, "3")}
+                {text_area("env", "Environment (KEY=value per line)", "3", f.env)}
                 {field_error("env")}
-                {lines_input("volumes", "Volumes (host:container[:ro] per line)", f.volumes, "2")}
+                {text_area("volumes", "Volumes (host:container[:ro] per line)", "2", f.volumes)}
                 {field_error("volumes")}
                 <div class="row">
                     {text_input("timeout", "Timeout (s)", f.timeout, "default")}

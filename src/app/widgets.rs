@@ -47,3 +47,35 @@ pub fn table_or_note<T, R: IntoView + 'static>(
     }
     .into_any()
 }
+
+/// A labelled text area of `rows` lines bound to `value`.
+pub fn text_area(
+    id: &'static str,
+    label: &'static str,
+    rows: &'static str,
+    value: RwSignal<String>,
+) -> impl IntoView {
+    view! {
+        <div class="field">
+            <label for=id>{label}</label>
+            <textarea id=id rows=rows prop:value=move || value.get()
+                on:input=move |ev| value.set(event_target_value(&ev))></textarea>
+        </div>
+    }
+}
+
+/// A labelled number box bound to `value`, from `min` up.
+pub fn number_input(
+    id: &'static str,
+    label: &'static str,
+    min: &'static str,
+    value: RwSignal<String>,
+) -> impl IntoView {
+    view! {
+        <div class="field">
+            <label for=id>{label}</label>
+            <input id=id type="number" min=min prop:value=move || value.get()
+                on:input=move |ev| value.set(event_target_value(&ev)) />
+        </div>
+    }
+}
