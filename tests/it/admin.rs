@@ -69,11 +69,11 @@ async fn renaming_a_workload_type_moves_its_queued_jobs_with_it(pool: PgPool) {
     let state: gpuq::model::ManifestState = serde_json::from_value(before).unwrap();
     assert!(!state.applied(), "no pass has run since the rename");
     // The holder ends; the next pass applies the edit and admits the renamed job.
-    sqlx::query("UPDATE jobs SET status = 'succeeded', finished_at = now() WHERE id = $1")
-        .bind(holder)
-        .execute(&app.pool)
-        .await
-        .unwrap();
+    app.exec_with(
+        "UPDATE jobs SET status = 'succeeded', finished_at = now() WHERE id = $1",
+        holder,
+    )
+    .await;
     app.pass().await;
     let after: gpuq::model::ManifestState =
         serde_json::from_value(app.get("/api/v1/manifest/history", &member).await.json()).unwrap();
@@ -232,13 +232,7 @@ async fn cards_show_how_long_each_holder_has_been_running(pool: PgPool) {
     let admitted = holder(app.get("/api/v1/gpus", &alice).await.json());
     assert_eq!(admitted["status"], "admitted");
     assert_eq!(admitted["running_s"], serde_json::Value::Null);
-    sqlx::query(
-        "UPDATE jobs SET status = 'running', started_at = now() - interval '95 seconds' WHERE id = $1",
-    )
-    .bind(job)
-    .execute(&app.pool)
-    .await
-    .unwrap();
+    app.exec_with("UPDATE jobs SET status = 'running', started_at = now() - interval '95 seconds' WHERE id = $1", job).await;
     let running = holder(app.get("/api/v1/gpus", &alice).await.json());
     assert_eq!(running["status"], "running");
     let secs = running["running_s"].as_i64().unwrap();

@@ -91,10 +91,8 @@ async fn repeated_failures_are_throttled_for_existing_and_unknown_names(pool: Pg
     app.add_user("dave", Role::Member).await;
     assert_eq!(app.token("dave", PASSWORD).await.status, 201);
     // After the window, carol gets in again.
-    sqlx::query("UPDATE login_attempts SET at = at - interval '16 minutes'")
-        .execute(&app.pool)
-        .await
-        .unwrap();
+    app.exec("UPDATE login_attempts SET at = at - interval '16 minutes'")
+        .await;
     assert_eq!(app.token("carol", PASSWORD).await.status, 201);
 }
 

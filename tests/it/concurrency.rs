@@ -64,13 +64,11 @@ async fn four_concurrent_passes_under_a_burst_keep_the_ledger_exact(pool: PgPool
         }
         if i % 11 == 5 {
             // Some admitted jobs "finish": the next pass must reclaim their cards.
-            sqlx::query(
+            app.exec(
                 "UPDATE jobs SET status = 'succeeded', finished_at = now() WHERE id IN \
                  (SELECT id FROM jobs WHERE status = 'admitted' ORDER BY seq LIMIT 3)",
             )
-            .execute(&app.pool)
-            .await
-            .unwrap();
+            .await;
         }
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -127,10 +125,8 @@ async fn interleave_without_lock(app: &TestApp) -> anyhow::Result<()> {
 async fn without_the_lock_and_the_check_a_card_is_double_booked(pool: PgPool) {
     let app = TestApp::new(pool).await;
     app.sim_cards("1x24576:NVIDIA GeForce RTX 3090", "n1").await;
-    sqlx::query("ALTER TABLE gpus DROP CONSTRAINT gpus_no_overcommit")
-        .execute(&app.pool)
-        .await
-        .unwrap();
+    app.exec("ALTER TABLE gpus DROP CONSTRAINT gpus_no_overcommit")
+        .await;
     interleave_without_lock(&app)
         .await
         .expect("both unlocked passes commit");

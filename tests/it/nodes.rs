@@ -27,11 +27,11 @@ async fn register(app: &TestApp, name: &str) -> Registered {
 
 /// Makes `node` silent for an hour, in database time: far past its lost time.
 async fn silence(app: &TestApp, node: &str) {
-    sqlx::query("UPDATE nodes SET heartbeat_at = now() - interval '1 hour' WHERE name = $1")
-        .bind(node)
-        .execute(&app.pool)
-        .await
-        .unwrap();
+    app.exec_with(
+        "UPDATE nodes SET heartbeat_at = now() - interval '1 hour' WHERE name = $1",
+        node,
+    )
+    .await;
 }
 
 fn one_card_job(name: &str) -> Value {
@@ -91,10 +91,8 @@ async fn a_heartbeat_holds_the_lease_until_another_epoch_takes_the_node(pool: Pg
     let app = TestApp::new(pool).await;
     let first = register(&app, "node-a").await;
     assert!(first.lease.is_held());
-    sqlx::query("UPDATE nodes SET heartbeat_at = now() - interval '1 minute'")
-        .execute(&app.pool)
-        .await
-        .unwrap();
+    app.exec("UPDATE nodes SET heartbeat_at = now() - interval '1 minute'")
+        .await;
     assert!(nodes::beat(&app.pool, &first).await);
     let age: f64 = app
         .scalar("SELECT extract(epoch FROM now() - heartbeat_at)::float8 FROM nodes")
@@ -167,10 +165,8 @@ async fn a_lost_node_shows_lost_and_its_cards_get_no_new_work(pool: PgPool) {
     assert!(!a.1 && a.2 >= 3600, "{a:?}");
     assert!(snap.nodes.iter().any(|n| n.0 == "node-b" && n.1));
     // The node heartbeats again (same lease): its card takes the waiting job.
-    sqlx::query("UPDATE nodes SET heartbeat_at = now() WHERE name = 'node-a'")
-        .execute(&app.pool)
-        .await
-        .unwrap();
+    app.exec("UPDATE nodes SET heartbeat_at = now() WHERE name = 'node-a'")
+        .await;
     app.pass().await;
     let second = app.job(&member, second).await;
     assert_eq!(second["status"], "admitted");
@@ -239,13 +235,11 @@ async fn forgetting_a_lost_node_fails_its_jobs_releases_their_cards_and_cannot_b
     let running = app.submit_ok(&member, one_card_job("running")).await;
     app.pass().await;
     // One of them has started on node-a.
-    sqlx::query(
+    app.exec_with(
         "UPDATE jobs SET status = 'running', started_at = now(), attempt = 1 WHERE id = $1",
+        running,
     )
-    .bind(running)
-    .execute(&app.pool)
-    .await
-    .unwrap();
+    .await;
     let reserved: i64 = app
         .scalar("SELECT sum(reserved_mib)::bigint FROM gpus")
         .await;

@@ -69,11 +69,11 @@ async fn forty_parallel_guesses_check_only_a_handful(pool: PgPool) {
 
     // The backoff is bounded: once the delay has passed (here: the failures made older than the
     // longest delay), the owner gets in; there is no hard lockout to keep them out.
-    sqlx::query("UPDATE login_attempts SET at = at - make_interval(secs => $1)")
-        .bind(BACKOFF_MAX_S as f64 + 1.0)
-        .execute(&app.pool)
-        .await
-        .unwrap();
+    app.exec_with(
+        "UPDATE login_attempts SET at = at - make_interval(secs => $1)",
+        BACKOFF_MAX_S as f64 + 1.0,
+    )
+    .await;
     let back = app.token("admin2", PASSWORD).await;
     assert_eq!(back.status, 201, "{}", back.text);
 }
@@ -101,11 +101,11 @@ async fn the_backoff_grows_with_each_checked_failure(pool: PgPool) {
         );
         last_retry = retry;
         // Let the delay pass; the next guess is checked, fails, and doubles the delay.
-        sqlx::query("UPDATE login_attempts SET at = at - make_interval(secs => $1)")
-            .bind(retry as f64 + 1.0)
-            .execute(&app.pool)
-            .await
-            .unwrap();
+        app.exec_with(
+            "UPDATE login_attempts SET at = at - make_interval(secs => $1)",
+            retry as f64 + 1.0,
+        )
+        .await;
         assert_eq!(app.token("gina", "wrong password").await.status, 401);
     }
 }
@@ -204,10 +204,8 @@ async fn an_expired_token_is_refused(pool: PgPool) {
     let bearer = format!("Bearer {}", made.json()["token"].as_str().unwrap());
     assert_eq!(app.get("/api/v1/me", &bearer).await.status, 200);
 
-    sqlx::query("UPDATE api_tokens SET expires_at = now() - interval '1 second'")
-        .execute(&app.pool)
-        .await
-        .unwrap();
+    app.exec("UPDATE api_tokens SET expires_at = now() - interval '1 second'")
+        .await;
     let refused = app.get("/api/v1/me", &bearer).await;
     assert_eq!(refused.status, 401, "{}", refused.text);
 

@@ -30,6 +30,21 @@ impl TestApp {
         let query = sqlx::query_scalar(sql).bind(arg);
         query.fetch_all(&self.pool).await.unwrap()
     }
+
+    /// Runs `sql` (a test's direct write: aging a row, ending a job by hand); fails the test if
+    /// the database refuses it.
+    pub async fn exec(&self, sql: &str) {
+        sqlx::query(sql).execute(&self.pool).await.unwrap();
+    }
+
+    /// Runs `sql` with `arg` as `$1`; fails the test if the database refuses it.
+    pub async fn exec_with<'q, A: Arg<'q>>(&self, sql: &'q str, arg: A) {
+        sqlx::query(sql)
+            .bind(arg)
+            .execute(&self.pool)
+            .await
+            .unwrap();
+    }
 }
 
 /// A fresh folder under /tmp for an embedded cluster. Postgres refuses root, so as root the
