@@ -2,7 +2,7 @@
 //! live preview says whether the job fits now, would wait, or can never run here.
 
 use super::gate::SignedIn;
-use super::widgets::{number_input, text_area};
+use super::widgets::{number_input, text_area, text_input};
 use crate::api::{get_manifest, PreviewJob, SubmitJob};
 use crate::model::{AppError, Preview};
 use leptos::prelude::*;
@@ -225,25 +225,15 @@ fn SubmitForm() -> impl IntoView {
         ev.prevent_default();
         submit.dispatch(SubmitJob { spec: f.spec() });
     };
-    let text_input =
-        move |id: &'static str, label: &'static str, sig: RwSignal<String>, hint: &'static str| {
-            view! {
-                <div class="field">
-                    <label for=id>{label}</label>
-                    <input id=id type="text" placeholder=hint prop:value=move || sig.get()
-                        on:input=move |ev| sig.set(event_target_value(&ev)) />
-                </div>
-            }
-        };
     view! {
         <section class="card">
             <h1>"Submit a job"</h1>
             <form on:submit=on_submit on:change=on_change>
-                {text_input("image", "Image", f.image, "registry/name:tag")}
+                {text_input("image", "Image", "registry/name:tag", f.image)}
                 {field_error("image")}
-                {text_input("command", "Command", f.command, "python train.py --epochs 3")}
+                {text_input("command", "Command", "python train.py --epochs 3", f.command)}
                 {field_error("command")}
-                {text_input("name", "Name (optional)", f.name, "")}
+                {text_input("name", "Name (optional)", "", f.name)}
                 {field_error("name")}
                 <div class="row">
                     {number_input("gpus", "GPUs", "0", f.gpus)}
@@ -274,8 +264,8 @@ fn SubmitForm() -> impl IntoView {
                 {text_area("volumes", "Volumes (host:container[:ro] per line)", "2", f.volumes)}
                 {field_error("volumes")}
                 <div class="row">
-                    {text_input("timeout", "Timeout (s)", f.timeout, "default")}
-                    {text_input("priority", "Priority (-100…100)", f.priority, "0")}
+                    {text_input("timeout", "Timeout (s)", "default", f.timeout)}
+                    {text_input("priority", "Priority (-100…100)", "0", f.priority)}
                 </div>
                 {field_error("timeout_s")}
                 {field_error("priority")}

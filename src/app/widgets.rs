@@ -48,6 +48,30 @@ pub fn table_or_note<T, R: IntoView + 'static>(
     .into_any()
 }
 
+/// A form field: `control` under a label for `id`.
+fn labelled(id: &'static str, label: &'static str, control: impl IntoView) -> impl IntoView {
+    view! {
+        <div class="field">
+            <label for=id>{label}</label>
+            {control}
+        </div>
+    }
+}
+
+/// A labelled one-line text box bound to `value`, showing `hint` while empty.
+pub fn text_input(
+    id: &'static str,
+    label: &'static str,
+    hint: &'static str,
+    value: RwSignal<String>,
+) -> impl IntoView {
+    let input = view! {
+        <input id=id type="text" placeholder=hint prop:value=move || value.get()
+            on:input=move |ev| value.set(event_target_value(&ev)) />
+    };
+    labelled(id, label, input)
+}
+
 /// A labelled text area of `rows` lines bound to `value`.
 pub fn text_area(
     id: &'static str,
@@ -55,13 +79,11 @@ pub fn text_area(
     rows: &'static str,
     value: RwSignal<String>,
 ) -> impl IntoView {
-    view! {
-        <div class="field">
-            <label for=id>{label}</label>
-            <textarea id=id rows=rows prop:value=move || value.get()
-                on:input=move |ev| value.set(event_target_value(&ev))></textarea>
-        </div>
-    }
+    let area = view! {
+        <textarea id=id rows=rows prop:value=move || value.get()
+            on:input=move |ev| value.set(event_target_value(&ev))></textarea>
+    };
+    labelled(id, label, area)
 }
 
 /// A labelled number box bound to `value`, from `min` up.
@@ -71,11 +93,9 @@ pub fn number_input(
     min: &'static str,
     value: RwSignal<String>,
 ) -> impl IntoView {
-    view! {
-        <div class="field">
-            <label for=id>{label}</label>
-            <input id=id type="number" min=min prop:value=move || value.get()
-                on:input=move |ev| value.set(event_target_value(&ev)) />
-        </div>
-    }
+    let input = view! {
+        <input id=id type="number" min=min prop:value=move || value.get()
+            on:input=move |ev| value.set(event_target_value(&ev)) />
+    };
+    labelled(id, label, input)
 }
