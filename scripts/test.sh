@@ -109,7 +109,9 @@ e2e() {
     --data-dir "$repo/target/e2e/data" --node e2e --gpu-source sim --sim-gpus "2x24576:NVIDIA GeForce RTX 3090" \
     >"$repo/target/e2e/server.log" 2>&1) &
   SERVER_PID=$!
-  (cd end2end && npx playwright test)
+  # PLAYWRIGHT_ARGS narrows or repeats a run by hand (e.g. `-g resubmits --repeat-each=10`).
+  # shellcheck disable=SC2086
+  (cd end2end && npx playwright test ${PLAYWRIGHT_ARGS:-})
 }
 
 # `make image`, then the image alone (embedded Postgres in its volume, simulated cards, no runner):
