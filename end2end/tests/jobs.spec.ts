@@ -100,3 +100,43 @@ test("the queue page pages through history", async ({ page, request }) => {
   await expect(pager.getByRole("button")).toHaveCount(2);
   await expect(pager.getByRole("button", { name: "Next", exact: true })).toBeDisabled();
 });
+
+// Server-side rendering may build a signed-in page more than once. When each build read the job
+// anew, a job moving on in between (queued → admitted → starting within milliseconds) gave the
+// browser markup from one read and hydration data from another: hydration failed and the page
+// never updated again. Opened right after each submission, the page must hydrate cleanly and
+// follow its job to the end, every time, on the job page, the queue and the dashboard.
+test("pages opened while a job moves through its states hydrate and go live", async ({ page, request }) => {
+  await waitForServer(request);
+  await ensureUser(request, "hugo");
+  await signIn(page, "hugo");
+  const hydrationErrors: string[] = [];
+  page.on("console", (m) => { if (/hydrat|panicked/i.test(m.text())) hydrationErrors.push(m.text()); });
+  const bearer = await tokenFor(request, "hugo");
+  const tag = Date.now() % 100000;
+  for (let i = 0; i < 6; i++) {
+    const sub = await request.post("/api/v1/jobs", {
+      headers: { Authorization: bearer },
+      data: { image: "gpuq-test/busybox:latest", command: ["echo", `run ${i}`], min_vram_mb: 500, name: `racer-${tag}-${i}` },
+    });
+    expect(sub.status()).toBe(201);
+    const id = (await sub.json()).job_id;
+    await open(page, `/jobs/${id}`);
+    await expect(page.locator("#job-status")).toHaveText("succeeded", { timeout: 15_000 });
+    const next = await request.post("/api/v1/jobs", {
+      headers: { Authorization: bearer },
+      data: { image: "gpuq-test/busybox:latest", command: ["echo", `next ${i}`], min_vram_mb: 500, name: `racer-next-${tag}-${i}` },
+    });
+    const nextId = (await next.json()).job_id;
+    await open(page, i % 2 === 0 ? "/jobs" : "/");
+    const row = i % 2 === 0 ? page.locator("#jobs tr", { hasText: `racer-next-${tag}-${i}` }) : page.locator("#my-jobs tr", { hasText: `racer-next-${tag}-${i}` });
+    // The queue lists it until it ends; the dashboard lists it while unfinished, then drops it.
+    if (i % 2 === 0) {
+      await expect(row.locator(".status")).toHaveText("succeeded", { timeout: 15_000 });
+    } else {
+      await expect(row).toHaveCount(0, { timeout: 15_000 });
+    }
+    await expect.poll(async () => (await request.get(`/api/v1/jobs/${nextId}`, { headers: { Authorization: bearer } })).json().then((j) => j.status)).toBe("succeeded");
+  }
+  expect(hydrationErrors).toEqual([]);
+});

@@ -6,8 +6,8 @@ use super::live::use_live;
 use super::widgets::table_or_note;
 use crate::api::{dashboard, ServerStatus};
 use crate::model::{
-    human_duration, AssignedGpu, DashboardView, GpuHolder, GpuView, JobView, SkippedGpuView,
-    StatusView, UserView,
+    human_duration, AppError, AssignedGpu, DashboardView, GpuHolder, GpuView, JobView,
+    SkippedGpuView, StatusView, UserView,
 };
 use chrono::{DateTime, Utc};
 use leptos::prelude::*;
@@ -15,16 +15,22 @@ use leptos_meta::Title;
 use leptos_router::components::A;
 
 /// `/`: signed-in users only; others are sent to the sign-in page.
+///
+/// The overview is fetched here, once per page, not inside [`SignedIn`]'s page: server-side
+/// rendering may run that closure more than once, and markup from one read of changing cards and
+/// jobs with hydration data from another would break hydration.
 #[component]
 pub fn DashboardPage() -> impl IntoView {
+    let live = use_live();
+    let data = Resource::new(move || live.get(), |_| dashboard());
     view! {
         <Title text="Dashboard · gpuq" />
-        <SignedIn page=|user| view! { <Dashboard user /> } />
+        <SignedIn page=move |user| view! { <Dashboard user data /> } />
     }
 }
 
 #[component]
-fn Dashboard(user: UserView) -> impl IntoView {
+fn Dashboard(user: UserView, data: Resource<Result<DashboardView, AppError>>) -> impl IntoView {
     view! {
         <section class="card">
             <h1>{format!("Welcome, {}", user.username)}</h1>
@@ -33,7 +39,7 @@ fn Dashboard(user: UserView) -> impl IntoView {
                 <A href="/submit">"Submit a job"</A>
             </p>
         </section>
-        <Overview />
+        <Overview data />
         <StatusCard />
     }
 }
@@ -71,9 +77,7 @@ fn describe(s: &StatusView) -> String {
 
 /// Cards, the queue summary and my jobs, refetched on every live event.
 #[component]
-fn Overview() -> impl IntoView {
-    let live = use_live();
-    let data = Resource::new(move || live.get(), |_| dashboard());
+fn Overview(data: Resource<Result<DashboardView, AppError>>) -> impl IntoView {
     view! {
         <Transition fallback=|| view! { <p class="card">"Loading cards…"</p> }>
             {move || Suspend::new(async move {

@@ -4,13 +4,19 @@ use super::alert::action_error;
 use super::gate::SignedIn;
 use super::live::use_live;
 use crate::api::{get_job_detail, job_log, CancelJob, ResubmitJob};
-use crate::model::{AssignedGpu, JobDetail, JobStatus};
+use crate::model::{AppError, AssignedGpu, JobDetail, JobStatus};
 use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::use_params_map;
 use uuid::Uuid;
 
 /// `/jobs/:id`
+///
+/// The page's data is fetched here, once per page, not inside [`SignedIn`]'s page: server-side
+/// rendering may run that closure more than once, and each run would read the job anew. A job
+/// that moved on between two reads (queued → admitted in a few milliseconds) then gave the browser
+/// markup from one read and hydration data from another, and hydration failed, leaving a dead
+/// page that never updated.
 #[component]
 pub fn JobPage() -> impl IntoView {
     let params = use_params_map();
@@ -20,35 +26,52 @@ pub fn JobPage() -> impl IntoView {
             .get("id")
             .and_then(|s| Uuid::parse_str(&s).ok())
     };
-    view! {
-        <Title text="Job · gpuq" />
-        <SignedIn page=move |_| match id() {
-            Some(id) => view! { <JobView id /> }.into_any(),
-            None => view! { <p class="card error">"Not a job id."</p> }.into_any(),
-        } />
-    }
-}
-
-#[component]
-fn JobView(id: Uuid) -> impl IntoView {
     let live = use_live();
     let cancel = ServerAction::<CancelJob>::new();
     let detail = Resource::new(
-        move || (live.get(), cancel.version().get()),
-        move |_| get_job_detail(id),
+        move || (id(), live.get(), cancel.version().get()),
+        |(id, ..)| async move {
+            match id {
+                Some(id) => get_job_detail(id).await.map(Some),
+                None => Ok(None),
+            }
+        },
     );
     // The log follows while the job runs: every second, and on every live event.
     let log_tick = RwSignal::new(0u64);
     follow(log_tick);
     let log = Resource::new(
-        move || (live.get(), log_tick.get()),
-        move |_| job_log(id, 200),
+        move || (id(), live.get(), log_tick.get()),
+        |(id, ..)| async move {
+            match id {
+                Some(id) => job_log(id, 200).await,
+                None => Ok(String::new()),
+            }
+        },
     );
+    view! {
+        <Title text="Job · gpuq" />
+        <SignedIn page=move |_| match id() {
+            Some(_) => view! { <JobView detail log cancel /> }.into_any(),
+            None => view! { <p class="card error">"Not a job id."</p> }.into_any(),
+        } />
+    }
+}
+
+type Fetched<T> = Resource<Result<T, AppError>>;
+
+#[component]
+fn JobView(
+    detail: Fetched<Option<JobDetail>>,
+    log: Fetched<String>,
+    cancel: ServerAction<CancelJob>,
+) -> impl IntoView {
     view! {
         <Transition fallback=|| view! { <p class="card">"Loading…"</p> }>
             {move || Suspend::new(async move {
                 match detail.await {
-                    Ok(d) => view! { <Detail d cancel /> }.into_any(),
+                    Ok(Some(d)) => view! { <Detail d cancel /> }.into_any(),
+                    Ok(None) => view! { <p class="card error">"Not a job id."</p> }.into_any(),
                     Err(e) => view! { <p class="card error">{e.to_string()}</p> }.into_any(),
                 }
             })}

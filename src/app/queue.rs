@@ -6,17 +6,69 @@ use super::gate::SignedIn;
 use super::live::use_live;
 use super::widgets::{column_heads, danger_cell};
 use crate::api::{list_jobs, CancelJob};
-use crate::model::{JobPage, JobStatus, Role, UserView};
+use crate::model::{AppError, JobPage, JobStatus, Role, UserView};
 use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::components::A;
 
 /// `/jobs`
+///
+/// The filters and the page of jobs live here, once per page, not inside [`SignedIn`]'s page:
+/// server-side rendering may run that closure more than once, and markup from one read of the
+/// changing queue with hydration data from another would break hydration.
 #[component]
 pub fn QueuePage() -> impl IntoView {
+    let filters = Filters::new();
     view! {
         <Title text="Jobs · gpuq" />
-        <SignedIn page=|me| view! { <Queue me /> } />
+        <SignedIn page=move |me| view! { <Queue me filters /> } />
+    }
+}
+
+/// The queue page's filters and the page of jobs they select.
+#[derive(Clone, Copy)]
+struct Filters {
+    status: RwSignal<String>,
+    owner: RwSignal<String>,
+    mine: RwSignal<bool>,
+    sort: RwSignal<String>,
+    page: RwSignal<i64>,
+    cancel: ServerAction<CancelJob>,
+    jobs: Resource<Result<JobPage, AppError>>,
+}
+
+impl Filters {
+    fn new() -> Self {
+        let live = use_live();
+        let status = RwSignal::new(String::new());
+        let owner = RwSignal::new(String::new());
+        let mine = RwSignal::new(false);
+        let sort = RwSignal::new(String::new());
+        let page = RwSignal::new(1i64);
+        let cancel = ServerAction::<CancelJob>::new();
+        let jobs = Resource::new(
+            move || {
+                (
+                    live.get(),
+                    cancel.version().get(),
+                    status.get(),
+                    owner.get(),
+                    mine.get(),
+                    page.get(),
+                    sort.get(),
+                )
+            },
+            |(_, _, s, o, m, p, order)| list_jobs(s, o, m, p, order),
+        );
+        Filters {
+            status,
+            owner,
+            mine,
+            sort,
+            page,
+            cancel,
+            jobs,
+        }
     }
 }
 
@@ -29,28 +81,16 @@ const STATUS_FILTERS: [(&str, &str); 4] = [
 ];
 
 #[component]
-fn Queue(me: UserView) -> impl IntoView {
-    let live = use_live();
-    let status = RwSignal::new(String::new());
-    let owner = RwSignal::new(String::new());
-    let mine = RwSignal::new(false);
-    let sort = RwSignal::new(String::new());
-    let page = RwSignal::new(1i64);
-    let cancel = ServerAction::<CancelJob>::new();
-    let jobs = Resource::new(
-        move || {
-            (
-                live.get(),
-                cancel.version().get(),
-                status.get(),
-                owner.get(),
-                mine.get(),
-                page.get(),
-                sort.get(),
-            )
-        },
-        |(_, _, s, o, m, p, order)| list_jobs(s, o, m, p, order),
-    );
+fn Queue(me: UserView, filters: Filters) -> impl IntoView {
+    let Filters {
+        status,
+        owner,
+        mine,
+        sort,
+        page,
+        cancel,
+        jobs,
+    } = filters;
     view! {
         <section class="card">
             <h1>"Jobs"</h1>
