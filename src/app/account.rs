@@ -10,11 +10,20 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 
 /// `/account`
+///
+/// The token list is fetched here, once per page, not inside [`SignedIn`]'s page: server-side
+/// rendering may run that closure more than once (see the job page).
 #[component]
 pub fn AccountPage() -> impl IntoView {
+    let create = ServerAction::<CreateToken>::new();
+    let revoke = ServerAction::<RevokeToken>::new();
+    let tokens = Resource::new(
+        move || (create.version().get(), revoke.version().get()),
+        |_| my_tokens(),
+    );
     view! {
         <Title text="Account · gpuq" />
-        <SignedIn page=|me| view! { <Password me /> <Tokens /> } />
+        <SignedIn page=move |me| view! { <Password me /> <Tokens create revoke tokens /> } />
     }
 }
 
@@ -97,13 +106,11 @@ fn Password(me: UserView) -> impl IntoView {
 }
 
 #[component]
-fn Tokens() -> impl IntoView {
-    let create = ServerAction::<CreateToken>::new();
-    let revoke = ServerAction::<RevokeToken>::new();
-    let tokens = Resource::new(
-        move || (create.version().get(), revoke.version().get()),
-        |_| my_tokens(),
-    );
+fn Tokens(
+    create: ServerAction<CreateToken>,
+    revoke: ServerAction<RevokeToken>,
+    tokens: Resource<Result<Vec<TokenView>, AppError>>,
+) -> impl IntoView {
     let secret = move || {
         match create.value().get() {
         Some(Ok(t)) => Some(
