@@ -140,6 +140,26 @@ fn ms(d: Duration) -> String {
     format!("{:.3} ms", d.as_secs_f64() * 1e3)
 }
 
+/// Writes one latency row of a bench: its median, 95th and 99th percentiles, maximum and count.
+fn latency_row(
+    out: &mut impl std::io::Write,
+    what: &str,
+    mut samples: Vec<Duration>,
+) -> Result<()> {
+    samples.sort_unstable();
+    let at = |p| ms(percentile(&samples, p));
+    writeln!(
+        out,
+        "  {what:<58} p50 {:>11}   p95 {:>11}   p99 {:>11}   max {:>11}   (n = {})",
+        at(50.0),
+        at(95.0),
+        at(99.0),
+        ms(samples.last().copied().unwrap_or_default()),
+        samples.len()
+    )?;
+    Ok(())
+}
+
 /// One cell of the planner table.
 struct Cell {
     summary: Summary,

@@ -81,26 +81,18 @@ pub fn split_command(line: &str) -> Result<Vec<String>, SplitError> {
                     plain = true;
                 }
             }
-            '\'' => {
+            // Single quotes keep everything literally; double quotes take `\` escapes and refuse
+            // expansions.
+            q @ ('\'' | '"') => {
                 in_word = true;
                 plain = false;
+                let double = q == '"';
                 loop {
                     match chars.next() {
-                        None => return Err(SplitError::UnclosedQuote('\'')),
-                        Some('\'') => break,
-                        Some(ch) => word.push(ch),
-                    }
-                }
-            }
-            '"' => {
-                in_word = true;
-                plain = false;
-                loop {
-                    match chars.next() {
-                        None => return Err(SplitError::UnclosedQuote('"')),
-                        Some('"') => break,
-                        Some('\\') => match chars.next() {
-                            None => return Err(SplitError::UnclosedQuote('"')),
+                        None => return Err(SplitError::UnclosedQuote(q)),
+                        Some(ch) if ch == q => break,
+                        Some('\\') if double => match chars.next() {
+                            None => return Err(SplitError::UnclosedQuote(q)),
                             Some('\n') => {}
                             Some(e @ ('$' | '`' | '"' | '\\')) => word.push(e),
                             Some(other) => {
@@ -108,7 +100,7 @@ pub fn split_command(line: &str) -> Result<Vec<String>, SplitError> {
                                 word.push(other);
                             }
                         },
-                        Some(e @ ('$' | '`')) => return Err(SplitError::Expansion(e)),
+                        Some(e @ ('$' | '`')) if double => return Err(SplitError::Expansion(e)),
                         Some(ch) => word.push(ch),
                     }
                 }

@@ -7,7 +7,7 @@
 //! database: `created_at`, the `start_issued` event (taken just before `docker start`),
 //! `started_at` (after `docker start` returned) and `finished_at`.
 
-use super::{gap, ms, percentile};
+use super::{gap, latency_row};
 use crate::server::auth::CurrentUser;
 use crate::server::db::gpus;
 use crate::server::runtime::ensure_sim_devices;
@@ -78,32 +78,32 @@ async fn sections(
     let rows = timings(&state.pool, &ids).await?;
     let split = |f: &dyn Fn(&Timing) -> Duration| rows.iter().map(f).collect::<Vec<_>>();
     let docker_create = |r: &Timing| gap(r.claimed, r.verified);
-    row(
+    latency_row(
         out,
         "submit → docker start issued",
         split(&|r| gap(r.created_at, r.start_issued)),
     )?;
-    row(
+    latency_row(
         out,
         "  submit → admitted (NOTIFY, pass)",
         split(&|r| gap(r.created_at, r.admitted_at)),
     )?;
-    row(
+    latency_row(
         out,
         "  admitted → claimed by the runner",
         split(&|r| gap(r.admitted_at, r.claimed)),
     )?;
-    row(
+    latency_row(
         out,
         "  docker create + inspect (dockerd's own time)",
         split(&docker_create),
     )?;
-    row(
+    latency_row(
         out,
         "gpuq's own overhead (the first line less dockerd's create)",
         split(&|r| gap(r.created_at, r.start_issued).saturating_sub(docker_create(r))),
     )?;
-    row(
+    latency_row(
         out,
         "submit → container running (docker start returned)",
         split(&|r| gap(r.created_at, r.started_at)),
@@ -125,22 +125,10 @@ async fn sections(
         .windows(2)
         .map(|w| gap(w[0].finished_at, w[1].start_issued))
         .collect();
-    row(
+    latency_row(
         out,
         "previous job's exit recorded → next docker start issued",
         gaps,
-    )?;
-    Ok(())
-}
-
-fn row(out: &mut impl Write, what: &str, mut samples: Vec<Duration>) -> Result<()> {
-    samples.sort_unstable();
-    writeln!(
-        out,
-        "  {what:<58} p50 {:>12}   p99 {:>12}   (n = {})",
-        ms(percentile(&samples, 50.0)),
-        ms(percentile(&samples, 99.0)),
-        samples.len()
     )?;
     Ok(())
 }

@@ -14,7 +14,7 @@
 //!   of `tests/fixtures/fake-nvml/`), the same through NVML with 4 processes per card, each
 //!   looked up in `/proc/<pid>/cgroup` as on a real host.
 
-use super::{gap, ms, percentile};
+use super::{gap, latency_row, ms};
 use crate::server::auth::CurrentUser;
 use crate::server::db::{gpus, vram};
 use crate::server::gpu::{self, GpuInventory, GpuMode, NvmlInventory};
@@ -134,8 +134,8 @@ async fn latencies(
             gpus::set_sim_external(&state.pool, *gpu, 0).await?;
         }
     }
-    row(out, "overuse → vram_over_commitment event", to_event)?;
-    row(
+    latency_row(out, "overuse → vram_over_commitment event", to_event)?;
+    latency_row(
         out,
         "card short → job stopped (includes the grace)",
         to_stop,
@@ -307,17 +307,4 @@ async fn poll(pool: &PgPool, job: Uuid, sql: &str) -> Result<DateTime<Utc>> {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-}
-
-fn row(out: &mut impl Write, what: &str, mut samples: Vec<Duration>) -> Result<()> {
-    samples.sort_unstable();
-    writeln!(
-        out,
-        "  {what:<48} p50 {:>10}   p95 {:>10}   max {:>10}   (n = {})",
-        ms(percentile(&samples, 50.0)),
-        ms(percentile(&samples, 95.0)),
-        ms(samples.last().copied().unwrap_or_default()),
-        samples.len()
-    )?;
-    Ok(())
 }
