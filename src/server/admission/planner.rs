@@ -406,14 +406,9 @@ impl<'a> Pass<'a> {
                     self.buf.push((c.free - need, span.start + si));
                 }
             }
-            if self.buf.len() < g {
+            let Some((cost, chosen)) = least(&mut self.buf, g) else {
                 continue;
-            }
-            if self.buf.len() > g {
-                self.buf.select_nth_unstable(g - 1);
-            }
-            let chosen = &self.buf[..g];
-            let cost = chosen.iter().fold(0i64, |a, p| a.saturating_add(p.0));
+            };
             if best.is_none_or(|b| cost < b) {
                 best = Some(cost);
                 self.pick.clear();
@@ -504,16 +499,12 @@ impl<'a> Pass<'a> {
                     self.buf.push((-now, span.start + si));
                 }
             }
-            if self.buf.len() < g {
+            // Keyed by minus the free VRAM: the least sum is the most free.
+            let Some((cost, chosen)) = least(&mut self.buf, g) else {
                 continue;
-            }
-            if self.buf.len() > g {
-                self.buf.select_nth_unstable(g - 1);
-            }
-            let chosen = &self.buf[..g];
-            let total = chosen.iter().fold(0i64, |a, p| a.saturating_sub(p.0));
-            if best.is_none_or(|b| total > b) {
-                best = Some(total);
+            };
+            if best.is_none_or(|b| cost < b) {
+                best = Some(cost);
                 pick.clear();
                 pick.extend(chosen.iter().map(|p| p.1));
             }
@@ -531,6 +522,22 @@ impl<'a> Pass<'a> {
             model: c.model.clone(),
         }
     }
+}
+
+/// The `g` entries of `buf` with the least keys (in any order) and the sum of those keys; `None`
+/// when `buf` holds fewer than `g` (`g` is at least 1).
+fn least(buf: &mut [(i64, usize)], g: usize) -> Option<(i64, &[(i64, usize)])> {
+    if buf.len() < g {
+        return None;
+    }
+    if buf.len() > g {
+        buf.select_nth_unstable(g - 1);
+    }
+    let chosen = &buf[..g];
+    Some((
+        chosen.iter().fold(0i64, |a, p| a.saturating_add(p.0)),
+        chosen,
+    ))
 }
 
 #[cfg(test)]
