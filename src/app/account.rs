@@ -117,7 +117,7 @@ fn Tokens(
             view! {
                 <div class="new-token" role="status">
                     <p>{format!("Token `{}` created. Copy it now: it is shown only this once.", t.record.name)}</p>
-                    <code id="new-token">{t.token}</code>
+                    <code id="new-token">{t.token.expose().to_owned()}</code>
                 </div>
             }
             .into_any(),

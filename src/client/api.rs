@@ -11,7 +11,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use crate::model::JobPage;
+use crate::model::{JobPage, Secret};
 
 /// Hint appended to 401 errors.
 pub const LOGIN_HINT: &str = "run `gpuq login USERNAME` or set GPUQ_TOKEN";
@@ -115,25 +115,16 @@ pub fn match_prefix(prefix: &str, ids: &[Uuid]) -> Result<Uuid> {
 }
 
 /// Client for one gpuq server.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct ApiClient {
     http: reqwest::Client,
     base: String,
-    token: Option<String>,
-}
-
-impl fmt::Debug for ApiClient {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ApiClient")
-            .field("base", &self.base)
-            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
-            .finish()
-    }
+    token: Option<Secret>,
 }
 
 impl ApiClient {
     /// A client for the server at `url`, authenticating with `token` if any.
-    pub fn new(url: &str, token: Option<String>) -> Result<Self> {
+    pub fn new(url: &str, token: Option<Secret>) -> Result<Self> {
         let parsed =
             reqwest::Url::parse(url).with_context(|| format!("invalid server URL {url}"))?;
         if !matches!(parsed.scheme(), "http" | "https") {
@@ -305,7 +296,7 @@ impl ApiClient {
     fn request(&self, method: Method, path: &str) -> RequestBuilder {
         let req = self.http.request(method, format!("{}{path}", self.base));
         match &self.token {
-            Some(token) => req.bearer_auth(token),
+            Some(token) => req.bearer_auth(token.expose()),
             None => req,
         }
     }

@@ -8,25 +8,18 @@ use std::path::{Path, PathBuf};
 use anyhow::{anyhow, Context, Result};
 use serde::{Deserialize, Serialize};
 
+use crate::model::Secret;
+
 /// File name of the saved credentials inside the config directory.
 pub const CREDENTIALS_FILE: &str = "credentials.json";
 
 /// A server URL and the API token saved for it.
-#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Credentials {
     /// Server URL the token belongs to.
     pub url: String,
     /// API token.
-    pub token: String,
-}
-
-impl std::fmt::Debug for Credentials {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Credentials")
-            .field("url", &self.url)
-            .field("token", &"<redacted>")
-            .finish()
-    }
+    pub token: Secret,
 }
 
 /// Picks the config directory from the values of `GPUQ_CONFIG_DIR`,
@@ -103,12 +96,12 @@ pub fn resolve_token(
     explicit: Option<&str>,
     saved: Option<&Credentials>,
     url: &str,
-) -> Result<String> {
+) -> Result<Secret> {
     if let Some(token) = explicit.filter(|t| !t.is_empty()) {
-        return Ok(token.to_owned());
+        return Ok(token.into());
     }
     match saved {
-        Some(c) if same_url(&c.url, url) && !c.token.is_empty() => Ok(c.token.clone()),
+        Some(c) if same_url(&c.url, url) && !c.token.expose().is_empty() => Ok(c.token.clone()),
         _ => Err(anyhow!(
             "not signed in to {url}: run `gpuq login USERNAME` or set GPUQ_TOKEN"
         )),
@@ -117,9 +110,9 @@ pub fn resolve_token(
 
 /// Token for `url` from the explicit value or the credentials in the
 /// environment's config directory.
-pub fn token_for(explicit: Option<&str>, url: &str) -> Result<String> {
+pub fn token_for(explicit: Option<&str>, url: &str) -> Result<Secret> {
     if let Some(token) = explicit.filter(|t| !t.is_empty()) {
-        return Ok(token.to_owned());
+        return Ok(token.into());
     }
     let saved = match config_dir() {
         Ok(dir) => load(&dir)?,

@@ -23,12 +23,12 @@ use anyhow::{bail, Context, Result};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::model::{CreatedToken, GpuList, JobAck, JobPage, JobView, NodeView};
+use crate::model::{CreatedToken, GpuList, JobAck, JobPage, JobView, NodeView, Secret};
 use api::ApiClient;
 use credentials::Credentials;
 
 /// Where the gpuq server is and how to authenticate to it.
-#[derive(Clone, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 pub struct ConnArgs {
     /// Server URL
     #[arg(
@@ -40,21 +40,11 @@ pub struct ConnArgs {
     pub url: String,
     /// API token (else the one saved by `gpuq login`)
     #[arg(long, env = "GPUQ_TOKEN", global = true, hide_env_values = true)]
-    pub token: Option<String>,
+    pub token: Option<Secret>,
     /// Print other people's strings (names, commands, logs) as they are, terminal control
     /// characters included (by default they are removed)
     #[arg(long, global = true)]
     pub raw: bool,
-}
-
-impl std::fmt::Debug for ConnArgs {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ConnArgs")
-            .field("url", &self.url)
-            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
-            .field("raw", &self.raw)
-            .finish()
-    }
 }
 
 /// The client subcommands.
@@ -272,7 +262,7 @@ pub async fn run(cmd: ClientCommand, conn: ConnArgs) -> Result<()> {
     if let ClientCommand::Login(args) = cmd {
         return login(args, &conn).await;
     }
-    let token = credentials::token_for(conn.token.as_deref(), &conn.url)?;
+    let token = credentials::token_for(conn.token.as_ref().map(Secret::expose), &conn.url)?;
     let api = ApiClient::new(&conn.url, Some(token))?;
     let now = chrono::Utc::now();
     let text = match cmd {
@@ -384,7 +374,7 @@ async fn login(args: LoginArgs, conn: &ConnArgs) -> Result<()> {
         .create_token(&args.username, &password, &name, args.expires_in_days)
         .await?;
     let r: CreatedToken = typed(answer)?;
-    if r.token.is_empty() {
+    if r.token.expose().is_empty() {
         bail!("the server returned no token");
     }
     let creds = Credentials {

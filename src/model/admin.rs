@@ -1,6 +1,6 @@
 //! What the admin, manifest and account pages exchange with the server.
 
-use super::{AuditKind, ManifestView};
+use super::{AuditKind, ManifestView, Secret};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -68,23 +68,15 @@ pub struct TokenView {
 
 /// A token just created: the secret is shown this once (and never by `Debug`, so a log line or a
 /// panic message cannot carry it).
-#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct CreatedToken {
     /// The secret for `Authorization: Bearer …`.
-    pub token: String,
+    #[cfg_attr(feature = "ssr", schema(value_type = String))]
+    pub token: Secret,
     /// Its record (id to revoke it, name), beside the secret on the wire.
     #[serde(flatten)]
     pub record: TokenView,
-}
-
-impl std::fmt::Debug for CreatedToken {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CreatedToken")
-            .field("token", &"<redacted>")
-            .field("record", &self.record)
-            .finish()
-    }
 }
 
 #[cfg(test)]

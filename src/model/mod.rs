@@ -8,6 +8,7 @@ mod gpu;
 mod job;
 mod node;
 mod policy;
+mod secret;
 pub mod spec;
 mod status;
 mod suggest;
@@ -28,6 +29,7 @@ pub use job::{
 };
 pub use node::{NodeState, NodeView, NODE_LOST_REASON};
 pub use policy::{glob_match, JobNetwork, LaunchPolicy, VolumeRule, VramEnforcement};
+pub use secret::Secret;
 pub use status::StatusView;
 pub use suggest::{
     suggest, ImageSuggestion, ManifestSuggestions, Observed, PeakStats, WorkloadSuggestion,

@@ -544,7 +544,7 @@ pub async fn bench_failover(args: crate::server::cli::BenchFailoverArgs) -> Resu
 pub async fn bench_external(
     args: crate::server::cli::BenchExternalArgs,
     url: String,
-    token: Option<String>,
+    token: Option<crate::model::Secret>,
 ) -> Result<()> {
     crate::server::bench::external::run(&url, token, &args.opts, &mut std::io::stdout()).await
 }

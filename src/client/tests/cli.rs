@@ -3,6 +3,7 @@
 use clap::{CommandFactory, Parser};
 
 use crate::client::{ClientCommand, ConnArgs, SubmitArgs};
+use crate::model::Secret;
 
 #[derive(Parser)]
 #[command(name = "gpuq")]
@@ -35,7 +36,7 @@ fn clap_definitions_are_consistent() {
 fn global_url_and_token_after_subcommand() {
     let cli = parse(&["jobs", "--url", "http://h:1", "--token", "t"]).expect("parses");
     assert_eq!(cli.conn.url, "http://h:1");
-    assert_eq!(cli.conn.token.as_deref(), Some("t"));
+    assert_eq!(cli.conn.token.as_ref().map(Secret::expose), Some("t"));
     assert!(!format!("{:?}", cli.conn).contains("\"t\""));
 }
 

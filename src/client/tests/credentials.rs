@@ -8,7 +8,7 @@ use crate::client::credentials::{
 fn creds(url: &str, token: &str) -> Credentials {
     Credentials {
         url: url.to_owned(),
-        token: token.to_owned(),
+        token: token.into(),
     }
 }
 
@@ -65,16 +65,16 @@ fn token_resolution() {
     // Explicit token wins.
     assert_eq!(
         resolve_token(Some("explicit"), Some(&saved), "http://other").expect("ok"),
-        "explicit"
+        "explicit".into()
     );
     // Saved token is used for the same URL (trailing slash ignored)...
     assert_eq!(
         resolve_token(None, Some(&saved), "http://h:3000").expect("ok"),
-        "saved"
+        "saved".into()
     );
     assert_eq!(
         resolve_token(Some(""), Some(&saved), "http://h:3000").expect("ok"),
-        "saved"
+        "saved".into()
     );
     // ...but not for another one.
     let err = resolve_token(None, Some(&saved), "http://h:4000")

@@ -252,7 +252,7 @@ pub async fn create_token(
         .or_internal("auditing a new token")?;
     tx.commit().await.or_internal("storing a token")?;
     Ok(CreatedToken {
-        token,
+        token: token.into(),
         record: record.view(),
     })
 }

@@ -39,6 +39,7 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 use uuid::Uuid;
 
+use crate::model::Secret;
 use crate::server::runtime::Docker;
 
 /// Statuses a job never leaves.
@@ -46,14 +47,14 @@ const TERMINAL: [&str; 5] = ["succeeded", "failed", "cancelled", "timed_out", "r
 
 /// Flags of `gpuq bench external`. The server and its token are the global `--url` and `--token`
 /// (`GPUQ_URL`, `GPUQ_TOKEN`).
-#[derive(clap::Args, Clone)]
+#[derive(Debug, clap::Args, Clone)]
 pub struct ExternalBenchOptions {
     /// Without `--token`: sign in as this user (an admin) to mint a token.
     #[arg(long)]
     pub username: Option<String>,
     /// That user's password.
     #[arg(long, env = "GPUQ_BENCH_PASSWORD", hide_env_values = true)]
-    pub password: Option<String>,
+    pub password: Option<Secret>,
     /// The database the server uses (its transaction counters and job statuses are read there;
     /// nothing is written).
     #[arg(long)]
@@ -84,24 +85,6 @@ pub struct ExternalBenchOptions {
     pub skip_burst: bool,
 }
 
-impl std::fmt::Debug for ExternalBenchOptions {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ExternalBenchOptions")
-            .field("username", &self.username)
-            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
-            .field("database_url", &self.database_url)
-            .field("server_pid", &self.server_pid)
-            .field("idle_jobs", &self.idle_jobs)
-            .field("idle_seconds", &self.idle_seconds)
-            .field("burst_jobs", &self.burst_jobs)
-            .field("workers", &self.workers)
-            .field("image", &self.image)
-            .field("skip_idle", &self.skip_idle)
-            .field("skip_burst", &self.skip_burst)
-            .finish()
-    }
-}
-
 /// What every section uses.
 struct Ctx {
     api: Api,
@@ -113,7 +96,7 @@ struct Ctx {
 /// Runs the sections the options ask for against the server at `url` and prints their figures.
 pub async fn run(
     url: &str,
-    token: Option<String>,
+    token: Option<Secret>,
     opts: &ExternalBenchOptions,
     out: &mut impl Write,
 ) -> Result<()> {
@@ -153,14 +136,14 @@ pub async fn run(
 struct Api {
     http: reqwest::Client,
     base: String,
-    token: String,
+    token: Secret,
 }
 
 impl Api {
     /// Uses `token`, or mints one with `--username`/`--password`, and checks it with `/me`.
     async fn connect(
         url: &str,
-        token: Option<String>,
+        token: Option<Secret>,
         opts: &ExternalBenchOptions,
     ) -> Result<Self> {
         let http = reqwest::Client::builder()
@@ -170,14 +153,13 @@ impl Api {
         let token = match (token, &opts.username, &opts.password) {
             (Some(t), _, _) => t,
             (None, Some(username), Some(password)) => {
-                let body =
-                    json!({ "username": username, "password": password, "name": "bench-external" });
+                let body = json!({ "username": username, "password": password.expose(), "name": "bench-external" });
                 let resp = http.post(format!("{base}/tokens")).json(&body).send().await;
                 let created = answer(resp, "minting a token").await?;
                 created["token"]
                     .as_str()
                     .context("POST /tokens answered without a token")?
-                    .to_string()
+                    .into()
             }
             _ => bail!("give --token (or GPUQ_TOKEN), or --username and --password of an admin"),
         };
@@ -190,13 +172,13 @@ impl Api {
     fn get(&self, path: &str) -> reqwest::RequestBuilder {
         self.http
             .get(format!("{}{path}", self.base))
-            .bearer_auth(&self.token)
+            .bearer_auth(self.token.expose())
     }
 
     fn post(&self, path: &str) -> reqwest::RequestBuilder {
         self.http
             .post(format!("{}{path}", self.base))
-            .bearer_auth(&self.token)
+            .bearer_auth(self.token.expose())
     }
 
     /// Submits one job and returns its id.
