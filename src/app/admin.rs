@@ -10,19 +10,25 @@ use crate::api::{
     SetGpuState, SetNodeState, UpdateUser,
 };
 use crate::model::{
-    GpuState, JobNetwork, LaunchPolicy, NodeState, Role, UserView, VolumeRule, VramEnforcement,
+    AppError, DashboardView, GpuState, JobNetwork, LaunchPolicy, NodeState, NodeView, Role,
+    UserView, VolumeRule, VramEnforcement,
 };
 use leptos::prelude::*;
 use leptos_meta::Title;
 
 /// `/admin`
+///
+/// The page's data is fetched here, once per page, not inside [`SignedIn`]'s page: server-side
+/// rendering may run that closure more than once (see the job page). A non-admin's fetches are
+/// refused or unused, and never shown.
 #[component]
 pub fn AdminPage() -> impl IntoView {
+    let data = AdminData::new();
     view! {
         <Title text="Admin · gpuq" />
-        <SignedIn page=|me| {
+        <SignedIn page=move |me| {
             if me.role.at_least(Role::Admin) {
-                view! { <Cards /> <Nodes /> <Users me /> <Policy /> }.into_any()
+                view! { <Cards data /> <Nodes data /> <Users me data /> <Policy data /> }.into_any()
             } else {
                 view! { <p class="card error" role="alert">"This page is for admins."</p> }.into_any()
             }
@@ -30,18 +36,88 @@ pub fn AdminPage() -> impl IntoView {
     }
 }
 
+type Fetched<T> = Resource<Result<T, AppError>>;
+
+/// The admin page's actions and what they change: each section refetches after its own actions
+/// (cards and nodes also on every live event).
+#[derive(Clone, Copy)]
+struct AdminData {
+    set_gpu: ServerAction<SetGpuState>,
+    gpus: Fetched<DashboardView>,
+    set_node: ServerAction<SetNodeState>,
+    forget_node: ServerAction<ForgetNode>,
+    nodes: Fetched<Vec<NodeView>>,
+    create_user: ServerAction<CreateUser>,
+    update_user: ServerAction<UpdateUser>,
+    users: Fetched<Vec<UserView>>,
+    save_policy: ServerAction<SaveLaunchPolicy>,
+    policy: Fetched<LaunchPolicy>,
+}
+
+impl AdminData {
+    fn new() -> Self {
+        let live = use_live();
+        let set_gpu = ServerAction::<SetGpuState>::new();
+        let gpus = Resource::new(
+            move || (live.get(), set_gpu.version().get()),
+            |_| dashboard(),
+        );
+        let set_node = ServerAction::<SetNodeState>::new();
+        let forget_node = ServerAction::<ForgetNode>::new();
+        let nodes = Resource::new(
+            move || {
+                (
+                    live.get(),
+                    set_node.version().get(),
+                    forget_node.version().get(),
+                )
+            },
+            |_| list_nodes(),
+        );
+        let create_user = ServerAction::<CreateUser>::new();
+        let update_user = ServerAction::<UpdateUser>::new();
+        let users = Resource::new(
+            move || (create_user.version().get(), update_user.version().get()),
+            |_| list_users(),
+        );
+        let save_policy = ServerAction::<SaveLaunchPolicy>::new();
+        // Read again after a save that succeeded (the form then shows what is stored), never after
+        // a refused one: the form, rebuilt from the stored policy, would throw away what the admin
+        // is correcting.
+        let saved = RwSignal::new(0u64);
+        Effect::new(move |_| {
+            if let Some(Ok(_)) = save_policy.value().get() {
+                saved.update(|n| *n += 1);
+            }
+        });
+        let policy = Resource::new(move || saved.get(), |_| get_launch_policy());
+        AdminData {
+            set_gpu,
+            gpus,
+            set_node,
+            forget_node,
+            nodes,
+            create_user,
+            update_user,
+            users,
+            save_policy,
+            policy,
+        }
+    }
+}
+
 #[component]
-fn Cards() -> impl IntoView {
-    let live = use_live();
-    let set = ServerAction::<SetGpuState>::new();
-    let data = Resource::new(move || (live.get(), set.version().get()), |_| dashboard());
+fn Cards(data: AdminData) -> impl IntoView {
+    let AdminData {
+        set_gpu: set, gpus, ..
+    } = data;
     view! {
         <section class="card">
             <h1>"Admin"</h1>
             <h2>"GPUs"</h2>
             <p class="muted">"A draining card runs its jobs out and admits nothing new; an offline card is not counted at all."</p>
             {move || action_error(set.value().get())}
-            {loaded(data, move |d| view! {
+            {loaded(gpus, move |d| view! {
                 <table id="gpu-states">
                     {column_heads(["Card", "Node", "Jobs", "State"])}
                     <tbody>
@@ -82,21 +158,20 @@ fn Cards() -> impl IntoView {
 /// The nodes sharing this database: state, heartbeat age, version, cards and running jobs, with
 /// drain / undrain and (for a lost node) forget.
 #[component]
-fn Nodes() -> impl IntoView {
-    let live = use_live();
-    let set = ServerAction::<SetNodeState>::new();
-    let forget = ServerAction::<ForgetNode>::new();
-    let data = Resource::new(
-        move || (live.get(), set.version().get(), forget.version().get()),
-        |_| list_nodes(),
-    );
+fn Nodes(data: AdminData) -> impl IntoView {
+    let AdminData {
+        set_node: set,
+        forget_node: forget,
+        nodes,
+        ..
+    } = data;
     view! {
         <section class="card">
             <h2>"Nodes"</h2>
             <p class="muted">"A drained node runs its jobs out and takes no new ones. A lost node has stopped heartbeating: its jobs keep their cards and are not started elsewhere; forget it only if it is not coming back (its jobs then end failed, node_lost)."</p>
             {move || action_error(set.value().get())}
             {move || action_error(forget.value().get())}
-            {loaded(data, move |list| table_or_note("node-states", ["Node", "State", "Heartbeat", "Version", "Cards", "Running", ""], list, move |n| {
+            {loaded(nodes, move |list| table_or_note("node-states", ["Node", "State", "Heartbeat", "Version", "Cards", "Running", ""], list, move |n| {
                 let name = n.name.clone();
                 let action = match n.state {
                     NodeState::Up => {
@@ -129,13 +204,13 @@ fn Nodes() -> impl IntoView {
 }
 
 #[component]
-fn Users(me: UserView) -> impl IntoView {
-    let create = ServerAction::<CreateUser>::new();
-    let update = ServerAction::<UpdateUser>::new();
-    let users = Resource::new(
-        move || (create.version().get(), update.version().get()),
-        |_| list_users(),
-    );
+fn Users(me: UserView, data: AdminData) -> impl IntoView {
+    let AdminData {
+        create_user: create,
+        update_user: update,
+        users,
+        ..
+    } = data;
     let created = move || {
         create.value().get().and_then(|r| r.ok()).map(
             |u| view! { <p role="status">{format!("Created {} ({}).", u.username, u.role)}</p> },
@@ -212,18 +287,12 @@ fn UserTable(list: Vec<UserView>, me: UserView, update: ServerAction<UpdateUser>
 }
 
 #[component]
-fn Policy() -> impl IntoView {
-    let save = ServerAction::<SaveLaunchPolicy>::new();
-    // Read again after a save that succeeded (the form then shows what is stored), never after a
-    // refused one: the form, rebuilt from the stored policy, would throw away what the admin is
-    // correcting.
-    let saved = RwSignal::new(0u64);
-    Effect::new(move |_| {
-        if let Some(Ok(_)) = save.value().get() {
-            saved.update(|n| *n += 1);
-        }
-    });
-    let policy = Resource::new(move || saved.get(), |_| get_launch_policy());
+fn Policy(data: AdminData) -> impl IntoView {
+    let AdminData {
+        save_policy: save,
+        policy,
+        ..
+    } = data;
     view! {
         <section class="card">
             <h2>"Launch policy"</h2>

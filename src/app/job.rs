@@ -30,24 +30,14 @@ pub fn JobPage() -> impl IntoView {
     let cancel = ServerAction::<CancelJob>::new();
     let detail = Resource::new(
         move || (id(), live.get(), cancel.version().get()),
-        |(id, ..)| async move {
-            match id {
-                Some(id) => get_job_detail(id).await.map(Some),
-                None => Ok(None),
-            }
-        },
+        |(id, ..)| for_job(id, get_job_detail),
     );
     // The log follows while the job runs: every second, and on every live event.
     let log_tick = RwSignal::new(0u64);
     follow(log_tick);
     let log = Resource::new(
         move || (id(), live.get(), log_tick.get()),
-        |(id, ..)| async move {
-            match id {
-                Some(id) => job_log(id, 200).await,
-                None => Ok(String::new()),
-            }
-        },
+        |(id, ..)| for_job(id, |id| job_log(id, 200)),
     );
     view! {
         <Title text="Job · gpuq" />
@@ -58,11 +48,23 @@ pub fn JobPage() -> impl IntoView {
     }
 }
 
+/// What `fetch` reads about the job at `id`. An address that holds no job id is refused here
+/// without asking the server; the page says "Not a job id." instead of drawing the refusal.
+async fn for_job<T, F: std::future::Future<Output = Result<T, AppError>>>(
+    id: Option<Uuid>,
+    fetch: impl FnOnce(Uuid) -> F,
+) -> Result<T, AppError> {
+    match id {
+        Some(id) => fetch(id).await,
+        None => Err(AppError::invalid("id", "not a job id")),
+    }
+}
+
 type Fetched<T> = Resource<Result<T, AppError>>;
 
 #[component]
 fn JobView(
-    detail: Fetched<Option<JobDetail>>,
+    detail: Fetched<JobDetail>,
     log: Fetched<String>,
     cancel: ServerAction<CancelJob>,
 ) -> impl IntoView {
@@ -70,8 +72,7 @@ fn JobView(
         <Transition fallback=|| view! { <p class="card">"Loading…"</p> }>
             {move || Suspend::new(async move {
                 match detail.await {
-                    Ok(Some(d)) => view! { <Detail d cancel /> }.into_any(),
-                    Ok(None) => view! { <p class="card error">"Not a job id."</p> }.into_any(),
+                    Ok(d) => view! { <Detail d cancel /> }.into_any(),
                     Err(e) => view! { <p class="card error">{e.to_string()}</p> }.into_any(),
                 }
             })}

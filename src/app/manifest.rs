@@ -21,11 +21,43 @@ use leptos_meta::Title;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// `/manifest`
+///
+/// The edits, the manifest and the observed peaks live here, once per page, not inside
+/// [`SignedIn`]'s page: server-side rendering may run that closure more than once (see the job
+/// page).
 #[component]
 pub fn ManifestPage() -> impl IntoView {
+    let live = use_live();
+    let edits = Edits::new();
+    // Until a pass has seen the newest edit, look again every second.
+    let tick = RwSignal::new(0u64);
+    let data = Resource::new(
+        move || {
+            (
+                live.get(),
+                tick.get(),
+                edits.save.version().get(),
+                edits.rename.version().get(),
+                edits.delete.version().get(),
+                edits.apply.version().get(),
+            )
+        },
+        |_| get_manifest_state(),
+    );
+    let learned = Resource::new(
+        move || {
+            (
+                live.get(),
+                edits.save.version().get(),
+                edits.apply.version().get(),
+            )
+        },
+        |_| get_manifest_suggestions(),
+    );
+    poll_until_applied(data, tick);
     view! {
         <Title text="Manifest · gpuq" />
-        <SignedIn page=|me| view! { <Manifest me /> } />
+        <SignedIn page=move |me| view! { <Manifest me edits data learned /> } />
     }
 }
 
@@ -157,36 +189,13 @@ impl Edits {
 }
 
 #[component]
-fn Manifest(me: UserView) -> impl IntoView {
+fn Manifest(
+    me: UserView,
+    edits: Edits,
+    data: Resource<Result<ManifestState, AppError>>,
+    learned: Resource<Result<ManifestSuggestions, AppError>>,
+) -> impl IntoView {
     let admin = me.role.at_least(Role::Admin);
-    let live = use_live();
-    let edits = Edits::new();
-    // Until a pass has seen the newest edit, look again every second.
-    let tick = RwSignal::new(0u64);
-    let data = Resource::new(
-        move || {
-            (
-                live.get(),
-                tick.get(),
-                edits.save.version().get(),
-                edits.rename.version().get(),
-                edits.delete.version().get(),
-                edits.apply.version().get(),
-            )
-        },
-        |_| get_manifest_state(),
-    );
-    let learned = Resource::new(
-        move || {
-            (
-                live.get(),
-                edits.save.version().get(),
-                edits.apply.version().get(),
-            )
-        },
-        |_| get_manifest_suggestions(),
-    );
-    poll_until_applied(data, tick);
     view! {
         <section class="card">
             <h1>"Manifest"</h1>

@@ -4,17 +4,22 @@
 use super::gate::SignedIn;
 use super::widgets::{number_input, text_area, text_input};
 use crate::api::{get_manifest, PreviewJob, SubmitJob};
-use crate::model::{AppError, Preview};
+use crate::model::{AppError, ManifestView, Preview};
 use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::use_navigate;
 
 /// `/submit`
+///
+/// The manifest (for the workload type choices) is fetched here, once per page, not inside
+/// [`SignedIn`]'s page: server-side rendering may run that closure more than once (see the job
+/// page).
 #[component]
 pub fn SubmitPage() -> impl IntoView {
+    let manifest = Resource::new(|| (), |_| get_manifest());
     view! {
         <Title text="Submit · gpuq" />
-        <SignedIn page=|_| view! { <SubmitForm /> } />
+        <SignedIn page=move |_| view! { <SubmitForm manifest /> } />
     }
 }
 
@@ -176,11 +181,10 @@ fn shown_by_a_field(field: &str) -> bool {
 }
 
 #[component]
-fn SubmitForm() -> impl IntoView {
+fn SubmitForm(manifest: Resource<Result<ManifestView, AppError>>) -> impl IntoView {
     let f = Fields::new();
     let preview = ServerAction::<PreviewJob>::new();
     let submit = ServerAction::<SubmitJob>::new();
-    let manifest = Resource::new(|| (), |_| get_manifest());
     let navigate = use_navigate();
     Effect::new(move |_| {
         if let Some(Ok(ack)) = submit.value().get() {

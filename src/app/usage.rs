@@ -10,18 +10,23 @@ use super::alert::loaded;
 use super::gate::SignedIn;
 use super::widgets::column_heads;
 use crate::api::usage_report;
-use crate::model::{CardSeries, Role, UsageReport, UsageTotal, UsageView, WaitStats};
+use crate::model::{AppError, CardSeries, Role, UsageReport, UsageTotal, UsageView, WaitStats};
 use leptos::prelude::*;
 use leptos_meta::Title;
 
 /// `/usage`
+///
+/// The range and the report live here, once per page, not inside [`SignedIn`]'s page: server-side
+/// rendering may run that closure more than once (see the job page). Below a manager, the fetch is
+/// refused and never shown.
 #[component]
 pub fn UsagePage() -> impl IntoView {
+    let range = Range::new();
     view! {
         <Title text="Usage · gpuq" />
-        <SignedIn page=|me| {
+        <SignedIn page=move |me| {
             if me.role.at_least(Role::Manager) {
-                view! { <Usage /> }.into_any()
+                view! { <Usage range /> }.into_any()
             } else {
                 view! {
                     <section class="card">
@@ -44,17 +49,44 @@ const PRESETS: [(&str, &str); 4] = [
     ("-7d", "Last 7 days"),
 ];
 
+/// The range shown (`from`, `to`: relative like `-24h`, or UTC date-times; an empty `to` is now)
+/// and the report for it, fetched again on a change of range or a press of Refresh.
+#[derive(Clone, Copy)]
+struct Range {
+    from: RwSignal<String>,
+    to: RwSignal<String>,
+    refresh: RwSignal<u32>,
+    data: Resource<Result<UsageView, AppError>>,
+}
+
+impl Range {
+    fn new() -> Self {
+        let from = RwSignal::new("-24h".to_owned());
+        let to = RwSignal::new(String::new());
+        let refresh = RwSignal::new(0u32);
+        let data = Resource::new(
+            move || (from.get(), to.get(), refresh.get()),
+            |(f, t, _)| usage_report(f, t),
+        );
+        Range {
+            from,
+            to,
+            refresh,
+            data,
+        }
+    }
+}
+
 #[component]
-fn Usage() -> impl IntoView {
-    let from = RwSignal::new("-24h".to_owned());
-    let to = RwSignal::new(String::new());
-    let refresh = RwSignal::new(0u32);
+fn Usage(range: Range) -> impl IntoView {
+    let Range {
+        from,
+        to,
+        refresh,
+        data,
+    } = range;
     let draft_from = RwSignal::new(String::new());
     let draft_to = RwSignal::new(String::new());
-    let data = Resource::new(
-        move || (from.get(), to.get(), refresh.get()),
-        |(f, t, _)| usage_report(f, t),
-    );
     let csv = move |file: &str| csv_href(file, &from.get(), &to.get());
     let apply = move |ev: leptos::ev::SubmitEvent| {
         ev.prevent_default();
