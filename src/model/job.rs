@@ -66,13 +66,14 @@ impl JobStatus {
     }
 }
 
-/// A card granted to a job.
+/// A card granted to a job. On the server a grant row is read straight into it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema, sqlx::FromRow))]
 pub struct AssignedGpu {
     /// NVML-style id (`GPU-…`).
     pub uuid: String,
     /// Device index on its node.
+    #[cfg_attr(feature = "ssr", sqlx(rename = "idx", try_from = "i32"))]
     pub index: u32,
     /// Model name.
     pub model: String,

@@ -1,6 +1,6 @@
 //! Repository for jobs and their reservations.
 
-use crate::model::{JobStatus, JobView, QUEUE_ORDER_SQL};
+use crate::model::{AssignedGpu, JobStatus, JobView, QUEUE_ORDER_SQL};
 use serde_json::Value;
 use sqlx::{FromRow, PgExecutor, QueryBuilder};
 use uuid::Uuid;
@@ -199,35 +199,23 @@ pub async fn list(db: &mut sqlx::PgConnection, f: &JobFilter) -> sqlx::Result<(V
     Ok((rows, total))
 }
 
-/// A card held (or once held) by a job.
+/// A card held (or once held) by a job, with what the job was seen to use on it.
 #[derive(Debug, Clone, FromRow)]
 pub struct GrantRow {
     /// Job.
     pub job_id: Uuid,
-    /// Card.
-    pub gpu_uuid: Uuid,
-    /// Device index.
-    pub idx: i32,
-    /// Model.
-    pub model: String,
-    /// Reserved MiB.
-    pub vram_mib: i64,
-    /// Observed now (`job_vram`), when read.
-    pub used_mib: Option<i64>,
-    /// Observed peak, when read.
-    pub peak_mib: Option<i64>,
-    /// NVML accounting's peak, when known.
-    pub accounting_peak_mib: Option<i64>,
-    /// Stayed over its commitment at some point.
-    pub over_commitment: bool,
+    /// The card as the job's view shows it.
+    #[sqlx(flatten)]
+    pub gpu: AssignedGpu,
 }
 
 /// The cards of these jobs (live or released: the history of a finished job keeps them), with
 /// what the job was seen to use on each.
 pub async fn grants_of(db: impl PgExecutor<'_>, jobs: &[Uuid]) -> sqlx::Result<Vec<GrantRow>> {
     sqlx::query_as(
-        "SELECT r.job_id, r.gpu_uuid, g.idx, g.model, r.vram_mib, v.used_mib, v.peak_mib, \
-                v.accounting_peak_mib, v.warned_at IS NOT NULL AS over_commitment \
+        // `'GPU-' || uuid` is `model::gpu_id`'s form.
+        "SELECT r.job_id, 'GPU-' || r.gpu_uuid AS uuid, g.idx, g.model, r.vram_mib, v.used_mib, \
+                v.peak_mib, v.accounting_peak_mib, v.warned_at IS NOT NULL AS over_commitment \
          FROM reservations r JOIN gpus g ON g.uuid = r.gpu_uuid \
          LEFT JOIN job_vram v ON v.job_id = r.job_id AND v.gpu_uuid = r.gpu_uuid \
          WHERE r.job_id = ANY($1) ORDER BY r.job_id, g.idx",

@@ -2,7 +2,7 @@
 //! dry run of the planner over the current state.
 
 use crate::model::spec::RawJobSpec;
-use crate::model::{gpu_id, queue_key, AppError, AssignedGpu, JobPage, JobStatus, JobView};
+use crate::model::{queue_key, AppError, JobPage, JobStatus, JobView};
 use crate::server::admission::pass;
 use crate::server::auth::CurrentUser;
 use crate::server::db::jobs::{self, GrantRow, JobFilter, JobRow, JobSort};
@@ -188,19 +188,7 @@ fn to_view(
     let mut view = JobView {
         env: Some(raw.env.unwrap_or_default()),
         volumes: raw.volumes.unwrap_or_default(),
-        assigned_gpus: grants
-            .into_iter()
-            .map(|g| AssignedGpu {
-                uuid: gpu_id(&g.gpu_uuid),
-                index: g.idx as u32,
-                model: g.model,
-                vram_mib: g.vram_mib,
-                used_mib: g.used_mib,
-                peak_mib: g.peak_mib,
-                accounting_peak_mib: g.accounting_peak_mib,
-                over_commitment: g.over_commitment,
-            })
-            .collect(),
+        assigned_gpus: grants.into_iter().map(|g| g.gpu).collect(),
         queue_position: wait.map(|w| w.0),
         wait_reason: wait.map(|w| w.1.clone()),
         ..r.job
