@@ -39,13 +39,14 @@ pub struct RunnerBenchOptions {
 pub async fn runner(pool: &PgPool, opts: &RunnerBenchOptions, out: &mut impl Write) -> Result<()> {
     super::db::ensure_scratch(pool).await?;
     let caller = super::db::bench_member(pool, "bench-runner").await?;
-    let card = gpus::Observed {
+    let card = crate::server::gpu::GpuInfo {
         uuid: crate::server::gpu::sim_uuid(NODE, 0, "bench", 24576),
         index: 0,
         model: "bench".into(),
         total_mib: 24576,
         used_mib: None,
         external_mib: None,
+        utilization_pct: None,
         simulated: true,
     };
     let mut tx = pool.begin().await?;

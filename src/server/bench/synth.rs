@@ -2,7 +2,7 @@
 //! planner-only figures and the Postgres figures describe the same workload.
 
 use crate::server::admission::planner::{Card, Need, PlanInput, QueuedJob};
-use crate::server::db::gpus::Observed;
+use crate::server::gpu::GpuInfo;
 use std::collections::BTreeMap;
 use uuid::Uuid;
 
@@ -175,8 +175,8 @@ pub(super) fn planner_input(queued_jobs: usize, cards: usize, seed: u64) -> Plan
 }
 
 /// The database cluster: `cards` empty simulated cards by node name, eight per node.
-pub(super) fn db_nodes(cards: usize) -> Vec<(String, Vec<Observed>)> {
-    let mut nodes: Vec<(String, Vec<Observed>)> = Vec::new();
+pub(super) fn db_nodes(cards: usize) -> Vec<(String, Vec<GpuInfo>)> {
+    let mut nodes: Vec<(String, Vec<GpuInfo>)> = Vec::new();
     for i in 0..cards {
         let node = i / CARDS_PER_NODE;
         if i % CARDS_PER_NODE == 0 {
@@ -184,13 +184,14 @@ pub(super) fn db_nodes(cards: usize) -> Vec<(String, Vec<Observed>)> {
         }
         let (model, total) = MODELS[node % MODELS.len()];
         if let Some((_, list)) = nodes.last_mut() {
-            list.push(Observed {
+            list.push(GpuInfo {
                 uuid: Uuid::from_u128(0xBE4C_0000_0000 + i as u128),
                 index: (i % CARDS_PER_NODE) as u32,
                 model: model.to_owned(),
                 total_mib: total,
                 used_mib: Some(0),
                 external_mib: Some(0),
+                utilization_pct: None,
                 simulated: true,
             });
         }
@@ -200,12 +201,12 @@ pub(super) fn db_nodes(cards: usize) -> Vec<(String, Vec<Observed>)> {
 
 /// Round `round` of the nodes section: `count` nodes of [`CARDS_PER_NODE`] empty cards each,
 /// named and numbered apart from every other round's and from [`db_nodes`]'.
-pub(super) fn round_nodes(round: usize, count: usize) -> Vec<(String, Vec<Observed>)> {
+pub(super) fn round_nodes(round: usize, count: usize) -> Vec<(String, Vec<GpuInfo>)> {
     (0..count)
         .map(|node| {
             let (model, total) = MODELS[node % MODELS.len()];
             let cards = (0..CARDS_PER_NODE)
-                .map(|index| Observed {
+                .map(|index| GpuInfo {
                     uuid: Uuid::from_u128(
                         0xBE4D_0000_0000
                             + ((round * 1_000 + node) * CARDS_PER_NODE + index) as u128,
@@ -215,6 +216,7 @@ pub(super) fn round_nodes(round: usize, count: usize) -> Vec<(String, Vec<Observ
                     total_mib: total,
                     used_mib: Some(0),
                     external_mib: Some(0),
+                    utilization_pct: None,
                     simulated: true,
                 })
                 .collect();

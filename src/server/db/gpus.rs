@@ -2,6 +2,7 @@
 
 use super::nodes::NODE_STATE_SQL;
 use crate::model::{GpuHolder, GpuState, NodeState};
+use crate::server::gpu::GpuInfo;
 use chrono::{DateTime, Utc};
 use sqlx::{FromRow, PgExecutor, Postgres, Transaction};
 use uuid::Uuid;
@@ -91,33 +92,14 @@ pub async fn get(db: impl PgExecutor<'_>, uuid: Uuid) -> sqlx::Result<Option<Gpu
     .await
 }
 
-/// A card as the inventory observed it.
-#[derive(Debug, Clone)]
-pub struct Observed {
-    /// Key.
-    pub uuid: Uuid,
-    /// Device index.
-    pub index: u32,
-    /// Model name.
-    pub model: String,
-    /// Physical memory.
-    pub total_mib: i64,
-    /// Observed use, when known.
-    pub used_mib: Option<i64>,
-    /// Foreign use, when observed (simulated cards keep the value set through the API).
-    pub external_mib: Option<i64>,
-    /// Simulated card.
-    pub simulated: bool,
-}
-
-/// Upserts this node's cards and marks the node's cards that were not observed missing (never
+/// Upserts this node's cards as the inventory observed them and marks the node's cards that were not observed missing (never
 /// deleted: a card may hold reservations). The admin's state (online, draining, offline) is never
 /// touched here: it holds until an admin changes it. Returns whether anything the scheduler cares
 /// about changed (a new card, a card gone or back, a change in size or foreign use).
 pub async fn sync_node(
     tx: &mut Transaction<'_, Postgres>,
     node: &str,
-    observed: &[Observed],
+    observed: &[GpuInfo],
 ) -> sqlx::Result<bool> {
     let mut changed = false;
     for o in observed {

@@ -109,18 +109,6 @@ pub async fn refresh_with(
             return Err(anyhow::Error::new(e).context("reading the GPU inventory"));
         }
     };
-    let observed: Vec<gpus::Observed> = cards
-        .into_iter()
-        .map(|c| gpus::Observed {
-            uuid: c.uuid,
-            index: c.index,
-            model: c.model,
-            total_mib: c.total_mib,
-            used_mib: c.used_mib,
-            external_mib: c.external_mib,
-            simulated: c.simulated,
-        })
-        .collect();
     let skipped: Vec<gpus::SkippedRow> = inventory
         .skipped()
         .into_iter()
@@ -133,7 +121,7 @@ pub async fn refresh_with(
         })
         .collect();
     let mut tx = pool.begin().await?;
-    let mut changed = gpus::sync_node(&mut tx, node, &observed)
+    let mut changed = gpus::sync_node(&mut tx, node, &cards)
         .await
         .context("writing the GPU inventory")?;
     changed |= gpus::sync_skipped(&mut tx, node, &skipped)
