@@ -39,6 +39,12 @@ fn input(cards: Vec<Card>, queue: Vec<QueuedJob>) -> PlanInput {
     }
 }
 
+/// `c` with `mib` already reserved by running jobs.
+fn busy(mut c: Card, mib: i64) -> Card {
+    c.reserved_mib = mib;
+    c
+}
+
 fn per_model(entries: &[(&str, i64)]) -> Need {
     Need::PerModel(entries.iter().map(|(m, v)| (m.to_string(), *v)).collect())
 }
@@ -55,6 +61,14 @@ fn granted(p: &Plan, id: u128) -> Vec<(Uuid, i64)> {
 fn reason(p: &Plan, id: u128) -> &WaitReason {
     let w = p.waiting.iter().find(|w| w.job_id == Uuid::from_u128(id));
     &w.expect("job should wait").reason
+}
+
+/// Why `job`, alone in the queue, waits for `cards`.
+fn lone_wait(cards: Vec<Card>, job: QueuedJob) -> WaitReason {
+    let id = job.id;
+    let p = plan(&input(cards, vec![job]));
+    let w = p.waiting.into_iter().find(|w| w.job_id == id);
+    w.expect("job should wait").reason
 }
 
 #[test]
@@ -113,8 +127,10 @@ fn priority_first_and_skip_and_continue() {
 
 #[test]
 fn exclusive_takes_whole_idle_card_and_blocks_sharing() {
-    let mut cards = vec![card("a", 0, RTX, 24_000), card("a", 1, RTX, 24_000)];
-    cards[0].reserved_mib = 1_000;
+    let mut cards = vec![
+        busy(card("a", 0, RTX, 24_000), 1_000),
+        card("a", 1, RTX, 24_000),
+    ];
     cards[1].external_mib = 4_000;
     let mut ex = job(1, Need::Fixed(8_000), 1);
     ex.exclusive = true;
@@ -143,49 +159,49 @@ fn exclusive_takes_whole_idle_card_and_blocks_sharing() {
 
 #[test]
 fn single_card_wait_message() {
-    let mut cards = vec![card("a", 0, A100, 81_920), card("a", 1, RTX, 24_576)];
-    cards[0].reserved_mib = 80_000;
-    cards[1].reserved_mib = 12_288;
+    let cards = vec![
+        busy(card("a", 0, A100, 81_920), 80_000),
+        busy(card("a", 1, RTX, 24_576), 12_288),
+    ];
     let need = per_model(&[(RTX, 20_480), (A100, 20_480)]);
-    let p = plan(&input(cards, vec![job(1, need, 1)]));
     assert_eq!(
-        reason(&p, 1).message(),
+        lone_wait(cards, job(1, need, 1)).message(),
         "needs 20480 MiB on 1 card; best free: 12288 MiB on GPU 1 (NVIDIA GeForce RTX 3090, node a)"
     );
 }
 
 #[test]
 fn multi_card_wait_message() {
-    let mut cards = vec![
+    let cards = vec![
         card("a", 0, RTX, 24_000),
-        card("a", 1, RTX, 24_000),
+        busy(card("a", 1, RTX, 24_000), 20_000),
         card("b", 0, RTX, 24_000),
     ];
-    cards[1].reserved_mib = 20_000;
-    let p = plan(&input(cards, vec![job(1, Need::Fixed(8_000), 2)]));
     assert_eq!(
-        reason(&p, 1).message(),
+        lone_wait(cards, job(1, Need::Fixed(8_000), 2)).message(),
         "needs 2 cards with 8000 MiB each on one node; best: 1 such card on node a"
     );
 }
 
 #[test]
 fn no_eligible_model_message() {
-    let mut cards = vec![card("a", 0, RTX, 24_000), card("a", 1, A100, 80_000)];
-    cards[1].online = false;
-    let p = plan(&input(cards, vec![job(1, per_model(&[(A100, 1_000)]), 1)]));
-    assert_eq!(reason(&p, 1), &WaitReason::NoEligibleCard);
+    let mut a100 = card("a", 1, A100, 80_000);
+    a100.online = false;
+    let cards = vec![card("a", 0, RTX, 24_000), a100];
+    let reason = lone_wait(cards, job(1, per_model(&[(A100, 1_000)]), 1));
+    assert_eq!(reason, WaitReason::NoEligibleCard);
     assert_eq!(
-        reason(&p, 1).message(),
+        reason.message(),
         "no card of a model this workload runs on is online"
     );
 }
 
 #[test]
 fn starving_job_holds_cards_against_later_jobs_only() {
-    let mut cards = vec![card("a", 0, RTX, 24_000), card("a", 1, RTX, 24_000)];
-    cards[0].reserved_mib = 20_000;
-    cards[1].reserved_mib = 10_000;
+    let cards = vec![
+        busy(card("a", 0, RTX, 24_000), 20_000),
+        busy(card("a", 1, RTX, 24_000), 10_000),
+    ];
     let mut early = job(1, Need::Fixed(4_000), 1);
     early.priority = 9;
     let mut starving = job(2, Need::Fixed(20_000), 1);
