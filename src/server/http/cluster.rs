@@ -1,9 +1,10 @@
 //! REST routes for cards, the manifest and the launch policy.
 
+use super::caller::Admin;
 use super::error::ErrorBody;
 use super::{ApiError, ApiJson};
 use crate::model::{
-    parse_gpu_id, AppError, GpuList, LaunchPolicy, ManifestState, ManifestView, Role, WorkloadView,
+    parse_gpu_id, AppError, GpuList, LaunchPolicy, ManifestState, ManifestView, WorkloadView,
 };
 use crate::server::admin;
 use crate::server::auth::CurrentUser;
@@ -62,11 +63,10 @@ pub(super) struct SimPut {
 #[utoipa::path(put, path = "/api/v1/gpus/{uuid}/sim", tag = "gpus", security(("bearer" = [])), params(("uuid" = String, Path, description = "GPU-…")), request_body = SimPut, responses((status = 204), (status = 400, description = "invalid input; `field` names it", body = ErrorBody), (status = 401, description = "not signed in", body = ErrorBody), (status = 409, description = "not a simulated card", body = ErrorBody)))]
 pub(super) async fn put_sim(
     State(state): State<AppState>,
-    user: CurrentUser,
+    Admin(user): Admin,
     Path(uuid): Path<String>,
     ApiJson(body): ApiJson<SimPut>,
 ) -> Result<StatusCode, ApiError> {
-    user.require(Role::Admin)?;
     let card = card_id(&uuid)?;
     if body.external_mib.is_none() && body.job_used_mib.is_none() {
         return Err(
@@ -91,11 +91,10 @@ pub(super) struct GpuPatch {
 #[utoipa::path(patch, path = "/api/v1/gpus/{uuid}", tag = "gpus", security(("bearer" = [])), params(("uuid" = String, Path, description = "GPU-…")), request_body = GpuPatch, responses((status = 204), (status = 400, description = "invalid input; `field` names it", body = ErrorBody), (status = 401, description = "not signed in", body = ErrorBody)))]
 pub(super) async fn patch_gpu(
     State(state): State<AppState>,
-    user: CurrentUser,
+    Admin(user): Admin,
     Path(uuid): Path<String>,
     ApiJson(body): ApiJson<GpuPatch>,
 ) -> Result<StatusCode, ApiError> {
-    user.require(Role::Admin)?;
     gpu_views::set_state(&state, &user, card_id(&uuid)?, &body.state).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -111,11 +110,10 @@ pub(super) async fn get_manifest(
 #[utoipa::path(put, path = "/api/v1/manifest/{workload}", tag = "manifest", security(("bearer" = [])), params(("workload" = String, Path)), request_body = WorkloadPut, responses((status = 200, body = WorkloadView), (status = 400, description = "invalid input; `field` names it", body = ErrorBody), (status = 401, description = "not signed in", body = ErrorBody), (status = 403, body = ErrorBody)))]
 pub(super) async fn put_workload(
     State(state): State<AppState>,
-    user: CurrentUser,
+    Admin(user): Admin,
     Path(name): Path<String>,
     ApiJson(body): ApiJson<WorkloadPut>,
 ) -> Result<Json<WorkloadView>, ApiError> {
-    user.require(Role::Admin)?;
     Ok(Json(manifest::put(&state, &user, &name, &body).await?))
 }
 
@@ -129,11 +127,10 @@ pub(super) struct WorkloadRename {
 #[utoipa::path(post, path = "/api/v1/manifest/{workload}/rename", tag = "manifest", security(("bearer" = [])), params(("workload" = String, Path)), request_body = WorkloadRename, responses((status = 200, body = WorkloadView), (status = 400, description = "invalid input; `field` names it", body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, description = "the new name is taken", body = ErrorBody)))]
 pub(super) async fn rename_workload(
     State(state): State<AppState>,
-    user: CurrentUser,
+    Admin(user): Admin,
     Path(name): Path<String>,
     ApiJson(body): ApiJson<WorkloadRename>,
 ) -> Result<Json<WorkloadView>, ApiError> {
-    user.require(Role::Admin)?;
     Ok(Json(
         admin::rename_workload(&state, &user, &name, &body.to).await?,
     ))
@@ -152,10 +149,9 @@ pub(super) async fn manifest_history(
 #[utoipa::path(delete, path = "/api/v1/manifest/{workload}", tag = "manifest", security(("bearer" = [])), params(("workload" = String, Path)), responses((status = 204), (status = 404, body = ErrorBody)))]
 pub(super) async fn delete_workload(
     State(state): State<AppState>,
-    user: CurrentUser,
+    Admin(user): Admin,
     Path(name): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    user.require(Role::Admin)?;
     manifest::delete(&state, &user, &name).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -171,9 +167,8 @@ pub(super) async fn get_policy(
 #[utoipa::path(put, path = "/api/v1/settings/launch-policy", tag = "settings", security(("bearer" = [])), request_body = LaunchPolicy, responses((status = 200, body = LaunchPolicy), (status = 400, description = "invalid input; `field` names it", body = ErrorBody), (status = 401, description = "not signed in", body = ErrorBody), (status = 403, body = ErrorBody)))]
 pub(super) async fn put_policy(
     State(state): State<AppState>,
-    user: CurrentUser,
+    Admin(user): Admin,
     ApiJson(policy): ApiJson<LaunchPolicy>,
 ) -> Result<Json<LaunchPolicy>, ApiError> {
-    user.require(Role::Admin)?;
     Ok(Json(admin::save_policy(&state, &user, &policy).await?))
 }

@@ -1,8 +1,9 @@
 //! REST routes for nodes: the list for signed-in users, drain/undrain and forget for admins.
 
+use super::caller::Admin;
 use super::error::ErrorBody;
 use super::{ApiError, ApiJson};
-use crate::model::{NodeView, Role};
+use crate::model::NodeView;
 use crate::server::auth::CurrentUser;
 use crate::server::nodes;
 use crate::server::AppState;
@@ -42,11 +43,10 @@ pub(super) struct NodePatch {
 #[utoipa::path(patch, path = "/api/v1/nodes/{name}", tag = "nodes", security(("bearer" = [])), params(("name" = String, Path)), request_body = NodePatch, responses((status = 204), (status = 400, description = "invalid input; `field` names it", body = ErrorBody), (status = 401, description = "not signed in", body = ErrorBody), (status = 403, description = "not an admin", body = ErrorBody), (status = 404, description = "no such node", body = ErrorBody)))]
 pub(super) async fn patch_node(
     State(state): State<AppState>,
-    user: CurrentUser,
+    Admin(user): Admin,
     Path(name): Path<String>,
     ApiJson(body): ApiJson<NodePatch>,
 ) -> Result<StatusCode, ApiError> {
-    user.require(Role::Admin)?;
     nodes::set_state(&state.pool, &user, &name, &body.state).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -65,10 +65,9 @@ pub(super) struct Forgotten {
 #[utoipa::path(delete, path = "/api/v1/nodes/{name}", tag = "nodes", security(("bearer" = [])), params(("name" = String, Path)), responses((status = 200, body = Forgotten), (status = 401, description = "not signed in", body = ErrorBody), (status = 403, description = "not an admin", body = ErrorBody), (status = 404, description = "no such node", body = ErrorBody), (status = 409, description = "the node is not lost", body = ErrorBody)))]
 pub(super) async fn forget_node(
     State(state): State<AppState>,
-    user: CurrentUser,
+    Admin(user): Admin,
     Path(name): Path<String>,
 ) -> Result<Json<Forgotten>, ApiError> {
-    user.require(Role::Admin)?;
     let jobs_failed = nodes::forget(&state.pool, &user, &name).await?;
     Ok(Json(Forgotten {
         node: name,

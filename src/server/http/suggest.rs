@@ -1,8 +1,9 @@
 //! REST routes of the learning manifest: the observed peaks and suggested needs, and applying one.
 
+use super::caller::Admin;
 use super::error::ErrorBody;
 use super::{ApiError, ApiJson};
-use crate::model::{ManifestSuggestions, Role, WorkloadView};
+use crate::model::{ManifestSuggestions, WorkloadView};
 use crate::server::auth::CurrentUser;
 use crate::server::manifest::suggest;
 use crate::server::AppState;
@@ -44,10 +45,9 @@ pub(super) struct ApplySuggestion {
 #[utoipa::path(post, path = "/api/v1/manifest/suggestions/apply", tag = "manifest", security(("bearer" = [])), request_body = ApplySuggestion, responses((status = 200, description = "the workload type as it is now", body = WorkloadView), (status = 400, description = "no suggestion for that pair; `field` names it", body = ErrorBody), (status = 401, description = "not signed in", body = ErrorBody), (status = 403, description = "not an admin", body = ErrorBody), (status = 404, description = "no such workload type", body = ErrorBody)))]
 pub(super) async fn apply(
     State(state): State<AppState>,
-    user: CurrentUser,
+    Admin(user): Admin,
     ApiJson(body): ApiJson<ApplySuggestion>,
 ) -> Result<Json<WorkloadView>, ApiError> {
-    user.require(Role::Admin)?;
     Ok(Json(
         suggest::apply(&state, &user, &body.workload, &body.gpu_model).await?,
     ))

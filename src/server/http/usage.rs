@@ -1,9 +1,9 @@
 //! REST routes for usage: the report as JSON and the CSV exports (managers and admins).
 
+use super::caller::Manager;
 use super::error::ErrorBody;
 use super::ApiError;
-use crate::model::{AppError, Role, UsageReport};
-use crate::server::auth::CurrentUser;
+use crate::model::{AppError, UsageReport};
 use crate::server::error::OrInternal;
 use crate::server::usage::{self, csv, Range};
 use crate::server::AppState;
@@ -60,10 +60,9 @@ impl RangeQuery {
 #[utoipa::path(get, path = "/api/v1/usage", tag = "usage", security(("bearer" = [])), params(RangeQuery), responses((status = 200, body = UsageReport), (status = 400, description = "invalid range; `field` names it", body = ErrorBody), (status = 401, description = "not signed in", body = ErrorBody), (status = 403, description = "managers and admins only", body = ErrorBody)))]
 pub(super) async fn report(
     State(state): State<AppState>,
-    user: CurrentUser,
+    _user: Manager,
     query: Result<Query<RangeQuery>, QueryRejection>,
 ) -> Result<Json<UsageReport>, ApiError> {
-    user.require(Role::Manager)?;
     let q = RangeQuery::read(query)?;
     Ok(Json(
         usage::report(
@@ -79,19 +78,19 @@ pub(super) async fn report(
 #[utoipa::path(get, path = "/api/v1/usage/samples.csv", tag = "usage", security(("bearer" = [])), params(RangeQuery), responses((status = 200, description = "one row per card sample, with a header row; unknown figures are empty", content_type = "text/csv", body = String), (status = 400, description = "invalid range; `field` names it", body = ErrorBody), (status = 403, description = "managers and admins only", body = ErrorBody)))]
 pub(super) async fn samples_csv(
     State(state): State<AppState>,
-    user: CurrentUser,
+    _user: Manager,
     query: Result<Query<RangeQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
-    export(state, user, query, "gpu-samples", csv::samples).await
+    export(state, query, "gpu-samples", csv::samples).await
 }
 
 #[utoipa::path(get, path = "/api/v1/usage/jobs.csv", tag = "usage", security(("bearer" = [])), params(RangeQuery), responses((status = 200, description = "one row per job that ran in the range: waits, run hours, GPU-hours and VRAM GiB-hours within the range", content_type = "text/csv", body = String), (status = 400, description = "invalid range; `field` names it", body = ErrorBody), (status = 403, description = "managers and admins only", body = ErrorBody)))]
 pub(super) async fn jobs_csv(
     State(state): State<AppState>,
-    user: CurrentUser,
+    _user: Manager,
     query: Result<Query<RangeQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
-    export(state, user, query, "gpu-jobs", |pool, range| {
+    export(state, query, "gpu-jobs", |pool, range| {
         csv::jobs(pool, range, Utc::now())
     })
     .await
@@ -100,7 +99,6 @@ pub(super) async fn jobs_csv(
 /// A CSV export (managers and admins) of the range asked for, streamed as a download.
 async fn export<S>(
     state: AppState,
-    user: CurrentUser,
     query: Result<Query<RangeQuery>, QueryRejection>,
     stem: &str,
     rows: impl FnOnce(sqlx::PgPool, Range) -> S,
@@ -108,7 +106,6 @@ async fn export<S>(
 where
     S: futures_util::Stream<Item = Result<String, std::io::Error>> + Send + 'static,
 {
-    user.require(Role::Manager)?;
     let range = RangeQuery::read(query)?.range(&state).await?;
     let body = Body::from_stream(rows(state.pool.clone(), range));
     Ok(attachment(stem, range, body))

@@ -1,6 +1,6 @@
 //! REST API v1 for scripts and the CLI: tokens, the caller, users.
 
-use super::caller::ConnectInfoOpt;
+use super::caller::{Admin, ConnectInfoOpt};
 use super::error::ErrorBody;
 use super::{ApiError, ApiJson};
 use crate::model::{AppError, CreatedToken, Role, TokenView, UserView};
@@ -101,9 +101,8 @@ pub(super) async fn revoke_token(
 #[utoipa::path(get, path = "/api/v1/users", tag = "users", security(("bearer" = [])), responses((status = 200, body = [UserView]), (status = 403, body = ErrorBody)))]
 pub(super) async fn list_users(
     State(state): State<AppState>,
-    user: CurrentUser,
+    _user: Admin,
 ) -> Result<Json<Vec<UserView>>, ApiError> {
-    user.require(Role::Admin)?;
     Ok(Json(admin::list_users(&state).await?))
 }
 
@@ -118,10 +117,9 @@ pub(super) struct NewUser {
 #[utoipa::path(post, path = "/api/v1/users", tag = "users", security(("bearer" = [])), request_body = NewUser, responses((status = 201, body = UserView), (status = 400, description = "invalid input; `field` names it", body = ErrorBody), (status = 401, description = "not signed in", body = ErrorBody), (status = 403, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub(super) async fn create_user(
     State(state): State<AppState>,
-    user: CurrentUser,
+    Admin(user): Admin,
     ApiJson(req): ApiJson<NewUser>,
 ) -> Result<(StatusCode, Json<UserView>), ApiError> {
-    user.require(Role::Admin)?;
     let view = admin::create_user(&state, &user, &req.username, req.role, &req.password).await?;
     Ok((StatusCode::CREATED, Json(view)))
 }
@@ -143,11 +141,10 @@ pub(super) struct UserPatch {
 #[utoipa::path(patch, path = "/api/v1/users/{id}", tag = "users", security(("bearer" = [])), params(("id" = Uuid, Path)), request_body = UserPatch, responses((status = 204), (status = 400, description = "invalid input; `field` names it", body = ErrorBody), (status = 401, description = "not signed in", body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, description = "`job_uid` belongs to another user", body = ErrorBody)))]
 pub(super) async fn update_user(
     State(state): State<AppState>,
-    user: CurrentUser,
+    Admin(user): Admin,
     Path(id): Path<Uuid>,
     ApiJson(req): ApiJson<UserPatch>,
 ) -> Result<StatusCode, ApiError> {
-    user.require(Role::Admin)?;
     admin::set_job_ids(&state, &user, id, req.job_uid, req.job_gid).await?;
     admin::update_user(&state, &user, id, req.role, req.disabled).await?;
     Ok(StatusCode::NO_CONTENT)
