@@ -20,15 +20,50 @@ use leptos_meta::Title;
 ///
 /// The page's data is fetched here, once per page, not inside [`SignedIn`]'s page: server-side
 /// rendering may run that closure more than once (see the job page). A non-admin's fetches are
-/// refused or unused, and never shown.
+/// refused or unused, and never shown. Each section refetches after its own actions (cards and
+/// nodes also on every live event).
 #[component]
 pub fn AdminPage() -> impl IntoView {
-    let data = AdminData::new();
+    let live = use_live();
+    let set_gpu = ServerAction::<SetGpuState>::new();
+    let gpus = Resource::new(
+        move || (live.get(), set_gpu.version().get()),
+        |_| dashboard(),
+    );
+    let set_node = ServerAction::<SetNodeState>::new();
+    let forget = ServerAction::<ForgetNode>::new();
+    let nodes = Resource::new(
+        move || (live.get(), set_node.version().get(), forget.version().get()),
+        |_| list_nodes(),
+    );
+    let create = ServerAction::<CreateUser>::new();
+    let update = ServerAction::<UpdateUser>::new();
+    let users = Resource::new(
+        move || (create.version().get(), update.version().get()),
+        |_| list_users(),
+    );
+    let save = ServerAction::<SaveLaunchPolicy>::new();
+    // Read again after a save that succeeded (the form then shows what is stored), never after a
+    // refused one: the form, rebuilt from the stored policy, would throw away what the admin is
+    // correcting.
+    let saved = RwSignal::new(0u64);
+    Effect::new(move |_| {
+        if let Some(Ok(_)) = save.value().get() {
+            saved.update(|n| *n += 1);
+        }
+    });
+    let policy = Resource::new(move || saved.get(), |_| get_launch_policy());
     view! {
         <Title text="Admin · gpuq" />
         <SignedIn page=move |me| {
             if me.role.at_least(Role::Admin) {
-                view! { <Cards data /> <Nodes data /> <Users me data /> <Policy data /> }.into_any()
+                view! {
+                    <Cards set=set_gpu gpus />
+                    <Nodes set=set_node forget nodes />
+                    <Users me create update users />
+                    <Policy save policy />
+                }
+                .into_any()
             } else {
                 view! { <p class="card error" role="alert">"This page is for admins."</p> }.into_any()
             }
@@ -38,79 +73,8 @@ pub fn AdminPage() -> impl IntoView {
 
 type Fetched<T> = Resource<Result<T, AppError>>;
 
-/// The admin page's actions and what they change: each section refetches after its own actions
-/// (cards and nodes also on every live event).
-#[derive(Clone, Copy)]
-struct AdminData {
-    set_gpu: ServerAction<SetGpuState>,
-    gpus: Fetched<DashboardView>,
-    set_node: ServerAction<SetNodeState>,
-    forget_node: ServerAction<ForgetNode>,
-    nodes: Fetched<Vec<NodeView>>,
-    create_user: ServerAction<CreateUser>,
-    update_user: ServerAction<UpdateUser>,
-    users: Fetched<Vec<UserView>>,
-    save_policy: ServerAction<SaveLaunchPolicy>,
-    policy: Fetched<LaunchPolicy>,
-}
-
-impl AdminData {
-    fn new() -> Self {
-        let live = use_live();
-        let set_gpu = ServerAction::<SetGpuState>::new();
-        let gpus = Resource::new(
-            move || (live.get(), set_gpu.version().get()),
-            |_| dashboard(),
-        );
-        let set_node = ServerAction::<SetNodeState>::new();
-        let forget_node = ServerAction::<ForgetNode>::new();
-        let nodes = Resource::new(
-            move || {
-                (
-                    live.get(),
-                    set_node.version().get(),
-                    forget_node.version().get(),
-                )
-            },
-            |_| list_nodes(),
-        );
-        let create_user = ServerAction::<CreateUser>::new();
-        let update_user = ServerAction::<UpdateUser>::new();
-        let users = Resource::new(
-            move || (create_user.version().get(), update_user.version().get()),
-            |_| list_users(),
-        );
-        let save_policy = ServerAction::<SaveLaunchPolicy>::new();
-        // Read again after a save that succeeded (the form then shows what is stored), never after
-        // a refused one: the form, rebuilt from the stored policy, would throw away what the admin
-        // is correcting.
-        let saved = RwSignal::new(0u64);
-        Effect::new(move |_| {
-            if let Some(Ok(_)) = save_policy.value().get() {
-                saved.update(|n| *n += 1);
-            }
-        });
-        let policy = Resource::new(move || saved.get(), |_| get_launch_policy());
-        AdminData {
-            set_gpu,
-            gpus,
-            set_node,
-            forget_node,
-            nodes,
-            create_user,
-            update_user,
-            users,
-            save_policy,
-            policy,
-        }
-    }
-}
-
 #[component]
-fn Cards(data: AdminData) -> impl IntoView {
-    let AdminData {
-        set_gpu: set, gpus, ..
-    } = data;
+fn Cards(set: ServerAction<SetGpuState>, gpus: Fetched<DashboardView>) -> impl IntoView {
     view! {
         <section class="card">
             <h1>"Admin"</h1>
@@ -158,13 +122,11 @@ fn Cards(data: AdminData) -> impl IntoView {
 /// The nodes sharing this database: state, heartbeat age, version, cards and running jobs, with
 /// drain / undrain and (for a lost node) forget.
 #[component]
-fn Nodes(data: AdminData) -> impl IntoView {
-    let AdminData {
-        set_node: set,
-        forget_node: forget,
-        nodes,
-        ..
-    } = data;
+fn Nodes(
+    set: ServerAction<SetNodeState>,
+    forget: ServerAction<ForgetNode>,
+    nodes: Fetched<Vec<NodeView>>,
+) -> impl IntoView {
     view! {
         <section class="card">
             <h2>"Nodes"</h2>
@@ -204,13 +166,12 @@ fn Nodes(data: AdminData) -> impl IntoView {
 }
 
 #[component]
-fn Users(me: UserView, data: AdminData) -> impl IntoView {
-    let AdminData {
-        create_user: create,
-        update_user: update,
-        users,
-        ..
-    } = data;
+fn Users(
+    me: UserView,
+    create: ServerAction<CreateUser>,
+    update: ServerAction<UpdateUser>,
+    users: Fetched<Vec<UserView>>,
+) -> impl IntoView {
     let created = move || {
         create.value().get().and_then(|r| r.ok()).map(
             |u| view! { <p role="status">{format!("Created {} ({}).", u.username, u.role)}</p> },
@@ -287,12 +248,7 @@ fn UserTable(list: Vec<UserView>, me: UserView, update: ServerAction<UpdateUser>
 }
 
 #[component]
-fn Policy(data: AdminData) -> impl IntoView {
-    let AdminData {
-        save_policy: save,
-        policy,
-        ..
-    } = data;
+fn Policy(save: ServerAction<SaveLaunchPolicy>, policy: Fetched<LaunchPolicy>) -> impl IntoView {
     view! {
         <section class="card">
             <h2>"Launch policy"</h2>

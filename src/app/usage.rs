@@ -21,12 +21,20 @@ use leptos_meta::Title;
 /// refused and never shown.
 #[component]
 pub fn UsagePage() -> impl IntoView {
-    let range = Range::new();
+    // The range shown (relative like `-24h`, or UTC date-times; an empty `to` is now), and the
+    // report for it, fetched again on a change of range or a press of Refresh.
+    let from = RwSignal::new("-24h".to_owned());
+    let to = RwSignal::new(String::new());
+    let refresh = RwSignal::new(0u32);
+    let data = Resource::new(
+        move || (from.get(), to.get(), refresh.get()),
+        |(f, t, _)| usage_report(f, t),
+    );
     view! {
         <Title text="Usage · gpuq" />
         <SignedIn page=move |me| {
             if me.role.at_least(Role::Manager) {
-                view! { <Usage range /> }.into_any()
+                view! { <Usage from to refresh data /> }.into_any()
             } else {
                 view! {
                     <section class="card">
@@ -49,42 +57,13 @@ const PRESETS: [(&str, &str); 4] = [
     ("-7d", "Last 7 days"),
 ];
 
-/// The range shown (`from`, `to`: relative like `-24h`, or UTC date-times; an empty `to` is now)
-/// and the report for it, fetched again on a change of range or a press of Refresh.
-#[derive(Clone, Copy)]
-struct Range {
+#[component]
+fn Usage(
     from: RwSignal<String>,
     to: RwSignal<String>,
     refresh: RwSignal<u32>,
     data: Resource<Result<UsageView, AppError>>,
-}
-
-impl Range {
-    fn new() -> Self {
-        let from = RwSignal::new("-24h".to_owned());
-        let to = RwSignal::new(String::new());
-        let refresh = RwSignal::new(0u32);
-        let data = Resource::new(
-            move || (from.get(), to.get(), refresh.get()),
-            |(f, t, _)| usage_report(f, t),
-        );
-        Range {
-            from,
-            to,
-            refresh,
-            data,
-        }
-    }
-}
-
-#[component]
-fn Usage(range: Range) -> impl IntoView {
-    let Range {
-        from,
-        to,
-        refresh,
-        data,
-    } = range;
+) -> impl IntoView {
     let draft_from = RwSignal::new(String::new());
     let draft_to = RwSignal::new(String::new());
     let csv = move |file: &str| csv_href(file, &from.get(), &to.get());
