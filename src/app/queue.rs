@@ -70,6 +70,12 @@ impl Filters {
             jobs,
         }
     }
+
+    /// Sets one filter; the list starts again at its first page.
+    fn refine<T: Send + Sync + 'static>(self, filter: RwSignal<T>, value: T) {
+        filter.set(value);
+        self.page.set(1);
+    }
 }
 
 /// The status filter's choices: the `status` query value and its label.
@@ -82,33 +88,24 @@ const STATUS_FILTERS: [(&str, &str); 4] = [
 
 #[component]
 fn Queue(me: UserView, filters: Filters) -> impl IntoView {
-    let Filters {
-        status,
-        owner,
-        mine,
-        sort,
-        page,
-        cancel,
-        jobs,
-    } = filters;
     view! {
         <section class="card">
             <h1>"Jobs"</h1>
             <form class="row filters" on:submit=|ev| ev.prevent_default()>
                 <div class="field">
                     <label for="filter-status">"Status"</label>
-                    <select id="filter-status" on:change=move |ev| { status.set(event_target_value(&ev)); page.set(1); }>
+                    <select id="filter-status" on:change=move |ev| filters.refine(filters.status, event_target_value(&ev))>
                         {STATUS_FILTERS.into_iter().map(|(v, l)| view! { <option value=v>{l}</option> }).collect_view()}
                     </select>
                 </div>
                 <div class="field">
                     <label for="filter-owner">"Owner"</label>
-                    <input id="filter-owner" type="text" prop:value=move || owner.get()
-                        on:change=move |ev| { owner.set(event_target_value(&ev)); page.set(1); } />
+                    <input id="filter-owner" type="text" prop:value=move || filters.owner.get()
+                        on:change=move |ev| filters.refine(filters.owner, event_target_value(&ev)) />
                 </div>
                 <div class="field">
                     <label for="filter-sort">"Sort"</label>
-                    <select id="filter-sort" on:change=move |ev| { sort.set(event_target_value(&ev)); page.set(1); }>
+                    <select id="filter-sort" on:change=move |ev| filters.refine(filters.sort, event_target_value(&ev))>
                         <option value="newest">"newest first"</option>
                         <option value="oldest">"oldest first"</option>
                         <option value="queue">"queue order (priority, then age)"</option>
@@ -117,14 +114,14 @@ fn Queue(me: UserView, filters: Filters) -> impl IntoView {
                 </div>
                 <div class="field checkbox">
                     <label>
-                        <input id="filter-mine" type="checkbox" prop:checked=move || mine.get()
-                            on:change=move |ev| { mine.set(event_target_checked(&ev)); page.set(1); } />
+                        <input id="filter-mine" type="checkbox" prop:checked=move || filters.mine.get()
+                            on:change=move |ev| filters.refine(filters.mine, event_target_checked(&ev)) />
                         " Only mine"
                     </label>
                 </div>
             </form>
-            {move || action_error(cancel.value().get())}
-            {loaded(jobs, move |p| view! { <Table p me=me.clone() cancel page /> })}
+            {move || action_error(filters.cancel.value().get())}
+            {loaded(filters.jobs, move |p| view! { <Table p me=me.clone() cancel=filters.cancel page=filters.page /> })}
         </section>
     }
 }
