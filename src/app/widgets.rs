@@ -65,11 +65,7 @@ pub fn text_input(
     hint: &'static str,
     value: RwSignal<String>,
 ) -> impl IntoView {
-    let input = view! {
-        <input id=id type="text" placeholder=hint prop:value=move || value.get()
-            on:input=move |ev| value.set(event_target_value(&ev)) />
-    };
-    labelled(id, label, input)
+    bound_input(id, label, "text", Some(hint), None, value)
 }
 
 /// A labelled text area of `rows` lines bound to `value`.
@@ -93,8 +89,21 @@ pub fn number_input(
     min: &'static str,
     value: RwSignal<String>,
 ) -> impl IntoView {
+    bound_input(id, label, "number", None, Some(min), value)
+}
+
+/// A labelled `<input>` of type `kind` bound to `value`, with a `placeholder` and a `min` where
+/// given.
+fn bound_input(
+    id: &'static str,
+    label: &'static str,
+    kind: &'static str,
+    placeholder: Option<&'static str>,
+    min: Option<&'static str>,
+    value: RwSignal<String>,
+) -> impl IntoView {
     let input = view! {
-        <input id=id type="number" min=min prop:value=move || value.get()
+        <input id=id type=kind placeholder=placeholder min=min prop:value=move || value.get()
             on:input=move |ev| value.set(event_target_value(&ev)) />
     };
     labelled(id, label, input)
