@@ -199,11 +199,17 @@ fn SubmitForm(manifest: Resource<Result<ManifestView, AppError>>) -> impl IntoVi
             _ => None,
         },
     };
-    let field_error = move |prefix: &'static str| {
+    // The error about any of `fields` (one line: there is one error at a time), under the form
+    // field or row of fields it is about.
+    let field_error = move |fields: &'static [&'static str]| {
         move || match error() {
-            Some(AppError::Invalid { field, message }) if belongs_to(&field, prefix) => Some(
-                view! { <p class="field-error" role="alert">{format!("{field}: {message}")}</p> },
-            ),
+            Some(AppError::Invalid { field, message })
+                if fields.iter().any(|p| belongs_to(&field, p)) =>
+            {
+                Some(
+                    view! { <p class="field-error" role="alert">{format!("{field}: {message}")}</p> },
+                )
+            }
             _ => None,
         }
     };
@@ -234,11 +240,11 @@ fn SubmitForm(manifest: Resource<Result<ManifestView, AppError>>) -> impl IntoVi
             <h1>"Submit a job"</h1>
             <form on:submit=on_submit on:change=on_change>
                 {text_input("image", "Image", "registry/name:tag", f.image)}
-                {field_error("image")}
+                {field_error(&["image"])}
                 {text_input("command", "Command", "python train.py --epochs 3", f.command)}
-                {field_error("command")}
+                {field_error(&["command"])}
                 {text_input("name", "Name (optional)", "", f.name)}
-                {field_error("name")}
+                {field_error(&["name"])}
                 <div class="row">
                     {number_input("gpus", "GPUs", "0", f.gpus)}
                     <div class="field">
@@ -260,19 +266,16 @@ fn SubmitForm(manifest: Resource<Result<ManifestView, AppError>>) -> impl IntoVi
                     </div>
                     {number_input("vram", "VRAM per card (MiB)", "1", f.vram)}
                 </div>
-                {field_error("gpu_count")}
-                {field_error("workload")}
-                {field_error("min_vram_mb")}
+                {field_error(&["gpu_count", "workload", "min_vram_mb"])}
                 {text_area("env", "Environment (KEY=value per line)", "3", f.env)}
-                {field_error("env")}
+                {field_error(&["env"])}
                 {text_area("volumes", "Volumes (host:container[:ro] per line)", "2", f.volumes)}
-                {field_error("volumes")}
+                {field_error(&["volumes"])}
                 <div class="row">
                     {text_input("timeout", "Timeout (s)", "default", f.timeout)}
                     {text_input("priority", "Priority (-100…100)", "0", f.priority)}
                 </div>
-                {field_error("timeout_s")}
-                {field_error("priority")}
+                {field_error(&["timeout_s", "priority"])}
                 <div aria-live="polite" id="preview">{verdict}</div>
                 {other_error}
                 <button type="submit" disabled=move || submit.pending().get()>"Submit"</button>
