@@ -163,6 +163,28 @@ impl Edits {
         RwSignal::from(sig)
     }
 
+    /// Saves a row as drafted, its cells checked here first: a cell that is not a number is the
+    /// row's `error`, and nothing is sent.
+    fn save_row(
+        &self,
+        name: String,
+        description: RwSignal<String>,
+        cells: &[(String, RwSignal<String>)],
+        error: RwSignal<String>,
+    ) {
+        match needs(cells) {
+            Ok(vram_mib) => {
+                error.set(String::new());
+                self.save.dispatch(SaveWorkload {
+                    name,
+                    description: description.get_untracked(),
+                    vram_mib,
+                });
+            }
+            Err(e) => error.set(e),
+        }
+    }
+
     fn touch(&self, row: &str) {
         if !self.dirty.with_untracked(|d| d.contains(row)) {
             self.dirty.update(|d| {
@@ -465,6 +487,21 @@ fn row_needs<'a>(
     Ok(out)
 }
 
+/// A VRAM cell an admin types into: a whole number of MiB, kept in the row's draft `value`;
+/// `touch` marks the row as being edited.
+fn mib_cell(
+    label: String,
+    value: RwSignal<String>,
+    touch: impl Fn() + Send + Sync + 'static,
+) -> impl IntoView {
+    view! {
+        <td>
+            <input type="number" min="1" step="1" inputmode="numeric" aria-label=label
+                prop:value=move || value.get() on:input=move |ev| { touch(); value.set(event_target_value(&ev)); } />
+        </td>
+    }
+}
+
 #[component]
 fn Row(w: WorkloadView, models: Vec<String>, admin: bool, edits: Edits) -> impl IntoView {
     let name = w.name.clone();
@@ -491,13 +528,7 @@ fn Row(w: WorkloadView, models: Vec<String>, admin: bool, edits: Edits) -> impl 
             let label = format!("VRAM MiB for {} on {}", w.name, model);
             let touch = touch.clone();
             if admin {
-                view! {
-                    <td>
-                        <input type="number" min="1" step="1" inputmode="numeric" aria-label=label
-                            prop:value=move || value.get() on:input=move |ev| { touch(); value.set(event_target_value(&ev)); } />
-                    </td>
-                }
-                .into_any()
+                mib_cell(label, value, touch).into_any()
             } else {
                 view! { <td>{move || value.get()}</td> }.into_any()
             }
@@ -506,17 +537,7 @@ fn Row(w: WorkloadView, models: Vec<String>, admin: bool, edits: Edits) -> impl 
     let save = {
         let cells = cells.clone();
         let name = name.clone();
-        move |_| match needs(&cells) {
-            Ok(vram_mib) => {
-                local_error.set(String::new());
-                edits.save.dispatch(SaveWorkload {
-                    name: name.clone(),
-                    description: description.get_untracked(),
-                    vram_mib,
-                });
-            }
-            Err(e) => local_error.set(e),
-        }
+        move |_| edits.save_row(name.clone(), description, &cells, local_error)
     };
     let rename = {
         let name = name.clone();
@@ -589,26 +610,14 @@ fn AddRow(models: Vec<String>, edits: Edits) -> impl IntoView {
     let inputs = cells
         .iter()
         .map(|(model, value)| {
-            let value = *value;
-            view! {
-                <td>
-                    <input type="number" min="1" step="1" inputmode="numeric" aria-label=format!("VRAM MiB for the new type on {model}")
-                        prop:value=move || value.get() on:input=move |ev| { touch(); value.set(event_target_value(&ev)); } />
-                </td>
-            }
+            mib_cell(
+                format!("VRAM MiB for the new type on {model}"),
+                *value,
+                touch,
+            )
         })
         .collect_view();
-    let add = move |_| match needs(&cells) {
-        Ok(vram_mib) => {
-            local_error.set(String::new());
-            edits.save.dispatch(SaveWorkload {
-                name: name.get_untracked(),
-                description: description.get_untracked(),
-                vram_mib,
-            });
-        }
-        Err(e) => local_error.set(e),
-    };
+    let add = move |_| edits.save_row(name.get_untracked(), description, &cells, local_error);
     view! {
         <tr class="new">
             <th scope="row">
