@@ -3,7 +3,7 @@
 //! Jobs are submitted through the API, then finished and given `job_vram` records in SQL (what
 //! the runner and the sampler would have written).
 
-use crate::support::{TestApp, PASSWORD};
+use crate::support::{Reply, TestApp, PASSWORD};
 use serde_json::{json, Value};
 use sqlx::PgPool;
 use uuid::Uuid;
@@ -72,6 +72,15 @@ impl Learn {
         .await
         .unwrap();
         id
+    }
+
+    /// `POST /api/v1/manifest/suggestions/apply` as `bearer`: `workload`'s need on `model`
+    /// becomes the suggestion.
+    async fn apply(&self, bearer: &str, workload: &str, model: &str) -> Reply {
+        let body = json!({ "workload": workload, "gpu_model": model });
+        self.app
+            .post_json("/api/v1/manifest/suggestions/apply", bearer, body)
+            .await
     }
 
     async fn suggestions(&self, bearer: &str) -> Value {
@@ -182,17 +191,9 @@ async fn raw_declared_jobs_are_grouped_per_image(pool: PgPool) {
 async fn an_applied_suggestion_is_an_audited_manifest_edit_and_members_cannot_apply(pool: PgPool) {
     let l = setup(pool).await;
     twenty_llm_runs(&l).await;
-    let body = json!({ "workload": "llm", "gpu_model": RTX });
 
     // A member is refused, through the REST API and through the editor's server function.
-    let r = l
-        .app
-        .post_json(
-            "/api/v1/manifest/suggestions/apply",
-            &l.member,
-            body.clone(),
-        )
-        .await;
+    let r = l.apply(&l.member, "llm", RTX).await;
     assert_eq!(r.status, 403, "{}", r.text);
     let cookie = l.app.login("alice", PASSWORD).await;
     let form = "workload=llm&gpu_model=NVIDIA+GeForce+RTX+3090";
@@ -211,32 +212,15 @@ async fn an_applied_suggestion_is_an_audited_manifest_edit_and_members_cannot_ap
     // No suggestion from two records, and none for a pair never observed: 400 naming the field.
     l.observed(llm(), "succeeded", l.a100, 9000, None).await;
     for model in [A100, "NVIDIA H100"] {
-        let r = l
-            .app
-            .post_json(
-                "/api/v1/manifest/suggestions/apply",
-                &l.admin,
-                json!({ "workload": "llm", "gpu_model": model }),
-            )
-            .await;
+        let r = l.apply(&l.admin, "llm", model).await;
         assert_eq!(r.status, 400, "{}", r.text);
         assert_eq!(r.json()["field"], "gpu_model", "{}", r.text);
     }
-    let r = l
-        .app
-        .post_json(
-            "/api/v1/manifest/suggestions/apply",
-            &l.admin,
-            json!({ "workload": "nope", "gpu_model": RTX }),
-        )
-        .await;
+    let r = l.apply(&l.admin, "nope", RTX).await;
     assert_eq!(r.status, 404, "{}", r.text);
 
     // The admin applies it: the RTX need becomes the suggestion, the A100's stays.
-    let r = l
-        .app
-        .post_json("/api/v1/manifest/suggestions/apply", &l.admin, body)
-        .await;
+    let r = l.apply(&l.admin, "llm", RTX).await;
     assert_eq!(r.status, 200, "{}", r.text);
     assert_eq!(r.json()["vram_mib"], json!({ RTX: 20992, A100: 9000 }));
     let manifest = l.app.get("/api/v1/manifest", &l.member).await.json();

@@ -7,7 +7,7 @@
 use crate::support::docker::docker_cli;
 use crate::support::isolation::{container_of, event_kinds};
 use crate::support::nvml::FakeNvml;
-use crate::support::{wait_status, Node, TestApp};
+use crate::support::{cancel_and_wait, wait_status, Node, TestApp};
 use gpuq::model::{gpu_id, Role};
 use gpuq::server::gpu::{self, GpuInventory, GpuMode};
 use gpuq::server::metrics::snapshot;
@@ -43,6 +43,16 @@ async fn setup(pool: PgPool, node: &str) -> Setup {
         member,
         card,
         node,
+    }
+}
+
+impl Setup {
+    /// Cancels the member's jobs still `running` (each must be cancelled) and stops the node.
+    async fn end(self, running: &[Uuid]) {
+        for &id in running {
+            cancel_and_wait(&self.app, &self.member, id).await;
+        }
+        self.node.stop().await;
     }
 }
 
@@ -170,11 +180,7 @@ async fn an_overrunning_job_on_a_short_card_is_stopped_and_its_neighbour_runs_on
         .await
         .iter()
         .any(|k| k.starts_with("vram")));
-    s.app
-        .post(&format!("/api/v1/jobs/{polite}/cancel"), &s.member)
-        .await;
-    wait_status(&s.app, &s.member, polite, &["cancelled"], 30).await;
-    s.node.stop().await;
+    s.end(&[polite]).await;
 }
 
 #[sqlx::test(migrations = false)]
@@ -235,11 +241,7 @@ async fn warn_warns_once_per_spell_and_never_stops(pool: PgPool) {
     };
     assert_eq!(again, 1);
     assert_eq!(card_of(&s, job).await["peak_mib"], 9000);
-    s.app
-        .post(&format!("/api/v1/jobs/{job}/cancel"), &s.member)
-        .await;
-    wait_status(&s.app, &s.member, job, &["cancelled"], 30).await;
-    s.node.stop().await;
+    s.end(&[job]).await;
 }
 
 #[sqlx::test(migrations = false)]
@@ -268,13 +270,7 @@ async fn foreign_memory_and_jobs_within_their_commitment_are_never_stopped(pool:
         (Some(24500), 20000),
         "foreign memory shows and lowers free"
     );
-    for id in [full, small] {
-        s.app
-            .post(&format!("/api/v1/jobs/{id}/cancel"), &s.member)
-            .await;
-        wait_status(&s.app, &s.member, id, &["cancelled"], 30).await;
-    }
-    s.node.stop().await;
+    s.end(&[full, small]).await;
 }
 
 #[sqlx::test(migrations = false)]
@@ -318,11 +314,7 @@ async fn simulated_usage_is_for_admins_and_for_jobs_holding_the_card(pool: PgPoo
         .scalar("SELECT count(*) FROM audit_events WHERE kind = 'gpu.sim_job_usage'")
         .await;
     assert_eq!(audited, 1);
-    s.app
-        .post(&format!("/api/v1/jobs/{job}/cancel"), &s.member)
-        .await;
-    wait_status(&s.app, &s.member, job, &["cancelled"], 30).await;
-    s.node.stop().await;
+    s.end(&[job]).await;
 }
 
 /// The container's main process, as the host sees it.
@@ -388,9 +380,5 @@ async fn real_card_readings_go_to_the_job_by_its_container_cgroup(pool: PgPool) 
     fake.vanish();
     assert!(sampler.round().await.is_err());
     assert_eq!(s.app.job(&s.member, polite).await["status"], "running");
-    s.app
-        .post(&format!("/api/v1/jobs/{polite}/cancel"), &s.member)
-        .await;
-    wait_status(&s.app, &s.member, polite, &["cancelled"], 30).await;
-    s.node.stop().await;
+    s.end(&[polite]).await;
 }
