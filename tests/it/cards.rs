@@ -2,26 +2,16 @@
 //! inventory stops seeing is `missing`, a different state, and gets its admin's state back when
 //! it is seen again.
 
-use crate::support::TestApp;
-use serde_json::{json, Value};
+use crate::support::{one_card_job, rows, text, TestApp};
+use serde_json::json;
 use sqlx::PgPool;
 
 const RTX: &str = "NVIDIA GeForce RTX 3090";
 
-fn one_card_job(name: &str) -> Value {
-    json!({ "image": "gpuq-test/busybox:latest", "command": ["sleep", "1"], "name": name,
-            "min_vram_mb": 20000 })
-}
-
 /// Each card's state, by index.
 async fn states(app: &TestApp, bearer: &str) -> Vec<String> {
     let gpus = app.get("/api/v1/gpus", bearer).await.json();
-    gpus["gpus"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|g| g["state"].as_str().unwrap().to_owned())
-        .collect()
+    rows(&gpus["gpus"], |g| text(g, "state"))
 }
 
 async fn set_state(app: &TestApp, admin: &str, card: uuid::Uuid, state: &str) -> u16 {
@@ -38,12 +28,8 @@ async fn set_state(app: &TestApp, admin: &str, card: uuid::Uuid, state: &str) ->
 
 /// The cards a job holds, by index.
 async fn cards_of(app: &TestApp, bearer: &str, job: uuid::Uuid) -> Vec<u64> {
-    app.job(bearer, job).await["assigned_gpus"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|g| g["index"].as_u64().unwrap())
-        .collect()
+    let v = app.job(bearer, job).await;
+    rows(&v["assigned_gpus"], |g| g["index"].as_u64().unwrap())
 }
 
 #[sqlx::test(migrations = false)]

@@ -3,7 +3,7 @@
 
 use crate::support::docker::docker_cli;
 use crate::support::server::{api_as_admin, get_with, post_job, Serve};
-use crate::support::{ledger_violations, TestApp};
+use crate::support::{ledger_violations, one_card_job, rows, text, text_pairs, TestApp};
 use gpuq::server::nodes::{self, Registered, Registration};
 use serde_json::{json, Value};
 use sqlx::PgPool;
@@ -34,47 +34,17 @@ async fn silence(app: &TestApp, node: &str) {
     .await;
 }
 
-fn one_card_job(name: &str) -> Value {
-    json!({ "image": "gpuq-test/busybox:latest", "command": ["sleep", "1"], "name": name,
-            "min_vram_mb": 20000 })
-}
-
 /// `GET /api/v1/nodes` as `bearer`, by name.
 async fn node_states(app: &TestApp, bearer: &str) -> Vec<(String, String)> {
     let r = app.get("/api/v1/nodes", bearer).await;
     assert_eq!(r.status, 200, "{}", r.text);
-    r.json()
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| {
-            (
-                n["name"].as_str().unwrap().to_owned(),
-                n["state"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect()
-}
-
-/// Each card's (node, state) in a `GET /api/v1/gpus` answer.
-fn node_and_state(gpus: &Value) -> Vec<(String, String)> {
-    gpus["gpus"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|g| {
-            (
-                g["node"].as_str().unwrap().to_owned(),
-                g["state"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect()
+    text_pairs(&r.json(), "name", "state")
 }
 
 /// Each card's (node, shown state).
 async fn card_states(app: &TestApp, bearer: &str) -> Vec<(String, String)> {
     let gpus = app.get("/api/v1/gpus", bearer).await.json();
-    node_and_state(&gpus)
+    text_pairs(&gpus["gpus"], "node", "state")
 }
 
 async fn audit_count(app: &TestApp, kind: &str, subject: &str) -> i64 {
@@ -338,7 +308,7 @@ async fn served_card_states(
 ) -> Vec<(String, String)> {
     let url = format!("{base}/api/v1/gpus");
     let gpus: Value = get_with(client, &url, bearer).await.json().await.unwrap();
-    node_and_state(&gpus)
+    text_pairs(&gpus["gpus"], "node", "state")
 }
 
 #[sqlx::test(migrations = false)]
@@ -356,12 +326,7 @@ async fn a_killed_node_is_withdrawn_within_its_lost_time_and_a_name_taken_over_f
         .json()
         .await
         .unwrap();
-    let states: Vec<&str> = nodes
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| n["state"].as_str().unwrap())
-        .collect();
+    let states = rows(&nodes, |n| text(n, "state"));
     assert_eq!(states, ["up", "up"], "{nodes}");
     a_proc.kill9();
     let killed = std::time::Instant::now();

@@ -3,7 +3,9 @@
 
 use super::{two_cards, A, A100, B, L4};
 use crate::support::nvml::FakeNvml;
-use crate::support::{api_as_admin, database_url, free_port, json_of, start_server, TestApp};
+use crate::support::{
+    api_as_admin, database_url, free_port, json_of, rows, start_server, text, TestApp,
+};
 use gpuq::model::Role;
 use gpuq::server::gpu::{self, GpuInventory};
 use serde_json::Value;
@@ -17,18 +19,9 @@ async fn cards_shown(app: &TestApp, bearer: &str) -> Vec<(String, String, Option
         .api("GET", "/api/v1/gpus", Some(bearer), None)
         .await
         .json();
-    gpus["gpus"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|g| {
-            (
-                g["uuid"].as_str().unwrap().to_owned(),
-                g["state"].as_str().unwrap().to_owned(),
-                g["used_mib"].as_i64(),
-            )
-        })
-        .collect()
+    rows(&gpus["gpus"], |g| {
+        (text(g, "uuid"), text(g, "state"), g["used_mib"].as_i64())
+    })
 }
 
 #[sqlx::test(migrations = false)]
@@ -126,8 +119,8 @@ async fn gpuq_serve_runs_on_the_fake_nvml_end_to_end(pool: PgPool) {
         .iter()
         .map(|g| {
             (
-                g["uuid"].as_str().unwrap().to_owned(),
-                g["model"].as_str().unwrap().to_owned(),
+                text(g, "uuid"),
+                text(g, "model"),
                 g["total_mib"].as_i64().unwrap(),
                 g["used_mib"].as_i64(),
                 g["simulated"].as_bool().unwrap(),
