@@ -35,6 +35,13 @@ fn check<'a>(all: &'a [Value], name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no check {name}: {all:#?}"))
 }
 
+/// Asserts that check `name` has `status` and mentions `about` in its detail.
+fn assert_check(all: &[Value], name: &str, status: &str, about: &str) {
+    let c = check(all, name);
+    assert_eq!(c["status"], status, "{c}");
+    assert!(c["detail"].as_str().unwrap().contains(about), "{c}");
+}
+
 #[sqlx::test(migrations = false)]
 async fn doctor_passes_on_simulated_cards(pool: PgPool) {
     let app = TestApp::new(pool).await;
@@ -78,10 +85,7 @@ async fn doctor_passes_on_simulated_cards(pool: PgPool) {
         .unwrap()
         .clone();
     assert_eq!(cards.len(), 2);
-    assert!(check(&all, "smoke")["detail"]
-        .as_str()
-        .unwrap()
-        .contains("gpuq-sim0"));
+    assert_check(&all, "smoke", "pass", "gpuq-sim0");
     // Every warn and fail says what to do.
     for c in &all {
         if c["status"] != "pass" {
@@ -157,12 +161,7 @@ async fn doctor_changes_nothing_it_checks(pool: PgPool) {
     args.extend(["--database-url", &url, "--listen", &listen]);
     args.extend(["--data-dir", data.to_str().unwrap()]);
     let all = checks(&doctor(&args));
-    let m = check(&all, "migrations");
-    assert_eq!(m["status"], "warn", "{m}");
-    assert!(
-        m["detail"].as_str().unwrap().contains("empty database"),
-        "{m}"
-    );
+    assert_check(&all, "migrations", "warn", "empty database");
     let tables: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM information_schema.tables WHERE table_schema NOT IN ('pg_catalog', 'information_schema')",
     )
@@ -176,12 +175,7 @@ async fn doctor_changes_nothing_it_checks(pool: PgPool) {
     let mut args = common.to_vec();
     args.extend(["--listen", &listen, "--data-dir", data.to_str().unwrap()]);
     let all = checks(&doctor(&args));
-    let pg = check(&all, "postgres");
-    assert_eq!(pg["status"], "warn", "{pg}");
-    assert!(
-        pg["detail"].as_str().unwrap().contains("not created yet"),
-        "{pg}"
-    );
+    assert_check(&all, "postgres", "warn", "not created yet");
     assert!(
         !data.join("pg").exists(),
         "the doctor made an embedded cluster"

@@ -2,7 +2,9 @@
 //! Prometheus text parser and checked against the ledger; the token refuses everyone else; the
 //! Grafana dashboard names only metrics that exist.
 
-use crate::support::{api_as_admin, database_url, free_port, post_job, start_server, TestApp};
+use crate::support::{
+    api_as_admin, database_url, free_port, post_job, start_server, Serve, TestApp,
+};
 use gpuq::model::Role;
 use gpuq::server::runtime::ensure_sim_devices;
 use prometheus_parse::{Scrape, Value as PromValue};
@@ -242,11 +244,9 @@ async fn metrics_agree_with_the_ledger_while_a_job_runs(pool: PgPool) {
 #[sqlx::test(migrations = false)]
 async fn with_a_token_nobody_else_reads_metrics(pool: PgPool) {
     let app = TestApp::new(pool).await;
-    let url = database_url(&app.pool);
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let args = ["--metrics-token", TOKEN];
-    let _server = start_server(&url, port, &dir.path().join("s.log"), &args).await;
+    let serve = Serve::new(&app.pool, &["--metrics-token", TOKEN]);
+    let _server = serve.start("s.log").await;
+    let port = serve.port;
     let member = app.bearer("mallory", Role::Member).await;
     let (client, admin) = api_as_admin(port).await;
     let attempts: Vec<(&str, Option<String>)> = vec![
@@ -286,17 +286,13 @@ async fn with_a_token_nobody_else_reads_metrics(pool: PgPool) {
 #[sqlx::test(migrations = false)]
 async fn metrics_listen_moves_metrics_off_the_main_port(pool: PgPool) {
     let app = TestApp::new(pool).await;
-    let url = database_url(&app.pool);
-    let dir = tempfile::tempdir().unwrap();
-    let (port, mport) = (free_port(), free_port());
-    let at = format!("127.0.0.1:{mport}");
-    let _server = start_server(
-        &url,
-        port,
-        &dir.path().join("s.log"),
-        &["--metrics-listen", &at],
-    )
-    .await;
+    let mport = free_port();
+    let serve = Serve::new(
+        &app.pool,
+        &["--metrics-listen", &format!("127.0.0.1:{mport}")],
+    );
+    let _server = serve.start("s.log").await;
+    let port = serve.port;
     let client = reqwest::Client::new();
     let main = client
         .get(format!("http://127.0.0.1:{port}/metrics"))
@@ -364,11 +360,10 @@ fn dashboard_metrics() -> BTreeSet<String> {
 #[sqlx::test(migrations = false)]
 async fn the_dashboard_queries_only_metrics_that_exist(pool: PgPool) {
     let app = TestApp::new(pool).await;
-    let url = database_url(&app.pool);
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
     let args = ["--gpu-refresh-s", "3600", "--metrics-refresh-ms", "100"];
-    let _server = start_server(&url, port, &dir.path().join("s.log"), &args).await;
+    let serve = Serve::new(&app.pool, &args);
+    let _server = serve.start("s.log").await;
+    let port = serve.port;
     // Simulated cards observe no used memory (unknown, so the series is absent); stand in for an
     // NVML node's observation so every series the dashboard draws is there.
     observe_used(&app.pool, "shared", 1000).await;
