@@ -2,7 +2,7 @@
 //! (create, role, disable) and the launch policy. Every change goes through the same service functions as the REST API.
 
 use super::alert::{action_error, loaded};
-use super::gate::SignedIn;
+use super::gate::SignedInAs;
 use super::live::use_live;
 use super::widgets::{column_heads, number_input, table_or_note, text_area};
 use crate::api::{
@@ -18,7 +18,7 @@ use leptos_meta::Title;
 
 /// `/admin`
 ///
-/// The page's data is fetched here, once per page, not inside [`SignedIn`]'s page: server-side
+/// The page's data is fetched here, once per page, not inside [`SignedInAs`]'s page: server-side
 /// rendering may run that closure more than once (see the job page). A non-admin's fetches are
 /// refused or unused, and never shown. Each section refetches after its own actions (cards and
 /// nodes also on every live event).
@@ -55,19 +55,16 @@ pub fn AdminPage() -> impl IntoView {
     let policy = Resource::new(move || saved.get(), |_| get_launch_policy());
     view! {
         <Title text="Admin · gpuq" />
-        <SignedIn page=move |me| {
-            if me.role.at_least(Role::Admin) {
-                view! {
-                    <Cards set=set_gpu gpus />
-                    <Nodes set=set_node forget nodes />
-                    <Users me create update users />
-                    <Policy save policy />
-                }
-                .into_any()
-            } else {
-                view! { <p class="card error" role="alert">"This page is for admins."</p> }.into_any()
+        <SignedInAs
+            min=Role::Admin
+            page=move |me| view! {
+                <Cards set=set_gpu gpus />
+                <Nodes set=set_node forget nodes />
+                <Users me create update users />
+                <Policy save policy />
             }
-        } />
+            refused=|| view! { <p class="card error" role="alert">"This page is for admins."</p> }
+        />
     }
 }
 
@@ -543,9 +540,8 @@ mod tests {
             whole_number("memory limit", "  "),
             Err("memory limit: `  ` is not a whole number".into())
         );
-        assert!(whole_number("memory limit", "").is_err());
-        assert!(whole_number("memory limit", "1e6").is_err());
-        assert!(whole_number("memory limit", "18446744073709551616").is_err());
-        assert!(whole_number("memory limit", "４").is_err());
+        for bad in ["", "1e6", "18446744073709551616", "４"] {
+            assert!(whole_number("memory limit", bad).is_err(), "{bad:?}");
+        }
     }
 }

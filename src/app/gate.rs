@@ -1,7 +1,7 @@
 //! The one sign-in gate every page goes through.
 
 use crate::api::whoami;
-use crate::model::UserView;
+use crate::model::{Role, UserView};
 use leptos::prelude::*;
 use leptos_router::components::Redirect;
 
@@ -29,6 +29,26 @@ where
             }}
         </Transition>
     }
+}
+
+/// [`SignedIn`] for a page of one role: `page` for users of at least `min`, `refused` for the
+/// others.
+#[component]
+pub fn SignedInAs<F, V, R, W>(min: Role, page: F, refused: R) -> impl IntoView
+where
+    F: Fn(UserView) -> V + Clone + Send + Sync + 'static,
+    V: IntoView + 'static,
+    R: Fn() -> W + Clone + Send + Sync + 'static,
+    W: IntoView + 'static,
+{
+    let page = move |me: UserView| {
+        if me.role.at_least(min) {
+            page(me).into_any()
+        } else {
+            refused().into_any()
+        }
+    };
+    view! { <SignedIn page /> }
 }
 
 /// Marks the page as live once the browser has hydrated it: `<body data-hydrated="/path">`. Tests

@@ -7,7 +7,7 @@
 //! browser bundle has no chart code.
 
 use super::alert::loaded;
-use super::gate::SignedIn;
+use super::gate::SignedInAs;
 use super::widgets::column_heads;
 use crate::api::usage_report;
 use crate::model::{AppError, CardSeries, Role, UsageReport, UsageTotal, UsageView, WaitStats};
@@ -16,7 +16,7 @@ use leptos_meta::Title;
 
 /// `/usage`
 ///
-/// The range and the report live here, once per page, not inside [`SignedIn`]'s page: server-side
+/// The range and the report live here, once per page, not inside [`SignedInAs`]'s page: server-side
 /// rendering may run that closure more than once (see the job page). Below a manager, the fetch is
 /// refused and never shown.
 #[component]
@@ -32,21 +32,18 @@ pub fn UsagePage() -> impl IntoView {
     );
     view! {
         <Title text="Usage · gpuq" />
-        <SignedIn page=move |me| {
-            if me.role.at_least(Role::Manager) {
-                view! { <Usage from to refresh data /> }.into_any()
-            } else {
-                view! {
-                    <section class="card">
-                        <h1>"Usage"</h1>
-                        <p id="usage-refused" class="error" role="alert">
-                            "Usage is for managers and admins only. Ask an admin if you need these figures."
-                        </p>
-                    </section>
-                }
-                .into_any()
+        <SignedInAs
+            min=Role::Manager
+            page=move |_| view! { <Usage from to refresh data /> }
+            refused=|| view! {
+                <section class="card">
+                    <h1>"Usage"</h1>
+                    <p id="usage-refused" class="error" role="alert">
+                        "Usage is for managers and admins only. Ask an admin if you need these figures."
+                    </p>
+                </section>
             }
-        } />
+        />
     }
 }
 
@@ -391,30 +388,38 @@ mod tests {
 
     #[test]
     fn hours_keep_short_jobs_visible() {
-        assert_eq!(hours(0.0), "0.00");
-        assert_eq!(hours(1.0), "1.00");
-        assert_eq!(hours(12.346), "12.35");
-        assert_eq!(hours(0.01), "0.01");
-        // A few seconds on one card is not 0.00.
-        assert_eq!(hours(0.0025), "0.0025");
-        assert_eq!(hours(10.0 / 3600.0), "0.0028");
-        assert_eq!(hours(0.00001), "0.0000");
-        assert_eq!(hours(1e9), "1000000000.00");
-        // Negative figures (never expected) keep two decimals.
-        assert_eq!(hours(-0.5), "-0.50");
+        for (h, text) in [
+            (0.0, "0.00"),
+            (1.0, "1.00"),
+            (12.346, "12.35"),
+            (0.01, "0.01"),
+            // A few seconds on one card is not 0.00.
+            (0.0025, "0.0025"),
+            (10.0 / 3600.0, "0.0028"),
+            (0.00001, "0.0000"),
+            (1e9, "1000000000.00"),
+            // Negative figures (never expected) keep two decimals.
+            (-0.5, "-0.50"),
+        ] {
+            assert_eq!(hours(h), text, "{h} h");
+        }
     }
 
     #[test]
     fn durations_pick_a_readable_unit() {
-        assert_eq!(duration(0.0), "0.0 s");
-        assert_eq!(duration(8.0), "8.0 s");
-        assert_eq!(duration(59.0), "59.0 s");
-        assert_eq!(duration(60.0), "1.0 min");
-        assert_eq!(duration(90.0), "1.5 min");
-        assert_eq!(duration(3540.0), "59.0 min");
-        assert_eq!(duration(3600.0), "1.0 h");
-        assert_eq!(duration(5400.0), "1.5 h");
-        assert_eq!(duration(7.0 * 86400.0), "168.0 h");
+        for (s, text) in [
+            (0.0, "0.0 s"),
+            (8.0, "8.0 s"),
+            (59.0, "59.0 s"),
+            (60.0, "1.0 min"),
+            (90.0, "1.5 min"),
+            (3540.0, "59.0 min"),
+            (3600.0, "1.0 h"),
+            (5400.0, "1.5 h"),
+            (7.0 * 86400.0, "168.0 h"),
+        ] {
+            assert_eq!(duration(s), text, "{s} s");
+        }
     }
 
     #[test]
