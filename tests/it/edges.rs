@@ -353,3 +353,51 @@ async fn a_forged_refusal_in_a_page_link_is_cut_down_before_the_page_renders(poo
         page.text
     );
 }
+
+/// Building a router generates the pages' route list, and generating it raises a process-wide flag
+/// under which no page data loads (Leptos's `SuppressResourceLoad`). A page whose data started
+/// loading on another thread in that window waited forever: one render in about thirty runs of this
+/// module, on CI too. The list is now generated once per process; without that, 15 of 40 renders
+/// here hung.
+#[sqlx::test(migrations = false)]
+async fn pages_render_while_other_routers_are_built(pool: PgPool) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    let app = TestApp::new(pool.clone()).await;
+    app.add_user("olga", Role::Member).await;
+    let cookie = app.login("olga", PASSWORD).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let builder = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                let mut built = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    drop(TestApp::migrated(pool.clone()));
+                    built += 1;
+                }
+                built
+            })
+        })
+    };
+    let mut hung = 0;
+    for _ in 0..40 {
+        let render = app.page("/", Some(&cookie));
+        match tokio::time::timeout(std::time::Duration::from_secs(5), render).await {
+            Ok(page) => assert_eq!(page.status, 200, "{}", page.text),
+            Err(_) => hung += 1,
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let built = builder.join().unwrap();
+    assert!(built > 0, "no router was built meanwhile");
+    assert_eq!(
+        hung, 0,
+        "{hung} of 40 renders hung while {built} routers were built"
+    );
+}

@@ -29,7 +29,7 @@ use crate::server::db::session_store;
 use crate::server::AppState;
 use axum::routing::get;
 use axum::Router;
-use leptos_axum::{generate_route_list, LeptosRoutes};
+use leptos_axum::{generate_route_list, AxumRouteListing, LeptosRoutes};
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_sessions::cookie::SameSite;
 use tower_sessions::{Expiry, SessionManagerLayer};
@@ -76,6 +76,17 @@ async fn agent_fallback() -> ApiError {
     ))
 }
 
+/// The pages' route list, generated once per process. Generating it raises a process-wide flag
+/// (`leptos::server::SuppressResourceLoad`) under which no resource loads: a page whose data
+/// started loading on another thread in that window would wait for it forever. `gpuq serve` builds
+/// one router before it serves, but a process that builds several (the integration tests, one per
+/// test, on parallel threads) hung one render in about thirty runs; built once, the list is ready
+/// before any router exists.
+fn page_routes() -> Vec<AxumRouteListing> {
+    static ROUTES: std::sync::OnceLock<Vec<AxumRouteListing>> = std::sync::OnceLock::new();
+    ROUTES.get_or_init(|| generate_route_list(App)).clone()
+}
+
 /// Builds the whole application router. Binding a port is the caller's business, so tests drive
 /// this directly.
 pub fn app(state: AppState, opts: HttpOptions) -> Router {
@@ -91,7 +102,7 @@ pub fn app(state: AppState, opts: HttpOptions) -> Router {
         .with_same_site(SameSite::Strict)
         .with_secure(opts.secure_cookies)
         .with_expiry(Expiry::OnInactivity(time::Duration::hours(12)));
-    let routes = generate_route_list(App);
+    let routes = page_routes();
     let leptos_options = state.leptos_options.clone();
     let pages = Router::new()
         .leptos_routes_with_context(
