@@ -673,6 +673,80 @@ async fn every_route_allows_exactly_the_roles_it_should(pool: PgPool) {
     }
 }
 
+/// An admin or manager route checks the caller's role before it reads the path or the body: a
+/// member probing one with a malformed card id, body or range gets 403, and learns nothing of
+/// what the route would accept. An admin sending the same gets the 400 that names the field.
+#[sqlx::test(migrations = false)]
+async fn a_member_learns_nothing_from_a_routes_input_rules(pool: PgPool) {
+    let app = TestApp::new(pool).await;
+    let member = app.bearer("ivy", Role::Member).await;
+    let admin = app.bearer("gina", Role::Admin).await;
+    let manager = app.bearer("hank", Role::Manager).await;
+    let bad_json = json!({ "bogus_field": true });
+    // (method, path, body, the caller the route is for)
+    let probes: [(&str, &str, Option<serde_json::Value>, &str); 10] = [
+        (
+            "PATCH",
+            "/api/v1/gpus/not-a-card",
+            Some(json!({ "state": "online" })),
+            &admin,
+        ),
+        (
+            "PUT",
+            "/api/v1/gpus/not-a-card/sim",
+            Some(json!({ "external_mib": 0 })),
+            &admin,
+        ),
+        ("PUT", "/api/v1/manifest/w", Some(bad_json.clone()), &admin),
+        (
+            "POST",
+            "/api/v1/manifest/w/rename",
+            Some(bad_json.clone()),
+            &admin,
+        ),
+        (
+            "PUT",
+            "/api/v1/settings/launch-policy",
+            Some(bad_json.clone()),
+            &admin,
+        ),
+        ("PATCH", "/api/v1/nodes/n1", Some(bad_json.clone()), &admin),
+        ("POST", "/api/v1/users", Some(bad_json.clone()), &admin),
+        (
+            "POST",
+            "/api/v1/manifest/suggestions/apply",
+            Some(bad_json.clone()),
+            &admin,
+        ),
+        ("GET", "/api/v1/usage?from=yesterday-ish", None, &manager),
+        (
+            "GET",
+            "/api/v1/usage/jobs.csv?to=not-a-time",
+            None,
+            &manager,
+        ),
+    ];
+    for (method, path, body, entitled) in probes {
+        let probe = app.api(method, path, Some(&member), body.clone()).await;
+        assert_eq!(
+            probe.status, 403,
+            "{method} {path} as a member: {}",
+            probe.text
+        );
+        assert!(
+            !probe.text.contains("bogus") && !probe.text.contains("field"),
+            "{method} {path}: a member's refusal says nothing of the input: {}",
+            probe.text
+        );
+        let entitled = app.api(method, path, Some(entitled), body).await;
+        assert_eq!(
+            entitled.status, 400,
+            "{method} {path} as its role: the input is refused: {}",
+            entitled.text
+        );
+    }
+}
+
 #[sqlx::test(migrations = false)]
 async fn sign_ins_and_tokens_are_audited(pool: PgPool) {
     let app = TestApp::new(pool).await;
