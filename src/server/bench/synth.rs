@@ -174,6 +174,20 @@ pub(super) fn planner_input(queued_jobs: usize, cards: usize, seed: u64) -> Plan
     }
 }
 
+/// An empty simulated card.
+fn empty_card(uuid: Uuid, index: usize, model: &str, total_mib: i64) -> GpuInfo {
+    GpuInfo {
+        uuid,
+        index: index as u32,
+        model: model.to_owned(),
+        total_mib,
+        used_mib: Some(0),
+        external_mib: Some(0),
+        utilization_pct: None,
+        simulated: true,
+    }
+}
+
 /// The database cluster: `cards` empty simulated cards by node name, eight per node.
 pub(super) fn db_nodes(cards: usize) -> Vec<(String, Vec<GpuInfo>)> {
     let mut nodes: Vec<(String, Vec<GpuInfo>)> = Vec::new();
@@ -184,16 +198,8 @@ pub(super) fn db_nodes(cards: usize) -> Vec<(String, Vec<GpuInfo>)> {
         }
         let (model, total) = MODELS[node % MODELS.len()];
         if let Some((_, list)) = nodes.last_mut() {
-            list.push(GpuInfo {
-                uuid: Uuid::from_u128(0xBE4C_0000_0000 + i as u128),
-                index: (i % CARDS_PER_NODE) as u32,
-                model: model.to_owned(),
-                total_mib: total,
-                used_mib: Some(0),
-                external_mib: Some(0),
-                utilization_pct: None,
-                simulated: true,
-            });
+            let uuid = Uuid::from_u128(0xBE4C_0000_0000 + i as u128);
+            list.push(empty_card(uuid, i % CARDS_PER_NODE, model, total));
         }
     }
     nodes
@@ -206,18 +212,14 @@ pub(super) fn round_nodes(round: usize, count: usize) -> Vec<(String, Vec<GpuInf
         .map(|node| {
             let (model, total) = MODELS[node % MODELS.len()];
             let cards = (0..CARDS_PER_NODE)
-                .map(|index| GpuInfo {
-                    uuid: Uuid::from_u128(
-                        0xBE4D_0000_0000
-                            + ((round * 1_000 + node) * CARDS_PER_NODE + index) as u128,
-                    ),
-                    index: index as u32,
-                    model: model.to_owned(),
-                    total_mib: total,
-                    used_mib: Some(0),
-                    external_mib: Some(0),
-                    utilization_pct: None,
-                    simulated: true,
+                .map(|index| {
+                    let n = (round * 1_000 + node) * CARDS_PER_NODE + index;
+                    empty_card(
+                        Uuid::from_u128(0xBE4D_0000_0000 + n as u128),
+                        index,
+                        model,
+                        total,
+                    )
                 })
                 .collect();
             (format!("bench-r{round}-node-{node:02}"), cards)
