@@ -101,6 +101,15 @@ test("the queue page pages through history", async ({ page, request }) => {
   await expect(pager.getByRole("button", { name: "Next", exact: true })).toBeDisabled();
 });
 
+test("an address that holds no job id says so, and shows no log", async ({ page, request }) => {
+  await waitForServer(request);
+  await ensureUser(request, "maria");
+  await signIn(page, "maria");
+  await open(page, "/jobs/not-a-job");
+  await expect(page.locator("p.card.error")).toHaveText("Not a job id.");
+  await expect(page.locator("#log")).toHaveCount(0);
+});
+
 // Server-side rendering may build a signed-in page more than once. When each build read the job
 // anew, a job moving on in between (queued → admitted → starting within milliseconds) gave the
 // browser markup from one read and hydration data from another: hydration failed and the page
