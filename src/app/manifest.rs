@@ -73,9 +73,13 @@ struct Edits {
     delete: ServerAction<DeleteWorkload>,
     apply: ServerAction<ApplyManifestSuggestion>,
     error: RwSignal<Option<AppError>>,
-    // Arc signals: owned by the map, not by the grid that the next refetch disposes.
-    drafts: StoredValue<HashMap<(String, String), ArcRwSignal<String>>>,
+    // Owned by the page (see `page`), not by the grid that the next refetch disposes: a draft
+    // that follows the server is set while the new grid is built, and the old grid's inputs,
+    // still in place until then, read it.
+    drafts: StoredValue<HashMap<(String, String), RwSignal<String>>>,
     dirty: RwSignal<HashSet<String>>,
+    /// The page's owner, that the drafts are created under.
+    page: StoredValue<Option<WeakOwner>>,
 }
 
 /// Draft keys for a row's name and description (model names never start with `#`).
@@ -97,6 +101,7 @@ impl Edits {
             error: RwSignal::new(None),
             drafts: StoredValue::new(HashMap::new()),
             dirty: RwSignal::new(HashSet::new()),
+            page: StoredValue::new(Owner::current().map(|o| o.downgrade())),
         };
         // The latest action's outcome decides the error line; a success also ends its row's draft.
         Effect::new(move |_| {
@@ -143,8 +148,7 @@ impl Edits {
     fn draft(&self, row: &str, field: &str, server: &str) -> RwSignal<String> {
         let key = (row.to_owned(), field.to_owned());
         let dirty = self.dirty.with_untracked(|d| d.contains(row));
-        let existing = self.drafts.with_value(|m| m.get(&key).cloned());
-        let sig = match existing {
+        match self.drafts.with_value(|m| m.get(&key).copied()) {
             Some(sig) => {
                 if !dirty && sig.get_untracked() != server {
                     sig.set(server.to_owned());
@@ -152,15 +156,20 @@ impl Edits {
                 sig
             }
             None => {
-                let sig = ArcRwSignal::new(server.to_owned());
+                let new = || RwSignal::new(server.to_owned());
+                let sig = match self
+                    .page
+                    .with_value(|p| p.as_ref().and_then(|p| p.upgrade()))
+                {
+                    Some(page) => page.with(new),
+                    None => new(),
+                };
                 self.drafts.update_value(|m| {
-                    m.insert(key, sig.clone());
+                    m.insert(key, sig);
                 });
                 sig
             }
-        };
-        // A handle for the caller's (short-lived) view; the value lives on in the map.
-        RwSignal::from(sig)
+        }
     }
 
     /// Saves a row as drafted, its cells checked here first: a cell that is not a number is the
