@@ -227,6 +227,19 @@ impl NvidiaDocker {
 
 impl Drop for NvidiaDocker {
     fn drop(&mut self) {
+        // A network made in it (gpuq makes `gpuq-jobs`) is a bridge in the host's kernel, which
+        // outlives the daemon and its data root: left there, each run kept one, and after a few
+        // dozen Docker had no address pool left for a new network. Its containers go first, so
+        // that the networks are unused.
+        if matches!(self.daemon.try_wait(), Ok(None)) {
+            let ids = self.cli(&["ps", "-aq"]);
+            let ids = String::from_utf8_lossy(&ids.stdout).into_owned();
+            let ids: Vec<&str> = ids.split_whitespace().collect();
+            if !ids.is_empty() {
+                let _ = self.cli(&[&["rm", "-f"][..], &ids].concat());
+            }
+            let _ = self.cli(&["network", "prune", "-f"]);
+        }
         // SIGTERM: dockerd stops its containers and containerd and unmounts its layers.
         let _ = Command::new("kill")
             .args(["-TERM", &self.daemon.id().to_string()])
