@@ -1,7 +1,7 @@
 //! `/admin` (admins): cards (drain / undrain / offline), nodes (drain / undrain / forget), users
 //! (create, role, disable) and the launch policy. Every change goes through the same service functions as the REST API.
 
-use super::alert::{action_error, loaded};
+use super::alert::{action_error, loaded, Fetched};
 use super::gate::SignedInAs;
 use super::live::use_live;
 use super::widgets::{column_heads, number_input, table_or_note, text_area};
@@ -10,8 +10,8 @@ use crate::api::{
     SetGpuState, SetNodeState, UpdateUser,
 };
 use crate::model::{
-    AppError, DashboardView, GpuState, JobNetwork, LaunchPolicy, NodeState, NodeView, Role,
-    UserView, VolumeRule, VramEnforcement,
+    DashboardView, GpuState, JobNetwork, LaunchPolicy, NodeState, NodeView, Role, UserView,
+    VolumeRule, VramEnforcement,
 };
 use leptos::prelude::*;
 use leptos_meta::Title;
@@ -67,8 +67,6 @@ pub fn AdminPage() -> impl IntoView {
         />
     }
 }
-
-type Fetched<T> = Resource<Result<T, AppError>>;
 
 #[component]
 fn Cards(set: ServerAction<SetGpuState>, gpus: Fetched<DashboardView>) -> impl IntoView {

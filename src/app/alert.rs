@@ -10,6 +10,9 @@ pub fn action_error<T>(result: Option<Result<T, AppError>>) -> Option<impl IntoV
         .map(|e| view! { <p class="error" role="alert">{e.to_string()}</p> })
 }
 
+/// Data a page fetches from the server: the value, or why it could not be read.
+pub type Fetched<T> = Resource<Result<T, AppError>>;
+
 /// A resource's value, drawn by `show` once it has loaded ("Loading…" until then, and the last
 /// value while it reloads), or its error as an alert line.
 pub fn loaded<T, V>(

@@ -1,6 +1,6 @@
 //! A job's page: status, timeline from the audit trail, cards, spec, live log tail, cancel.
 
-use super::alert::action_error;
+use super::alert::{action_error, Fetched};
 use super::gate::SignedIn;
 use super::live::use_live;
 use crate::api::{get_job_detail, job_log, CancelJob, ResubmitJob};
@@ -59,8 +59,6 @@ async fn for_job<T, F: std::future::Future<Output = Result<T, AppError>>>(
         None => Err(AppError::invalid("id", "not a job id")),
     }
 }
-
-type Fetched<T> = Resource<Result<T, AppError>>;
 
 #[component]
 fn JobView(

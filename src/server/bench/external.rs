@@ -153,7 +153,9 @@ impl Api {
         let token = match (token, &opts.username, &opts.password) {
             (Some(t), _, _) => t,
             (None, Some(username), Some(password)) => {
-                let body = json!({ "username": username, "password": password.expose(), "name": "bench-external" });
+                let password = password.expose();
+                let body =
+                    json!({ "username": username, "password": password, "name": "bench-external" });
                 let resp = http.post(format!("{base}/tokens")).json(&body).send().await;
                 let created = answer(resp, "minting a token").await?;
                 created["token"]

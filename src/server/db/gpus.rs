@@ -92,9 +92,9 @@ pub async fn get(db: impl PgExecutor<'_>, uuid: Uuid) -> sqlx::Result<Option<Gpu
     .await
 }
 
-/// Upserts this node's cards as the inventory observed them and marks the node's cards that were not observed missing (never
-/// deleted: a card may hold reservations). The admin's state (online, draining, offline) is never
-/// touched here: it holds until an admin changes it. Returns whether anything the scheduler cares
+/// Upserts this node's cards as the inventory observed them and marks the node's cards that were
+/// not observed missing (never deleted: a card may hold reservations). The admin's state (online,
+/// draining, offline) is never touched here: it holds until an admin changes it. Returns whether anything the scheduler cares
 /// about changed (a new card, a card gone or back, a change in size or foreign use).
 pub async fn sync_node(
     tx: &mut Transaction<'_, Postgres>,
