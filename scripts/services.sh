@@ -100,17 +100,23 @@ build_fake_nvml() {
   mv "$lib.$$.tmp" "$lib"
 }
 
+# Bump when the image's contents change: an image of an older revision is built again.
+TEST_IMAGE_REVISION=2
 build_test_image() {
-  if docker image inspect "$TEST_IMAGE" >/dev/null 2>&1; then return 0; fi
+  if [ "$(docker image inspect -f '{{index .Config.Labels "org.gpuq.test-image"}}' "$TEST_IMAGE" 2>/dev/null)" = "$TEST_IMAGE_REVISION" ]; then
+    return 0
+  fi
   svc_log "building $TEST_IMAGE from /bin/busybox (docker import; nothing is pulled)"
   local root
   root=$(mktemp -d)
   mkdir -p "$root/bin" "$root/dev" "$root/tmp" "$root/proc" "$root/sys" "$root/etc"
+  chmod 1777 "$root/tmp" # as in every distribution's image: any uid may write /tmp
   cp /bin/busybox "$root/bin/busybox"
   for c in sh ls echo sleep cat printf seq head tail wc env true false test id; do
     ln -s busybox "$root/bin/$c"
   done
-  tar -C "$root" -c . | docker import -c 'ENV PATH=/bin' - "$TEST_IMAGE" >/dev/null
+  tar -C "$root" -c . | docker import -c 'ENV PATH=/bin' \
+    -c "LABEL org.gpuq.test-image=$TEST_IMAGE_REVISION" - "$TEST_IMAGE" >/dev/null
   rm -rf "$root"
 }
 

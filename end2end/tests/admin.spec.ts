@@ -143,11 +143,19 @@ test("an admin drains a card, manages users and the launch policy; a disabled us
   await page.getByRole("button", { name: "Save policy" }).click();
   await expect(page.locator("#policy [role='alert']")).toContainText("default_timeout_s");
   await page.getByLabel("Default timeout (s)").fill("1800");
+  // A job's /tmp is memory: it may not be larger than the memory limit.
+  await expect(page.getByLabel("Read-only root filesystem", { exact: false })).toBeChecked();
+  await page.getByLabel("/tmp per job (MiB, counts as memory)").fill("999999");
+  await page.getByRole("button", { name: "Save policy" }).click();
+  await expect(page.locator("#policy [role='alert']")).toContainText("tmp_mib");
+  await page.getByLabel("/tmp per job (MiB, counts as memory)").fill("2048");
   await page.getByRole("button", { name: "Save policy" }).click();
   await expect(page.getByText("Saved. New jobs are checked against it from now on.")).toBeVisible();
   await page.screenshot({ path: "screenshots/admin.png", fullPage: true });
   const policy = await (await request.get("/api/v1/settings/launch-policy", { headers: { Authorization: await adminBearer(request) } })).json();
   expect(policy.default_timeout_s).toBe(1800);
+  expect(policy.tmp_mib).toBe(2048);
+  expect(policy.read_only_rootfs).toBe(true);
 });
 
 test("a member cannot reach the admin page", async ({ page, request }) => {

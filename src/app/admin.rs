@@ -326,6 +326,8 @@ fn PolicyForm(p: LaunchPolicy, save: ServerAction<SaveLaunchPolicy>) -> impl Int
     let min_vram = RwSignal::new(p.min_vram_mib.to_string());
     let cpus = RwSignal::new(p.cpus_per_job.to_string());
     let shm = RwSignal::new(p.shm_mib.to_string());
+    let read_only = RwSignal::new(p.read_only_rootfs);
+    let tmp = RwSignal::new(p.tmp_mib.to_string());
     let log_days = RwSignal::new(p.log_retention_days.to_string());
     let log_total = RwSignal::new(p.log_total_mib.to_string());
     let network = RwSignal::new(p.network);
@@ -354,6 +356,8 @@ fn PolicyForm(p: LaunchPolicy, save: ServerAction<SaveLaunchPolicy>) -> impl Int
                 min_vram_mib: number("least VRAM per card", min_vram)?,
                 cpus_per_job: cores("CPU cores per job", &cpus.get_untracked())?,
                 shm_mib: number("/dev/shm size", shm)?,
+                read_only_rootfs: read_only.get_untracked(),
+                tmp_mib: number("/tmp size", tmp)?,
                 log_retention_days: small("log retention", log_days)?,
                 log_total_mib: number("log folder cap", log_total)?,
                 network: network.get_untracked(),
@@ -402,6 +406,15 @@ fn PolicyForm(p: LaunchPolicy, save: ServerAction<SaveLaunchPolicy>) -> impl Int
                 {number_input("policy-shm", "/dev/shm per job (MiB)", "0", shm)}
                 {number_input("policy-log-days", "Keep logs (days)", "0", log_days)}
                 {number_input("policy-log-total", "Log folder cap (MiB)", "0", log_total)}
+            </div>
+            <div class="row">
+                <div class="field">
+                    <label for="policy-read-only">
+                        <input id="policy-read-only" type="checkbox" prop:checked=move || read_only.get() on:change=move |ev| read_only.set(event_target_checked(&ev)) />
+                        " Read-only root filesystem (jobs write to /tmp, /dev/shm and their volumes, never to Docker's disk)"
+                    </label>
+                </div>
+                {number_input("policy-tmp", "/tmp per job (MiB, counts as memory)", "1", tmp)}
             </div>
             <div class="row">
                 {text_area("policy-root-images", "Images that may run as root (one pattern per line)", "2", root_images)}

@@ -81,6 +81,13 @@ pub struct LaunchPolicy {
     pub cpus_per_job: f64,
     /// Size of each job's `/dev/shm`, MiB (PyTorch data loaders need far more than Docker's 64).
     pub shm_mib: u64,
+    /// The container's root filesystem is read-only, so no job can fill Docker's disk (which every
+    /// job and the daemon share): a job writes to `/tmp` (a tmpfs of `tmp_mib`), `/dev/shm` and its
+    /// volumes. Off: the root filesystem is writable and nothing bounds what a job writes there.
+    pub read_only_rootfs: bool,
+    /// Size of the tmpfs at `/tmp` when the root filesystem is read-only, MiB. What a job keeps
+    /// there is memory, so it counts against the memory limit.
+    pub tmp_mib: u64,
     /// The least VRAM a GPU job may ask for, MiB, so that no one packs a card with tiny jobs.
     pub min_vram_mib: u64,
     /// Jobs without a GPU that may run at once on one node; 0 = unlimited.
@@ -112,6 +119,8 @@ impl Default for LaunchPolicy {
             max_running_per_user: 0,
             cpus_per_job: 0.0,
             shm_mib: 2048,
+            read_only_rootfs: true,
+            tmp_mib: 4096,
             min_vram_mib: 256,
             max_cpu_jobs_per_node: 8,
             log_retention_days: 30,
@@ -180,6 +189,12 @@ impl LaunchPolicy {
                 "must be at least 1 MiB and at most the memory limit".into(),
             ));
         }
+        if self.read_only_rootfs && (self.tmp_mib < 1 || self.tmp_mib > self.memory_limit_mib) {
+            return Err((
+                "tmp_mib".into(),
+                "must be at least 1 MiB and at most the memory limit".into(),
+            ));
+        }
         Ok(())
     }
 
@@ -191,6 +206,12 @@ impl LaunchPolicy {
     /// Whether jobs of this image may run as root.
     pub fn root_allowed(&self, image: &str) -> bool {
         self.root_images.iter().any(|p| glob_match(p, image))
+    }
+
+    /// The size of the tmpfs at `/tmp`, MiB, when the root filesystem is read-only; `None` when it
+    /// is writable.
+    pub fn tmpfs_mib(&self) -> Option<u64> {
+        self.read_only_rootfs.then_some(self.tmp_mib)
     }
 
     /// Docker's CPU limit for one job, in billionths of a core; `None` when unlimited.
@@ -255,6 +276,24 @@ mod tests {
         };
         assert_eq!(bad.check().unwrap_err().0, "shm_mib");
         let bad = LaunchPolicy {
+            tmp_mib: 0,
+            ..Default::default()
+        };
+        assert_eq!(bad.check().unwrap_err().0, "tmp_mib");
+        let bad = LaunchPolicy {
+            tmp_mib: 32 * 1024,
+            ..Default::default()
+        };
+        assert_eq!(bad.check().unwrap_err().0, "tmp_mib");
+        // A writable root filesystem has no /tmp of its own: its size is not read.
+        let writable = LaunchPolicy {
+            read_only_rootfs: false,
+            tmp_mib: 0,
+            ..Default::default()
+        };
+        assert!(writable.check().is_ok());
+        assert_eq!(writable.tmpfs_mib(), None);
+        let bad = LaunchPolicy {
             root_images: vec!["a b".into()],
             ..Default::default()
         };
@@ -266,6 +305,7 @@ mod tests {
         let p: LaunchPolicy = serde_json::from_str(r#"{"pids_limit": 100}"#).unwrap();
         assert_eq!(p.pids_limit, 100);
         assert_eq!(p.shm_mib, 2048);
+        assert_eq!(p.tmpfs_mib(), Some(4096));
         assert_eq!(p.network, JobNetwork::Isolated);
         assert_eq!(p.nano_cpus(), None);
         let p = LaunchPolicy {

@@ -416,6 +416,7 @@ pub(super) async fn smoke(opts: &DoctorOptions, cards: &Cards, docker: Option<&D
         },
         nano_cpus: None,
         shm_mib: 64,
+        tmp_mib: Some(64),
         network: JobNetwork::None,
     };
     let run = tokio::time::timeout(Duration::from_secs(120), run_smoke(docker, &req)).await;

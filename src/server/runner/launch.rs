@@ -198,6 +198,7 @@ impl Runner {
             run_as,
             nano_cpus: policy.nano_cpus(),
             shm_mib: policy.shm_mib,
+            tmp_mib: policy.tmpfs_mib(),
             network: policy.network,
         })
     }

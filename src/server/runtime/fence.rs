@@ -82,6 +82,8 @@ pub fn container_config(
         network_mode: Some(network_mode(req.network).to_string()),
         nano_cpus: req.nano_cpus,
         shm_size: Some(shm),
+        readonly_rootfs: Some(req.tmp_mib.is_some()),
+        tmpfs: tmpfs(req)?,
         auto_remove: Some(false),
         binds: (!binds.is_empty()).then_some(binds),
         device_requests,
@@ -98,6 +100,28 @@ pub fn container_config(
         host_config: Some(host_config),
         ..Default::default()
     })
+}
+
+/// Where a job with a read-only root filesystem may write besides its volumes and `/dev/shm`.
+pub const TMP_DIR: &str = "/tmp";
+
+/// `HostConfig.Tmpfs`: with a read-only root filesystem, one tmpfs at [`TMP_DIR`] of the granted
+/// size. dockerd copies the image's `/tmp` into it, mode and owner included (1777 in distribution
+/// images, so any uid may write). `exec`, because dockerd's default is `noexec` and frameworks load
+/// the kernels they compile there (PyTorch's inductor, Triton).
+fn tmpfs(req: &LaunchRequest) -> Result<Option<HashMap<String, String>>, RuntimeError> {
+    let Some(mib) = req.tmp_mib else {
+        return Ok(None);
+    };
+    if mib > i64::MAX as u64 / (1024 * 1024) {
+        return Err(RuntimeError::InvalidRequest(format!(
+            "tmp_mib {mib} is out of range"
+        )));
+    }
+    Ok(Some(HashMap::from([(
+        TMP_DIR.to_string(),
+        format!("rw,exec,nosuid,nodev,size={mib}m"),
+    )])))
 }
 
 /// The `NetworkMode` a policy network stands for (the docker edge may name gpuq's network by id).
@@ -136,7 +160,34 @@ pub fn verify(facts: &ContainerFacts, req: &LaunchRequest) -> Result<(), Runtime
             facts.shm_size
         ));
     }
+    if facts.readonly_rootfs != req.tmp_mib.is_some() {
+        problems.push(format!(
+            "root filesystem differs: granted {}, container has {}",
+            rootfs_word(req.tmp_mib.is_some()),
+            rootfs_word(facts.readonly_rootfs)
+        ));
+    }
+    let want_tmpfs: std::collections::BTreeMap<String, String> = tmpfs(req)
+        .ok()
+        .flatten()
+        .unwrap_or_default()
+        .into_iter()
+        .collect();
+    if facts.tmpfs != want_tmpfs {
+        problems.push(format!(
+            "tmpfs mounts differ: granted {want_tmpfs:?}, container has {:?}",
+            facts.tmpfs
+        ));
+    }
     outcome(facts, problems)
+}
+
+fn rootfs_word(read_only: bool) -> &'static str {
+    if read_only {
+        "read-only"
+    } else {
+        "writable"
+    }
 }
 
 /// What must hold for a container to be re-adopted after a restart whatever the launch policy

@@ -94,6 +94,11 @@ pub struct LaunchRequest {
     pub nano_cpus: Option<i64>,
     /// Size of the job's `/dev/shm`, MiB.
     pub shm_mib: u64,
+    /// `Some(size)`: the root filesystem is read-only and `/tmp` is a tmpfs of that many MiB;
+    /// `None`: the root filesystem is writable (an attempt launched before gpuq offered the
+    /// choice reads as writable, which it was).
+    #[serde(default)]
+    pub tmp_mib: Option<u64>,
     /// The network the container joins.
     pub network: JobNetwork,
 }
@@ -185,6 +190,10 @@ pub struct ContainerFacts {
     pub nano_cpus: i64,
     /// `HostConfig.ShmSize`, bytes.
     pub shm_size: i64,
+    /// `HostConfig.ReadonlyRootfs`.
+    pub readonly_rootfs: bool,
+    /// `HostConfig.Tmpfs`: mount point → options.
+    pub tmpfs: BTreeMap<String, String>,
 }
 
 /// A gpuq-labelled container found on the host, for reconciliation after a

@@ -1,6 +1,7 @@
 //! Getting out of a job onto the host, or into a neighbour's job. Each attack runs from a member
 //! account against real Postgres and dockerd, through a fenced node as `gpuq serve` runs one.
 
+use crate::support::docker::docker_cli;
 use crate::support::isolation::{
     allowed_tempdir, container_of, event_kinds, facts_of, ip_of, job, job_ids_of, log, open_dir,
     IsoNode,
@@ -223,5 +224,86 @@ async fn under_network_none_a_job_reaches_nothing(pool: PgPool) {
     assert!(text.contains("done"), "{text}");
     assert!(!text.contains("reached="), "{text}");
     assert_eq!(accepted.load(Ordering::SeqCst), 0);
+    node.stop().await;
+}
+
+/// What a job that tries to fill Docker's disk leaves there, and what it printed. The job runs as
+/// root (its image is in `root_images`, the strongest writer there is), tries `/` and `/etc`, then
+/// writes 64 MiB to `/tmp`; the container's writable layer (`SizeRw`, on the
+/// disk that every job and dockerd share) is read while it still runs.
+async fn disk_fill(app: &TestApp, member: &str) -> (i64, String) {
+    let script = "for d in / /etc; do busybox touch $d/planted && echo wrote $d; done; \
+                  busybox dd if=/dev/zero of=/tmp/fill bs=1M count=64 2>&1; \
+                  echo filled $(busybox du -k /tmp/fill); echo done-writing; sleep 60";
+    let id = app.submit_ok(member, job(script, &[])).await;
+    wait_log(app, member, id, "done-writing").await;
+    let container = container_of(app, id).await.unwrap();
+    let size = docker_cli(&["inspect", "--size", "-f", "{{.SizeRw}}", &container]);
+    let text = log(app, member, id).await;
+    cancel_and_wait(app, member, id).await;
+    (size.trim().parse().unwrap(), text)
+}
+
+/// A member's job writes as much as it can where it can. With the default read-only root, nothing
+/// it writes lands on Docker's disk: `/` and `/etc` refuse it, and `/tmp` stops at the policy's
+/// size. The same job under a writable root (the A/B: the test can fail) plants its
+/// files and puts its 64 MiB on Docker's disk.
+#[sqlx::test(migrations = false)]
+async fn a_job_cannot_fill_dockers_disk(pool: PgPool) {
+    let (app, admin, member) = TestApp::with_admin_and_member(pool, "mallory").await;
+    let image = job("", &[])["image"].as_str().unwrap().to_string();
+    app.set_policy(&admin, json!({ "root_images": [image], "tmp_mib": 8 }))
+        .await;
+    let node = IsoNode::start(&app, "att-disk", vec![], Default::default()).await;
+
+    let (layer, text) = disk_fill(&app, &member).await;
+    assert!(
+        !text.contains("wrote"),
+        "a read-only root took a file: {text}"
+    );
+    assert!(text.contains("No space left on device"), "{text}");
+    let kib: u64 = text
+        .split("filled ")
+        .nth(1)
+        .and_then(|t| t.split_whitespace().next())
+        .and_then(|k| k.parse().ok())
+        .unwrap_or_else(|| panic!("no size of /tmp/fill: {text}"));
+    assert!(
+        kib <= 8 * 1024,
+        "/tmp held {kib} KiB, over its 8 MiB: {text}"
+    );
+    assert!(
+        layer < 1 << 20,
+        "{layer} bytes landed on Docker's disk: {text}"
+    );
+
+    app.set_policy(
+        &admin,
+        json!({ "root_images": [image], "read_only_rootfs": false }),
+    )
+    .await;
+    let (layer, text) = disk_fill(&app, &member).await;
+    assert!(text.contains("wrote /etc"), "{text}");
+    assert!(layer >= 64 << 20, "only {layer} bytes in the layer: {text}");
+    node.stop().await;
+}
+
+/// A job that runs as its owner's uid (not root) can still use `/tmp` under a read-only root: the
+/// tmpfs keeps the image's `/tmp` mode (1777 in the test image, as in every distribution's).
+#[sqlx::test(migrations = false)]
+async fn a_job_as_its_owner_writes_to_tmp_under_a_read_only_root(pool: PgPool) {
+    let (app, _admin, member) = TestApp::with_admin_and_member(pool, "mallory").await;
+    let node = IsoNode::start(&app, "att-tmp", vec![], Default::default()).await;
+    let script = "echo hi > /tmp/mine && busybox cat /tmp/mine && busybox stat -c %a /tmp; \
+                  busybox touch /planted || echo refused";
+    let id = app.submit_ok(&member, job(script, &[])).await;
+    let v = wait_status(&app, &member, id, &["succeeded", "failed"], 60).await;
+    assert_eq!(v["status"], "succeeded", "{v}");
+    let text = log(&app, &member, id).await;
+    assert!(text.contains("hi\n1777"), "{text}");
+    assert!(
+        text.contains("Read-only file system") && text.contains("refused"),
+        "{text}"
+    );
     node.stop().await;
 }

@@ -42,6 +42,7 @@ pub fn request(argv: &[&str], gpus: Vec<GrantedGpu>) -> LaunchRequest {
         },
         nano_cpus: None,
         shm_mib: 64,
+        tmp_mib: Some(64),
         network: gpuq::model::JobNetwork::Isolated,
     }
 }

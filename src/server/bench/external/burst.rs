@@ -166,6 +166,7 @@ async fn one_container(
         },
         nano_cpus: None,
         shm_mib: 2048,
+        tmp_mib: crate::model::LaunchPolicy::default().tmpfs_mib(),
         network: crate::model::JobNetwork::Isolated,
     };
     let id = docker.create(&req, LaunchMode::Fenced).await?;

@@ -117,6 +117,8 @@ pub(super) fn facts(resp: ContainerInspectResponse) -> ContainerFacts {
         networks,
         nano_cpus: hc.nano_cpus.unwrap_or(0),
         shm_size: hc.shm_size.unwrap_or(0),
+        readonly_rootfs: hc.readonly_rootfs.unwrap_or(false),
+        tmpfs: hc.tmpfs.clone().unwrap_or_default().into_iter().collect(),
         devices: hc
             .devices
             .unwrap_or_default()

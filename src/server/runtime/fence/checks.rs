@@ -61,6 +61,9 @@ pub(super) fn check_scalars(req: &LaunchRequest) -> Result<(), RuntimeError> {
     if req.shm_mib == 0 {
         return invalid("shm_mib must be > 0");
     }
+    if req.tmp_mib == Some(0) {
+        return invalid("tmp_mib must be > 0 when set (a tmpfs of size 0 is unbounded)");
+    }
     if req.nano_cpus.is_some_and(|n| n <= 0) {
         return invalid("nano_cpus must be > 0 when set (0 means unlimited)");
     }

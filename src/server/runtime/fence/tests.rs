@@ -44,9 +44,13 @@ pub(super) fn req(gpus: Vec<GrantedGpu>) -> LaunchRequest {
         },
         nano_cpus: Some(1_500_000_000),
         shm_mib: 2048,
+        tmp_mib: Some(1024),
         network: JobNetwork::Isolated,
     }
 }
+
+/// The `/tmp` a job of [`req`] gets: 1024 MiB, and programs built there may run.
+pub(super) const TMP_OPTIONS: &str = "rw,exec,nosuid,nodev,size=1024m";
 
 pub(super) fn host(cfg: &ContainerCreateBody) -> &HostConfig {
     cfg.host_config.as_ref().unwrap()
@@ -87,6 +91,11 @@ pub(super) fn facts_for(r: &LaunchRequest) -> ContainerFacts {
         networks: vec![network_mode(r.network).into()],
         nano_cpus: r.nano_cpus.unwrap_or(0),
         shm_size: r.shm_mib as i64 * 1024 * 1024,
+        readonly_rootfs: r.tmp_mib.is_some(),
+        tmpfs: r
+            .tmp_mib
+            .map(|_| BTreeMap::from([("/tmp".to_string(), TMP_OPTIONS.to_string())]))
+            .unwrap_or_default(),
         ..Default::default()
     }
 }
@@ -150,6 +159,15 @@ fn fenced_defaults_are_locked_down() {
     assert_eq!(log.config.as_ref().unwrap()["max-size"], "1048576");
     assert_eq!(h.auto_remove, Some(false));
     assert_eq!(h.network_mode.as_deref(), Some("gpuq-jobs"));
+    // Nothing a job writes lands on Docker's disk: a read-only root, a bounded /tmp.
+    assert_eq!(h.readonly_rootfs, Some(true));
+    assert_eq!(
+        h.tmpfs,
+        Some(HashMap::from([(
+            "/tmp".to_string(),
+            TMP_OPTIONS.to_string()
+        )]))
+    );
     assert!(h.pid_mode.is_none() && h.ipc_mode.is_none() && h.runtime.is_none());
     assert!(h.devices.is_none() && h.device_requests.is_none() && h.binds.is_none());
     assert_eq!(cfg.cmd, Some(r.argv.clone()));
@@ -251,6 +269,25 @@ fn user_limits_and_network_are_set() {
 }
 
 #[test]
+fn a_writable_root_has_no_tmpfs_and_an_unbounded_tmp_is_refused() {
+    let mut r = req(vec![]);
+    r.tmp_mib = None;
+    let cfg = container_config(&r, LaunchMode::Fenced).unwrap();
+    assert_eq!(host(&cfg).readonly_rootfs, Some(false));
+    assert_eq!(host(&cfg).tmpfs, None);
+    verify(&facts_for(&r), &r).unwrap();
+    let mut f = facts_for(&r);
+    f.readonly_rootfs = true;
+    assert!(violation(verify(&f, &r)).contains("root filesystem"));
+    // tmpfs reads size=0 as "no limit": never asked for.
+    r.tmp_mib = Some(0);
+    match container_config(&r, LaunchMode::Fenced) {
+        Err(RuntimeError::InvalidRequest(m)) => assert!(m.contains("tmp_mib"), "{m}"),
+        other => panic!("expected InvalidRequest, got {other:?}"),
+    }
+}
+
+#[test]
 fn root_job_users_are_refused() {
     for (uid, gid) in [(0, 200_001), (200_001, 0)] {
         let mut r = req(vec![]);
@@ -289,6 +326,21 @@ fn verify_catches_mount_user_network_and_limit_mismatches() {
         ("networks", |f| f.networks = vec!["bridge".into()], false),
         ("cpu", |f| f.nano_cpus = 0, false),
         ("shm", |f| f.shm_size = 64 << 20, false),
+        ("root filesystem", |f| f.readonly_rootfs = false, false),
+        ("tmpfs", |f| f.tmpfs.clear(), false),
+        (
+            "tmpfs",
+            |f| {
+                f.tmpfs
+                    .insert("/tmp".into(), "rw,exec,nosuid,nodev,size=0".into());
+            },
+            false,
+        ),
+        (
+            "tmpfs",
+            |f| drop(f.tmpfs.insert("/var/tmp".into(), TMP_OPTIONS.into())),
+            false,
+        ),
     ];
     for (what, mutate, isolation) in cases {
         let mut f = facts_for(&r);
