@@ -4,7 +4,7 @@
 use super::alert::{action_error, loaded, Fetched};
 use super::gate::SignedInAs;
 use super::live::use_live;
-use super::widgets::{column_heads, number_input, table_or_note, text_area};
+use super::widgets::{check_box, column_heads, number_input, table_or_note, text_area};
 use crate::api::{
     dashboard, get_launch_policy, list_nodes, list_users, CreateUser, ForgetNode, SaveLaunchPolicy,
     SetGpuState, SetNodeState, UpdateUser,
@@ -408,12 +408,7 @@ fn PolicyForm(p: LaunchPolicy, save: ServerAction<SaveLaunchPolicy>) -> impl Int
                 {number_input("policy-log-total", "Log folder cap (MiB)", "0", log_total)}
             </div>
             <div class="row">
-                <div class="field">
-                    <label for="policy-read-only">
-                        <input id="policy-read-only" type="checkbox" prop:checked=move || read_only.get() on:change=move |ev| read_only.set(event_target_checked(&ev)) />
-                        " Read-only root filesystem (jobs write to /tmp, /dev/shm and their volumes, never to Docker's disk)"
-                    </label>
-                </div>
+                {check_box("policy-read-only", "Read-only root filesystem (jobs write to /tmp, /dev/shm and their volumes, never to Docker's disk)", read_only)}
                 {number_input("policy-tmp", "/tmp per job (MiB, counts as memory)", "1", tmp)}
             </div>
             <div class="row">
@@ -435,12 +430,7 @@ fn PolicyForm(p: LaunchPolicy, save: ServerAction<SaveLaunchPolicy>) -> impl Int
                         <option value="off" selected=move || enforcement.get() == VramEnforcement::Off>"off: only recorded"</option>
                     </select>
                 </div>
-                <div class="field">
-                    <label for="policy-framework-hints">
-                        <input id="policy-framework-hints" type="checkbox" prop:checked=move || hints.get() on:change=move |ev| hints.set(event_target_checked(&ev)) />
-                        " Framework memory hints (JAX/XLA, TensorFlow stay within the commitment)"
-                    </label>
-                </div>
+                {check_box("policy-framework-hints", "Framework memory hints (JAX/XLA, TensorFlow stay within the commitment)", hints)}
             </div>
             <button type="submit">"Save policy"</button>
             {move || local_error.get().map(|e| view! { <p class="error" role="alert">{e}</p> })}

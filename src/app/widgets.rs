@@ -92,6 +92,19 @@ pub fn number_input(
     bound_input(id, label, "number", None, Some(min), value)
 }
 
+/// A check box bound to `value`, inside its label (the label names what ticking it turns on).
+pub fn check_box(id: &'static str, label: &'static str, value: RwSignal<bool>) -> impl IntoView {
+    view! {
+        <div class="field">
+            <label for=id>
+                <input id=id type="checkbox" prop:checked=move || value.get()
+                    on:change=move |ev| value.set(event_target_checked(&ev)) />
+                {format!(" {label}")}
+            </label>
+        </div>
+    }
+}
+
 /// A labelled `<input>` of type `kind` bound to `value`, with a `placeholder` and a `min` where
 /// given.
 fn bound_input(
