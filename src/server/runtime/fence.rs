@@ -314,6 +314,11 @@ fn build_env(req: &LaunchRequest) -> Result<Vec<String>, RuntimeError> {
         }
         env.push(format!("{key}={value}"));
     }
+    // Under a read-only root the image's home cannot be written, and pip, Hugging Face, PyTorch
+    // and Triton keep their caches under $HOME: they go to the job's /tmp unless it set HOME.
+    if req.tmp_mib.is_some() && !req.env.contains_key("HOME") {
+        env.push(format!("HOME={TMP_DIR}"));
+    }
     for (key, value) in &req.framework_env {
         if !FRAMEWORK_HINT_KEYS.contains(&key.as_str()) || value.contains('\0') {
             return Err(RuntimeError::FenceViolation(format!(

@@ -289,13 +289,15 @@ async fn a_job_cannot_fill_dockers_disk(pool: PgPool) {
 }
 
 /// A job that runs as its owner's uid (not root) can still use `/tmp` under a read-only root: the
-/// tmpfs keeps the image's `/tmp` mode (1777 in the test image, as in every distribution's).
+/// tmpfs keeps the image's `/tmp` mode (1777 in the test image, as in every distribution's), and
+/// `$HOME`, where tools keep their caches, is that `/tmp`.
 #[sqlx::test(migrations = false)]
 async fn a_job_as_its_owner_writes_to_tmp_under_a_read_only_root(pool: PgPool) {
     let (app, _admin, member) = TestApp::with_admin_and_member(pool, "mallory").await;
     let node = IsoNode::start(&app, "att-tmp", vec![], Default::default()).await;
     let script = "echo hi > /tmp/mine && busybox cat /tmp/mine && busybox stat -c %a /tmp; \
-                  busybox touch /planted || echo refused";
+                  busybox touch /planted || echo refused; \
+                  busybox mkdir -p $HOME/.cache && echo cache in $HOME";
     let id = app.submit_ok(&member, job(script, &[])).await;
     let v = wait_status(&app, &member, id, &["succeeded", "failed"], 60).await;
     assert_eq!(v["status"], "succeeded", "{v}");

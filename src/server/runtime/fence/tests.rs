@@ -199,10 +199,31 @@ fn env_user_first_then_fence_keys() {
         env,
         vec![
             "FOO=bar".to_string(),
+            "HOME=/tmp".into(),
             "NVIDIA_VISIBLE_DEVICES=GPU-51400003".into(),
             "GPUQ_GPUS=GPU-51400003".into(),
             format!("GPUQ_JOB_ID={}", r.job_id),
         ]
+    );
+}
+
+#[test]
+fn home_is_the_jobs_tmp_under_a_read_only_root_unless_the_job_set_it() {
+    let mut r = req(vec![]);
+    let home = |r: &LaunchRequest| {
+        env_of(&container_config(r, LaunchMode::Fenced).unwrap())
+            .into_iter()
+            .filter(|e| e.starts_with("HOME="))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(home(&r), ["HOME=/tmp"]);
+    r.env.insert("HOME".into(), "/data/me".into());
+    assert_eq!(home(&r), ["HOME=/data/me"]);
+    r.env.remove("HOME");
+    r.tmp_mib = None;
+    assert!(
+        home(&r).is_empty(),
+        "a writable root keeps the image's home"
     );
 }
 
