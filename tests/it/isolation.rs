@@ -1,7 +1,7 @@
 //! Isolation of jobs from the host and from each other (issue 10, items 1, 2 and 4, and the
-//! policy's CPU and `/dev/shm` limits): job uids, root images, limits seen by Docker, the
-//! never-mount list, re-checks of re-adopted containers and gpuq's job network. The attacks
-//! themselves are in `attacks::isolation`.
+//! policy's CPU, `/dev/shm`, memory, process and root filesystem limits): job uids, root images,
+//! limits seen by Docker, the never-mount list, re-checks of re-adopted containers and gpuq's job
+//! network. The attacks themselves are in `attacks::isolation`.
 
 use crate::support::docker::docker_cli;
 use crate::support::isolation::{
@@ -157,7 +157,7 @@ async fn only_root_images_run_as_root(pool: PgPool) {
 }
 
 #[sqlx::test(migrations = false)]
-async fn cpu_and_shm_limits_user_and_network_are_what_docker_runs(pool: PgPool) {
+async fn the_policys_limits_user_and_network_are_what_docker_runs(pool: PgPool) {
     let (app, admin, alice) = TestApp::with_admin_and_member(pool, "alice").await;
     app.set_policy(&admin, json!({ "cpus_per_job": 1.5, "shm_mib": 128 }))
         .await;
@@ -172,6 +172,15 @@ async fn cpu_and_shm_limits_user_and_network_are_what_docker_runs(pool: PgPool) 
     let facts = facts_of(&app, id).await;
     assert_eq!(facts.nano_cpus, 1_500_000_000);
     assert_eq!(facts.shm_size, 128 * 1024 * 1024);
+    // The default policy's memory (no swap) and process limits, read-only root and /tmp.
+    assert_eq!(facts.memory, 16 << 30);
+    assert_eq!(facts.memory_swap, facts.memory);
+    assert_eq!(facts.pids_limit, 4096);
+    assert!(facts.readonly_rootfs);
+    assert_eq!(
+        facts.tmpfs.get("/tmp").map(String::as_str),
+        Some("rw,exec,nosuid,nodev,size=4096m")
+    );
     let (uid, gid) = job_ids_of(&app, "alice").await;
     assert_eq!(facts.user, format!("{}:{}", uid.unwrap(), gid.unwrap()));
     assert_eq!(facts.networks, [JOB_NETWORK]);

@@ -51,14 +51,8 @@ pub fn container_config(
             })
             .collect()
     });
-    let memory = i64::try_from(req.memory_limit_mib)
-        .ok()
-        .and_then(|m| m.checked_mul(1024 * 1024))
-        .ok_or_else(|| RuntimeError::InvalidRequest("memory_limit_mib too large".into()))?;
-    let shm = i64::try_from(req.shm_mib)
-        .ok()
-        .and_then(|m| m.checked_mul(1024 * 1024))
-        .ok_or_else(|| RuntimeError::InvalidRequest("shm_mib too large".into()))?;
+    let memory = bytes(req.memory_limit_mib, "memory_limit_mib")?;
+    let shm = bytes(req.shm_mib, "shm_mib")?;
     let privileged = mode == LaunchMode::PrivilegedForTest;
 
     let host_config = HostConfig {
@@ -100,6 +94,14 @@ pub fn container_config(
         host_config: Some(host_config),
         ..Default::default()
     })
+}
+
+/// `mib` in bytes, as Docker's `i64` fields take it; `field` names it when it does not fit.
+fn bytes(mib: u64, field: &str) -> Result<i64, RuntimeError> {
+    i64::try_from(mib)
+        .ok()
+        .and_then(|m| m.checked_mul(1024 * 1024))
+        .ok_or_else(|| RuntimeError::InvalidRequest(format!("{field} too large")))
 }
 
 /// Where a job with a read-only root filesystem may write besides its volumes and `/dev/shm`.
@@ -151,13 +153,27 @@ pub fn verify(facts: &ContainerFacts, req: &LaunchRequest) -> Result<(), Runtime
             facts.nano_cpus
         ));
     }
-    let want_shm = i64::try_from(req.shm_mib)
-        .unwrap_or(i64::MAX)
-        .saturating_mul(1024 * 1024);
+    let granted = |mib: u64, field: &str| bytes(mib, field).unwrap_or(i64::MAX);
+    let want_shm = granted(req.shm_mib, "shm_mib");
     if facts.shm_size != want_shm {
         problems.push(format!(
             "/dev/shm differs: granted {want_shm} bytes, container has {}",
             facts.shm_size
+        ));
+    }
+    // Swap is memory too: the limit on both together equals the memory limit, so none is swap.
+    let want_memory = granted(req.memory_limit_mib, "memory_limit_mib");
+    if facts.memory != want_memory || facts.memory_swap != want_memory {
+        problems.push(format!(
+            "memory limit differs: granted {want_memory} bytes without swap, container has {} \
+             (memory and swap {})",
+            facts.memory, facts.memory_swap
+        ));
+    }
+    if facts.pids_limit != req.pids_limit {
+        problems.push(format!(
+            "process limit differs: granted {}, container has {}",
+            req.pids_limit, facts.pids_limit
         ));
     }
     if facts.readonly_rootfs != req.tmp_mib.is_some() {

@@ -190,6 +190,13 @@ pub struct ContainerFacts {
     pub nano_cpus: i64,
     /// `HostConfig.ShmSize`, bytes.
     pub shm_size: i64,
+    /// `HostConfig.Memory`, bytes (0: no limit).
+    pub memory: i64,
+    /// `HostConfig.MemorySwap`, bytes: memory plus swap (0: Docker's default of twice the memory;
+    /// -1: unlimited swap).
+    pub memory_swap: i64,
+    /// `HostConfig.PidsLimit` (0 or -1: no limit).
+    pub pids_limit: i64,
     /// `HostConfig.ReadonlyRootfs`.
     pub readonly_rootfs: bool,
     /// `HostConfig.Tmpfs`: mount point → options.

@@ -117,6 +117,9 @@ pub(super) fn facts(resp: ContainerInspectResponse) -> ContainerFacts {
         networks,
         nano_cpus: hc.nano_cpus.unwrap_or(0),
         shm_size: hc.shm_size.unwrap_or(0),
+        memory: hc.memory.unwrap_or(0),
+        memory_swap: hc.memory_swap.unwrap_or(0),
+        pids_limit: hc.pids_limit.unwrap_or(0),
         readonly_rootfs: hc.readonly_rootfs.unwrap_or(false),
         tmpfs: hc.tmpfs.clone().unwrap_or_default().into_iter().collect(),
         devices: hc

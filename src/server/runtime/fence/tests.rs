@@ -91,6 +91,9 @@ pub(super) fn facts_for(r: &LaunchRequest) -> ContainerFacts {
         networks: vec![network_mode(r.network).into()],
         nano_cpus: r.nano_cpus.unwrap_or(0),
         shm_size: r.shm_mib as i64 * 1024 * 1024,
+        memory: r.memory_limit_mib as i64 * 1024 * 1024,
+        memory_swap: r.memory_limit_mib as i64 * 1024 * 1024,
+        pids_limit: r.pids_limit,
         readonly_rootfs: r.tmp_mib.is_some(),
         tmpfs: r
             .tmp_mib
@@ -347,6 +350,12 @@ fn verify_catches_mount_user_network_and_limit_mismatches() {
         ("networks", |f| f.networks = vec!["bridge".into()], false),
         ("cpu", |f| f.nano_cpus = 0, false),
         ("shm", |f| f.shm_size = 64 << 20, false),
+        ("memory limit", |f| f.memory = 0, false),
+        ("memory limit", |f| f.memory *= 2, false),
+        ("memory limit", |f| f.memory_swap = -1, false),
+        ("memory limit", |f| f.memory_swap = 0, false),
+        ("process limit", |f| f.pids_limit = 0, false),
+        ("process limit", |f| f.pids_limit = -1, false),
         ("root filesystem", |f| f.readonly_rootfs = false, false),
         ("tmpfs", |f| f.tmpfs.clear(), false),
         (
