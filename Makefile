@@ -1,4 +1,4 @@
-# The two commands: `make run` and `make test` (see README.md). `make test` runs the three parts
+# The two commands: `make run` and `make test` (see README.md). `make test` runs the four parts
 # below in order; each part can also be run alone while working on it.
 .PHONY: run test lint test-rust test-e2e image deps
 

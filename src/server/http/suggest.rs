@@ -20,7 +20,7 @@ pub fn router() -> Router<AppState> {
 }
 
 /// The observed peaks of finished jobs per workload type × GPU model (and per image for jobs
-/// declared with a raw `min_vram_mib`), with the suggested need: p95 plus 10 %, rounded up to a
+/// declared with a raw `min_vram_mb`), with the suggested need: p95 plus 10 %, rounded up to a
 /// multiple of 256 MiB, from at least 3 records. Readable by everyone signed in, like the manifest.
 #[utoipa::path(get, path = "/api/v1/manifest/suggestions", tag = "manifest", security(("bearer" = [])), responses((status = 200, body = ManifestSuggestions), (status = 401, description = "not signed in", body = ErrorBody)))]
 pub(super) async fn list(
