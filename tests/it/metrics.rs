@@ -2,6 +2,7 @@
 //! Prometheus text parser and checked against the ledger; the token refuses everyone else; the
 //! Grafana dashboard names only metrics that exist.
 
+use crate::support::specs::one_card_job;
 use crate::support::{
     api_as_admin, database_url, free_port, post_job, start_server, Serve, TestApp,
 };
@@ -367,11 +368,26 @@ async fn the_dashboard_queries_only_metrics_that_exist(pool: PgPool) {
     // Simulated cards observe no used memory (unknown, so the series is absent); stand in for an
     // NVML node's observation so every series the dashboard draws is there.
     observe_used(&app.pool, "shared", 1000).await;
+    // And for the sampler's reading of an admitted job's own use on its card.
+    let (_, member) = app.admin_and_member("alice").await;
+    let job = app.submit_ok(&member, one_card_job("observed")).await;
+    app.pass().await;
+    sqlx::query(
+        "INSERT INTO job_vram (job_id, gpu_uuid, committed_mib, used_mib, peak_mib, sampled_at) \
+         SELECT job_id, gpu_uuid, vram_mib, vram_mib + 1, vram_mib + 1, now() \
+         FROM reservations WHERE job_id = $1",
+    )
+    .bind(job)
+    .execute(&app.pool)
+    .await
+    .unwrap();
     let client = reqwest::Client::new();
     let deadline = Instant::now() + Duration::from_secs(10);
     let text = loop {
         let (text, _) = scrape(&client, port, None).await;
-        if text.contains("gpuq_gpu_memory_used_bytes{") {
+        if text.contains("gpuq_gpu_memory_used_bytes{")
+            && text.contains("gpuq_gpu_memory_jobs_used_bytes{")
+        {
             break text;
         }
         assert!(
