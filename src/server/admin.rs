@@ -82,15 +82,8 @@ pub async fn update_user(
             .await
             .or_internal("disabling a user")?;
     }
-    events::commit_audited(
-        tx,
-        &admin.username,
-        AuditKind::UserUpdate,
-        &before.username,
-        json!({ "role": role, "disabled": disabled }),
-    )
-    .await
-    .or_internal("recording a user edit")?;
+    let detail = json!({ "role": role, "disabled": disabled });
+    record_user_edit(tx, admin, &before.username, detail).await?;
     let mut view = before.view().or_internal("reading a user")?;
     view.role = role.unwrap_or(view.role);
     view.disabled = disabled.unwrap_or(view.disabled);
@@ -136,16 +129,20 @@ pub async fn set_job_ids(
                 AppError::Internal
             }
         })?;
-    events::commit_audited(
-        tx,
-        &admin.username,
-        AuditKind::UserUpdate,
-        &user.username,
-        json!({ "job_uid": uid, "job_gid": gid }),
-    )
-    .await
-    .or_internal("recording a job uid edit")?;
-    Ok(())
+    let detail = json!({ "job_uid": uid, "job_gid": gid });
+    record_user_edit(tx, admin, &user.username, detail).await
+}
+
+/// Commits an edit of the user `username` with its audit record.
+async fn record_user_edit(
+    tx: sqlx::Transaction<'_, sqlx::Postgres>,
+    admin: &CurrentUser,
+    username: &str,
+    detail: serde_json::Value,
+) -> Result<(), AppError> {
+    events::commit_audited(tx, &admin.username, AuditKind::UserUpdate, username, detail)
+        .await
+        .or_internal("recording a user edit")
 }
 
 /// Changes the caller's own password after checking the current one (counted against the same

@@ -84,16 +84,27 @@ pub async fn set_sim_external(
     gpus::set_sim_external(&mut *tx, uuid, external_mib)
         .await
         .or_internal("setting foreign memory")?;
-    events::commit_audited(
+    record_card_edit(
         tx,
-        &user.username,
+        user,
         AuditKind::GpuSimExternal,
-        &gpu_id(&uuid),
+        uuid,
         json!({ "external_mib": external_mib }),
     )
     .await
-    .or_internal("recording a card edit")?;
-    Ok(())
+}
+
+/// Commits a card edit with its audit record (subject: the card's id).
+async fn record_card_edit(
+    tx: sqlx::Transaction<'_, sqlx::Postgres>,
+    user: &CurrentUser,
+    kind: AuditKind,
+    uuid: Uuid,
+    detail: serde_json::Value,
+) -> Result<(), AppError> {
+    events::commit_audited(tx, &user.username, kind, &gpu_id(&uuid), detail)
+        .await
+        .or_internal("recording a card edit")
 }
 
 /// A simulated card, or why not: 404 for no card, 409 for a real one (`measured` says what is
@@ -144,16 +155,14 @@ pub async fn set_sim_job_usage(
             ));
         }
     }
-    events::commit_audited(
+    record_card_edit(
         tx,
-        &user.username,
+        user,
         AuditKind::GpuSimJobUsage,
-        &gpu_id(&uuid),
+        uuid,
         json!({ "job_used_mib": jobs }),
     )
     .await
-    .or_internal("recording a card edit")?;
-    Ok(())
 }
 
 /// Drains, undrains or takes a card offline (admins).
@@ -179,14 +188,5 @@ pub async fn set_state(
     {
         return Err(AppError::NotFound(format!("no card {}", gpu_id(&uuid))));
     }
-    events::commit_audited(
-        tx,
-        &user.username,
-        AuditKind::GpuState,
-        &gpu_id(&uuid),
-        json!({ "state": new }),
-    )
-    .await
-    .or_internal("recording a card edit")?;
-    Ok(())
+    record_card_edit(tx, user, AuditKind::GpuState, uuid, json!({ "state": new })).await
 }
