@@ -71,6 +71,7 @@ async fn doctor_passes_on_simulated_cards(pool: PgPool) {
         "postgres",
         "migrations",
         "clock",
+        "policy",
         "listen",
     ] {
         assert_eq!(check(&all, name)["status"], "pass", "{name}: {all:#?}");
@@ -162,6 +163,7 @@ async fn doctor_changes_nothing_it_checks(pool: PgPool) {
     args.extend(["--data-dir", data.to_str().unwrap()]);
     let all = checks(&doctor(&args));
     assert_check(&all, "migrations", "warn", "empty database");
+    assert_check(&all, "policy", "warn", "reading the launch policy");
     let tables: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM information_schema.tables WHERE table_schema NOT IN ('pg_catalog', 'information_schema')",
     )
@@ -179,5 +181,53 @@ async fn doctor_changes_nothing_it_checks(pool: PgPool) {
     assert!(
         !data.join("pg").exists(),
         "the doctor made an embedded cluster"
+    );
+}
+
+/// A policy under which a job can fill the disk dockerd and every job share is a warn naming how:
+/// a writable root, and a writable volume tree on the file system of Docker's root.
+#[sqlx::test(migrations = false)]
+async fn doctor_warns_of_a_policy_that_lets_a_job_fill_dockers_disk(pool: PgPool) {
+    let app = TestApp::new(pool).await;
+    let admin = app.bearer("root", gpuq::model::Role::Admin).await;
+    let docker_root = crate::support::docker::docker_cli(&["info", "-f", "{{.DockerRootDir}}"]);
+    let beside = std::path::Path::new(docker_root.trim()).parent().unwrap();
+    let tree = tempfile::tempdir_in(beside).unwrap();
+    let tree = tree.path().to_str().unwrap();
+    app.set_policy(
+        &admin,
+        serde_json::json!({
+            "read_only_rootfs": false,
+            "volume_allowlist": [{ "path": tree }, { "path": "/srv/datasets", "read_only": true }],
+        }),
+    )
+    .await;
+    let url = database_url(&app.pool);
+    let dir = tempfile::tempdir().unwrap();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let all = checks(&doctor(&[
+        "--json",
+        "--gpu-source",
+        "sim",
+        "--sim-gpus",
+        "1x24576:NVIDIA GeForce RTX 3090",
+        "--database-url",
+        &url,
+        "--data-dir",
+        dir.path().to_str().unwrap(),
+        "--listen",
+        &listen,
+    ]));
+    assert_check(&all, "policy", "warn", "read_only_rootfs is off");
+    let c = check(&all, "policy");
+    let detail = c["detail"].as_str().unwrap();
+    assert!(detail.contains(&format!("volume tree {tree} is on")), "{c}");
+    assert!(
+        !detail.contains("/srv/datasets"),
+        "a read-only tree is no risk: {c}"
+    );
+    assert!(
+        c["fix"].as_str().unwrap().contains("read_only_rootfs"),
+        "{c}"
     );
 }

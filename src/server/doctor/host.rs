@@ -1,11 +1,14 @@
 //! The host side: the data directory and free disk, the database (reachable, migrations current,
-//! clock), and the listen address. Nothing here migrates or starts anything.
+//! clock), the launch policy against what the host shares, and the listen address. Nothing here
+//! migrates or starts anything.
 
 use super::{Check, DoctorOptions};
-use crate::server::db::embedded;
+use crate::model::LaunchPolicy;
+use crate::server::db::{embedded, settings};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::PgPool;
 use std::collections::BTreeMap;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
@@ -138,9 +141,9 @@ fn free_disk(name: &'static str, path: &Path) -> Check {
     }
 }
 
-/// Postgres reachable, migrations current, clock agreement. Never migrates, never starts the
-/// embedded cluster.
-pub(super) async fn database(opts: &DoctorOptions) -> Vec<Check> {
+/// Postgres reachable, migrations current, clock agreement, and the launch policy it holds against
+/// Docker's root (`docker_root`, when known). Never migrates, never starts the embedded cluster.
+pub(super) async fn database(opts: &DoctorOptions, docker_root: Option<&str>) -> Vec<Check> {
     let target = match connect_options(opts) {
         Ok(t) => t,
         Err(check) => return vec![check],
@@ -169,6 +172,7 @@ pub(super) async fn database(opts: &DoctorOptions) -> Vec<Check> {
         Check::pass("postgres", format!("{what}: Postgres {version} answers")),
         migrations(&pool).await,
         clock(&pool).await,
+        policy(&pool, docker_root.map(Path::new)).await,
     ];
     pool.close().await;
     checks
@@ -319,6 +323,63 @@ fn drift(want: &BTreeMap<i64, Vec<u8>>, applied: &BTreeMap<i64, Vec<u8>>) -> Dri
     d
 }
 
+/// The launch policy as it applies to this host: does it let a job fill the disk dockerd and every
+/// job share, through a writable root or through a volume?
+async fn policy(pool: &PgPool, docker_root: Option<&Path>) -> Check {
+    match settings::launch_policy(pool).await {
+        Ok(p) => policy_check(&p, docker_root, |path| {
+            std::fs::metadata(existing_ancestor(path))
+                .ok()
+                .map(|m| m.dev())
+        }),
+        Err(e) => Check::warn(
+            "policy",
+            format!("reading the launch policy: {e}"),
+            "let `gpuq serve` apply its migrations, then run the doctor again",
+        ),
+    }
+}
+
+/// [`policy`] with the file system of a path (`device`) given, so it is tested without mounts.
+fn policy_check(
+    p: &LaunchPolicy,
+    docker_root: Option<&Path>,
+    device: impl Fn(&Path) -> Option<u64>,
+) -> Check {
+    const NAME: &str = "policy";
+    let mut risks = Vec::new();
+    if !p.read_only_rootfs {
+        risks.push("read_only_rootfs is off: a job can fill Docker's disk".to_string());
+    }
+    let docker_dev = docker_root.and_then(&device);
+    if let (Some(root), Some(dev)) = (docker_root, docker_dev) {
+        for rule in &p.volume_allowlist {
+            if !rule.read_only && device(Path::new(&rule.path)) == Some(dev) {
+                risks.push(format!(
+                    "volume tree {} is on the file system of Docker's root {}: a job can fill it",
+                    rule.path,
+                    root.display()
+                ));
+            }
+        }
+    }
+    if risks.is_empty() {
+        let rootfs = match p.tmpfs_mib() {
+            Some(mib) => format!("jobs' roots are read-only (/tmp {mib} MiB)"),
+            None => "jobs' roots are writable".to_string(),
+        };
+        return Check::pass(
+            NAME,
+            format!("{rootfs}; no writable volume tree on Docker's file system"),
+        );
+    }
+    Check::warn(
+        NAME,
+        risks.join("; "),
+        "turn read_only_rootfs on and keep writable volume trees off Docker's file system (the admin page, or PUT /api/v1/settings/launch-policy)",
+    )
+}
+
 async fn clock(pool: &PgPool) -> Check {
     const NAME: &str = "clock";
     let before = chrono::Utc::now();
@@ -388,5 +449,52 @@ mod drift_tests {
             }
         );
         assert_eq!(drift(&want, &BTreeMap::new()).pending, vec![1, 2, 3]);
+    }
+}
+
+#[cfg(test)]
+mod policy_tests {
+    use super::*;
+    use crate::model::VolumeRule;
+    use crate::server::doctor::Status;
+
+    /// Paths under `/docker` and `/home` share Docker's file system (device 1); `/data` does not.
+    fn device(path: &Path) -> Option<u64> {
+        let p = path.to_str().unwrap();
+        Some(if p.starts_with("/data") { 2 } else { 1 })
+    }
+
+    fn rule(path: &str, read_only: bool) -> VolumeRule {
+        VolumeRule {
+            path: path.into(),
+            read_only,
+        }
+    }
+
+    #[test]
+    fn a_writable_root_or_a_writable_volume_on_dockers_disk_is_a_warn() {
+        let docker = Some(Path::new("/docker"));
+        let safe = LaunchPolicy {
+            volume_allowlist: vec![rule("/data/teams", false), rule("/home", true)],
+            ..Default::default()
+        };
+        let c = policy_check(&safe, docker, device);
+        assert_eq!(c.status, Status::Pass, "{}", c.detail);
+        assert!(c.detail.contains("/tmp 4096 MiB"), "{}", c.detail);
+
+        let shared = LaunchPolicy {
+            volume_allowlist: vec![rule("/data/teams", false), rule("/home/scratch", false)],
+            read_only_rootfs: false,
+            ..Default::default()
+        };
+        let c = policy_check(&shared, docker, device);
+        assert_eq!(c.status, Status::Warn);
+        assert!(c.detail.contains("read_only_rootfs is off"), "{}", c.detail);
+        assert!(c.detail.contains("/home/scratch"), "{}", c.detail);
+        assert!(!c.detail.contains("/data/teams"), "{}", c.detail);
+
+        // Docker's root unknown (Docker unreachable): only the root filesystem is judged.
+        let c = policy_check(&safe, None, device);
+        assert_eq!(c.status, Status::Pass, "{}", c.detail);
     }
 }
