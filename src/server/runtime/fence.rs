@@ -105,7 +105,7 @@ fn bytes(mib: u64, field: &str) -> Result<i64, RuntimeError> {
 }
 
 /// Where a job with a read-only root filesystem may write besides its volumes and `/dev/shm`.
-pub const TMP_DIR: &str = "/tmp";
+const TMP_DIR: &str = "/tmp";
 
 /// `HostConfig.Tmpfs`: with a read-only root filesystem, one tmpfs at [`TMP_DIR`] of the granted
 /// size. dockerd copies the image's `/tmp` into it, mode and owner included (1777 in distribution
@@ -115,11 +115,7 @@ fn tmpfs(req: &LaunchRequest) -> Result<Option<HashMap<String, String>>, Runtime
     let Some(mib) = req.tmp_mib else {
         return Ok(None);
     };
-    if mib > i64::MAX as u64 / (1024 * 1024) {
-        return Err(RuntimeError::InvalidRequest(format!(
-            "tmp_mib {mib} is out of range"
-        )));
-    }
+    bytes(mib, "tmp_mib")?;
     Ok(Some(HashMap::from([(
         TMP_DIR.to_string(),
         format!("rw,exec,nosuid,nodev,size={mib}m"),
