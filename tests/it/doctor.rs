@@ -16,6 +16,19 @@ fn doctor(args: &[&str]) -> Output {
         .expect("run gpuq doctor")
 }
 
+/// `gpuq doctor --json` on simulated `cards` against the test app's database, with a fresh data
+/// directory, a free port and the `extra` arguments.
+fn doctor_on_sim(app: &TestApp, cards: &str, extra: &[&str]) -> Output {
+    let url = database_url(&app.pool);
+    let dir = tempfile::tempdir().unwrap();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let mut args = vec!["--json", "--gpu-source", "sim", "--sim-gpus", cards];
+    args.extend(["--database-url", &url, "--listen", &listen]);
+    args.extend(["--data-dir", dir.path().to_str().unwrap()]);
+    args.extend_from_slice(extra);
+    doctor(&args)
+}
+
 /// The checks of a `--json` run, by name.
 fn checks(out: &Output) -> Vec<Value> {
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
@@ -45,24 +58,11 @@ fn assert_check(all: &[Value], name: &str, status: &str, about: &str) {
 #[sqlx::test(migrations = false)]
 async fn doctor_passes_on_simulated_cards(pool: PgPool) {
     let app = TestApp::new(pool).await;
-    let url = database_url(&app.pool);
-    let dir = tempfile::tempdir().unwrap();
-    let listen = format!("127.0.0.1:{}", free_port());
-    let out = doctor(&[
-        "--json",
-        "--gpu-source",
-        "sim",
-        "--sim-gpus",
+    let out = doctor_on_sim(
+        &app,
         "2x24576:NVIDIA GeForce RTX 3090",
-        "--database-url",
-        &url,
-        "--data-dir",
-        dir.path().to_str().unwrap(),
-        "--listen",
-        &listen,
-        "--smoke-image",
-        IMAGE,
-    ]);
+        &["--smoke-image", IMAGE],
+    );
     let all = checks(&out);
     assert!(out.status.success(), "{all:#?}");
     for name in [
@@ -202,22 +202,7 @@ async fn doctor_warns_of_a_policy_that_lets_a_job_fill_dockers_disk(pool: PgPool
         }),
     )
     .await;
-    let url = database_url(&app.pool);
-    let dir = tempfile::tempdir().unwrap();
-    let listen = format!("127.0.0.1:{}", free_port());
-    let all = checks(&doctor(&[
-        "--json",
-        "--gpu-source",
-        "sim",
-        "--sim-gpus",
-        "1x24576:NVIDIA GeForce RTX 3090",
-        "--database-url",
-        &url,
-        "--data-dir",
-        dir.path().to_str().unwrap(),
-        "--listen",
-        &listen,
-    ]));
+    let all = checks(&doctor_on_sim(&app, "1x24576:NVIDIA GeForce RTX 3090", &[]));
     assert_check(&all, "policy", "warn", "read_only_rootfs is off");
     let c = check(&all, "policy");
     let detail = c["detail"].as_str().unwrap();
