@@ -471,10 +471,8 @@ async fn the_openapi_document_describes_every_route(pool: PgPool) {
 #[sqlx::test(migrations = false)]
 async fn every_route_allows_exactly_the_roles_it_should(pool: PgPool) {
     let (app, cards) = TestApp::with_cards(pool, "2x24576:NVIDIA GeForce RTX 3090", "roles").await;
-    let owner = app.bearer("alice", Role::Member).await;
+    let (owner, manager, admin) = app.member_manager_admin("alice").await;
     let other = app.bearer("bob", Role::Member).await;
-    let manager = app.bearer("mia", Role::Manager).await;
-    let admin = app.bearer("root", Role::Admin).await;
     let spec = true_job(1000);
     let job = app.submit_ok(&owner, spec.clone()).await;
     let card = gpuq::model::gpu_id(&cards[0]);
@@ -679,9 +677,7 @@ async fn every_route_allows_exactly_the_roles_it_should(pool: PgPool) {
 #[sqlx::test(migrations = false)]
 async fn a_member_learns_nothing_from_a_routes_input_rules(pool: PgPool) {
     let app = TestApp::new(pool).await;
-    let member = app.bearer("ivy", Role::Member).await;
-    let admin = app.bearer("gina", Role::Admin).await;
-    let manager = app.bearer("hank", Role::Manager).await;
+    let (member, manager, admin) = app.member_manager_admin("ivy").await;
     let bad_json = json!({ "bogus_field": true });
     // (method, path, body, the caller the route is for)
     let probes: [(&str, &str, Option<serde_json::Value>, &str); 10] = [

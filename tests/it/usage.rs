@@ -455,9 +455,7 @@ async fn the_samples_csv_has_a_header_and_a_row_per_sample(pool: PgPool) {
 #[sqlx::test(migrations = false)]
 async fn managers_and_admins_see_usage_and_members_are_refused(pool: PgPool) {
     let app = TestApp::new(pool).await;
-    let member = app.bearer("alice", Role::Member).await;
-    let manager = app.bearer("mia", Role::Manager).await;
-    let admin = app.bearer("root", Role::Admin).await;
+    let (member, manager, admin) = app.member_manager_admin("alice").await;
     for path in [
         "/api/v1/usage",
         "/api/v1/usage/samples.csv",

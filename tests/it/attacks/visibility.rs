@@ -19,10 +19,8 @@ fn secret_job(name: &str, vram_mb: u64) -> Value {
 #[sqlx::test(migrations = false)]
 async fn a_member_cannot_read_another_members_command_env_trail_or_log(pool: PgPool) {
     let app = TestApp::with_one_card(pool, "vis").await;
-    let alice = app.bearer("alice", Role::Member).await;
+    let (alice, manager, admin) = app.member_manager_admin("alice").await;
     let bob = app.bearer("bob", Role::Member).await;
-    let manager = app.bearer("mia", Role::Manager).await;
-    let admin = app.bearer("root", Role::Admin).await;
     // 30000 MiB never fits a 24 GiB card: it is rejected, and its reason is a status detail.
     let r = app.submit(&alice, secret_job("alice-big", 30000)).await;
     assert_eq!(r.status, 400, "{}", r.text);

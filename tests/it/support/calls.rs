@@ -43,6 +43,15 @@ impl TestApp {
         let admin = self.bearer("root", gpuq::model::Role::Admin).await;
         (admin, self.bearer(name, gpuq::model::Role::Member).await)
     }
+
+    /// A member `name`, a manager (`mia`) and an admin (`root`): their bearer headers, in that
+    /// order.
+    pub async fn member_manager_admin(&self, name: &str) -> (String, String, String) {
+        use gpuq::model::Role;
+        let member = self.bearer(name, Role::Member).await;
+        let manager = self.bearer("mia", Role::Manager).await;
+        (member, manager, self.bearer("root", Role::Admin).await)
+    }
 }
 
 impl TestApp {
