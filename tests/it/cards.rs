@@ -2,7 +2,7 @@
 //! inventory stops seeing is `missing`, a different state, and gets its admin's state back when
 //! it is seen again.
 
-use crate::support::{one_card_job, rows, text, TestApp};
+use crate::support::{rows, text, two_jobs_for_one_free_card, TestApp};
 use serde_json::json;
 use sqlx::PgPool;
 
@@ -48,11 +48,9 @@ async fn an_admins_offline_and_drain_hold_across_inventory_refreshes(pool: PgPoo
             ["offline", "draining", "online"]
         );
     }
-    let first = app.submit_ok(&member, one_card_job("first")).await;
-    let second = app.submit_ok(&member, one_card_job("second")).await;
-    app.pass().await;
+    let (first, second) =
+        two_jobs_for_one_free_card(&app, &member, &[0, 1], "offline or draining").await;
     assert_eq!(cards_of(&app, &member, first).await, [2]);
-    assert_eq!(app.job(&member, second).await["status"], "queued");
     // Only an admin lifts it.
     assert_eq!(set_state(&app, &member, cards[0], "online").await, 403);
     assert_eq!(set_state(&app, &admin, cards[0], "online").await, 204);
@@ -86,16 +84,8 @@ async fn a_card_the_inventory_stops_seeing_is_missing_and_returns_to_its_admins_
         states(&app, &member).await,
         ["online", "missing", "missing"]
     );
-    let gpus = app.get("/api/v1/gpus", &member).await.json();
-    assert_eq!(
-        gpus["gpus"][2]["free_mib"], 0,
-        "a missing card offers nothing"
-    );
-    let first = app.submit_ok(&member, one_card_job("first")).await;
-    let second = app.submit_ok(&member, one_card_job("second")).await;
-    app.pass().await;
+    let (first, second) = two_jobs_for_one_free_card(&app, &member, &[1, 2], "missing").await;
     assert_eq!(cards_of(&app, &member, first).await, [0]);
-    assert_eq!(app.job(&member, second).await["status"], "queued");
     // Seen again: the drained card is still drained, the other one takes work again.
     app.sim_cards(&three, "node-a").await;
     assert_eq!(

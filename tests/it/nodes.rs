@@ -3,7 +3,9 @@
 
 use crate::support::docker::docker_cli;
 use crate::support::server::{api_as_admin, get_with, post_job, Serve};
-use crate::support::{ledger_violations, one_card_job, rows, text, text_pairs, TestApp};
+use crate::support::{
+    ledger_violations, one_card_job, rows, text, text_pairs, two_jobs_for_one_free_card, TestApp,
+};
 use gpuq::server::nodes::{self, Registered, Registration};
 use serde_json::{json, Value};
 use sqlx::PgPool;
@@ -111,22 +113,10 @@ async fn a_lost_node_shows_lost_and_its_cards_get_no_new_work(pool: PgPool) {
             ("node-b".into(), "online".into())
         ]
     );
-    let gpus = app.get("/api/v1/gpus", &member).await.json();
-    assert_eq!(
-        gpus["gpus"][0]["free_mib"], 0,
-        "a lost node's card offers nothing"
-    );
-    let first = app.submit_ok(&member, one_card_job("first")).await;
-    let second = app.submit_ok(&member, one_card_job("second")).await;
-    app.pass().await;
+    let (first, second) = two_jobs_for_one_free_card(&app, &member, &[0], "on a lost node").await;
     let first = app.job(&member, first).await;
     assert_eq!(first["status"], "admitted");
     assert_eq!(first["node"], "node-b");
-    assert_eq!(
-        app.job(&member, second).await["status"],
-        "queued",
-        "the lost node's free card took the second job"
-    );
     // The metrics snapshot knows every node: node-a is down, with its heartbeat's age.
     let snap = gpuq::server::metrics::snapshot::read(&app.pool, "node-b")
         .await

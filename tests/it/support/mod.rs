@@ -19,4 +19,4 @@ pub use node::{cancel_and_wait, failure_reason, wait_status, Node};
 pub use server::{
     api_as_admin, database_url, free_port, get_with, json_of, post_job, start_server, Serve,
 };
-pub use specs::{one_card_job, true_job};
+pub use specs::{one_card_job, true_job, two_jobs_for_one_free_card};
