@@ -8,10 +8,10 @@ use crate::support::docker::docker_cli;
 use crate::support::isolation::{container_of, event_kinds};
 use crate::support::nvml::FakeNvml;
 use crate::support::{cancel_and_wait, wait_status, Node, TestApp};
-use gpuq::model::{gpu_id, Role};
+use gpuq::model::gpu_id;
 use gpuq::server::gpu::{self, GpuInventory, GpuMode};
 use gpuq::server::metrics::snapshot;
-use gpuq::server::runtime::{ensure_sim_devices, LaunchMode};
+use gpuq::server::runtime::LaunchMode;
 use gpuq::server::vram::{Round, Sampler, VramConfig};
 use serde_json::{json, Value};
 use sqlx::PgPool;
@@ -31,11 +31,9 @@ struct Setup {
 }
 
 async fn setup(pool: PgPool, node: &str) -> Setup {
-    let app = TestApp::new(pool).await;
-    ensure_sim_devices(1).unwrap();
+    let app = TestApp::with_sim_devices(pool, 1).await;
     let card = app.sim_cards(CARD, node).await[0];
-    let admin = app.bearer("root", Role::Admin).await;
-    let member = app.bearer("alice", Role::Member).await;
+    let (admin, member) = app.admin_and_member("alice").await;
     let node = Node::start(&app, node, LaunchMode::Fenced).await;
     Setup {
         app,
@@ -66,10 +64,13 @@ fn config(node: &str) -> VramConfig {
     }
 }
 
-fn sim_sampler(app: &TestApp, node: &str) -> Sampler {
+/// [`setup`] and a sampler that reads the card's simulated usage (what [`use_mib`] sets).
+async fn sim_setup(pool: PgPool, node: &str) -> (Setup, Sampler) {
+    let s = setup(pool, node).await;
     let inv: Arc<dyn GpuInventory> =
         Arc::from(gpu::from_config(GpuMode::Sim, Some(CARD), node).unwrap());
-    Sampler::new(app.pool.clone(), inv, config(node))
+    let sampler = Sampler::new(s.app.pool.clone(), inv, config(node));
+    (s, sampler)
 }
 
 /// A job holding `mib` on the card that runs until stopped.
@@ -78,6 +79,11 @@ async fn sleeper(s: &Setup, mib: i64) -> Uuid {
     let id = s.app.submit_ok(&s.member, spec).await;
     wait_status(&s.app, &s.member, id, &["running"], 60).await;
     id
+}
+
+/// Two such jobs of 4000 MiB each, both running, in the order they were submitted.
+async fn two_sleepers(s: &Setup) -> (Uuid, Uuid) {
+    (sleeper(s, 4000).await, sleeper(s, 4000).await)
 }
 
 async fn set_sim(s: &Setup, body: Value) -> crate::support::Reply {
@@ -110,10 +116,8 @@ async fn card_of(s: &Setup, id: Uuid) -> Value {
 
 #[sqlx::test(migrations = false)]
 async fn an_overrunning_job_on_a_short_card_is_stopped_and_its_neighbour_runs_on(pool: PgPool) {
-    let s = setup(pool, "vr1").await;
-    let mut sampler = sim_sampler(&s.app, "vr1");
-    let greedy = sleeper(&s, 4000).await;
-    let polite = sleeper(&s, 4000).await;
+    let (s, mut sampler) = sim_setup(pool, "vr1").await;
+    let (greedy, polite) = two_sleepers(&s).await;
 
     // Within their commitments: read, recorded, nothing else.
     use_mib(&s, &[(greedy, 3000), (polite, 3500)], 0).await;
@@ -185,11 +189,10 @@ async fn an_overrunning_job_on_a_short_card_is_stopped_and_its_neighbour_runs_on
 
 #[sqlx::test(migrations = false)]
 async fn warn_warns_once_per_spell_and_never_stops(pool: PgPool) {
-    let s = setup(pool, "vr2").await;
+    let (s, mut sampler) = sim_setup(pool, "vr2").await;
     s.app
         .set_policy(&s.admin, json!({ "vram_enforcement": "warn" }))
         .await;
-    let mut sampler = sim_sampler(&s.app, "vr2");
     let job = sleeper(&s, 4000).await;
     // Over its commitment on a short card.
     use_mib(&s, &[(job, 9000)], 15400).await;
@@ -246,10 +249,8 @@ async fn warn_warns_once_per_spell_and_never_stops(pool: PgPool) {
 
 #[sqlx::test(migrations = false)]
 async fn foreign_memory_and_jobs_within_their_commitment_are_never_stopped(pool: PgPool) {
-    let s = setup(pool, "vr3").await;
-    let mut sampler = sim_sampler(&s.app, "vr3");
-    let full = sleeper(&s, 4000).await;
-    let small = sleeper(&s, 4000).await;
+    let (s, mut sampler) = sim_setup(pool, "vr3").await;
+    let (full, small) = two_sleepers(&s).await;
     // Foreign processes fill the card: 76 MiB free, every job within its commitment.
     use_mib(&s, &[(full, 4000), (small, 500)], 20000).await;
     for _ in 0..4 {
@@ -327,8 +328,7 @@ fn host_pid(container: &str) -> u32 {
 #[sqlx::test(migrations = false)]
 async fn real_card_readings_go_to_the_job_by_its_container_cgroup(pool: PgPool) {
     let s = setup(pool, "vr5").await;
-    let greedy = sleeper(&s, 4000).await;
-    let polite = sleeper(&s, 4000).await;
+    let (greedy, polite) = two_sleepers(&s).await;
     let pid_g = host_pid(&container_of(&s.app, greedy).await.unwrap());
     let pid_p = host_pid(&container_of(&s.app, polite).await.unwrap());
     // A foreign process: this test itself, in no gpuq container.
