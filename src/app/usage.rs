@@ -8,7 +8,7 @@
 
 use super::alert::loaded;
 use super::gate::SignedInAs;
-use super::widgets::column_heads;
+use super::widgets::{column_heads, heads_and_rows};
 use crate::api::usage_report;
 use crate::model::{AppError, CardSeries, Role, UsageReport, UsageTotal, UsageView, WaitStats};
 use leptos::prelude::*;
@@ -202,20 +202,14 @@ fn Card(card: CardSeries, option: String) -> impl IntoView {
             <details>
                 <summary>{format!("All {} points", points.len())}</summary>
                 <table class="usage-table">
-                    {column_heads(["Time (UTC)", "Reserved", "Used", "External"])}
-                    <tbody>
-                        {points
-                            .into_iter()
-                            .map(|p| view! {
-                                <tr>
-                                    <td>{p.at.format("%Y-%m-%d %H:%M:%S").to_string()}</td>
-                                    <td>{mib(Some(p.reserved_mib))}</td>
-                                    <td>{mib(p.used_mib)}</td>
-                                    <td>{mib(p.external_mib)}</td>
-                                </tr>
-                            })
-                            .collect_view()}
-                    </tbody>
+                    {heads_and_rows(["Time (UTC)", "Reserved", "Used", "External"], points, |p| view! {
+                        <tr>
+                            <td>{p.at.format("%Y-%m-%d %H:%M:%S").to_string()}</td>
+                            <td>{mib(Some(p.reserved_mib))}</td>
+                            <td>{mib(p.used_mib)}</td>
+                            <td>{mib(p.external_mib)}</td>
+                        </tr>
+                    })}
                 </table>
             </details>
         </article>
@@ -270,20 +264,14 @@ fn Totals(
     view! {
         <div class="chart small" role="img" aria-label=label data-chart-option=option></div>
         <table id=id class="usage-table">
-            {column_heads([first, "Jobs", "GPU-hours", "VRAM GiB-hours"])}
-            <tbody>
-                {rows
-                    .into_iter()
-                    .map(|t| view! {
-                        <tr>
-                            <td>{t.key}</td>
-                            <td>{t.jobs}</td>
-                            <td>{hours(t.gpu_hours)}</td>
-                            <td>{hours(t.vram_gib_hours)}</td>
-                        </tr>
-                    })
-                    .collect_view()}
-            </tbody>
+            {heads_and_rows([first, "Jobs", "GPU-hours", "VRAM GiB-hours"], rows, |t| view! {
+                <tr>
+                    <td>{t.key}</td>
+                    <td>{t.jobs}</td>
+                    <td>{hours(t.gpu_hours)}</td>
+                    <td>{hours(t.vram_gib_hours)}</td>
+                </tr>
+            })}
         </table>
     }
     .into_any()

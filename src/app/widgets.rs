@@ -38,14 +38,20 @@ pub fn table_or_note<T, R: IntoView + 'static>(
     if items.is_empty() {
         return view! { <p class="muted">{none}</p> }.into_any();
     }
+    view! { <table id=id>{heads_and_rows(heads, items, row)}</table> }.into_any()
+}
+
+/// The inside of a table: `heads`, then one row per item drawn by `row`.
+pub fn heads_and_rows<T, N: IntoView + 'static, R: IntoView + 'static>(
+    heads: impl IntoIterator<Item = N>,
+    items: Vec<T>,
+    row: impl FnMut(T) -> R,
+) -> impl IntoView {
     let rows = items.into_iter().map(row).collect_view();
     view! {
-        <table id=id>
-            {column_heads(heads)}
-            <tbody>{rows}</tbody>
-        </table>
+        {column_heads(heads)}
+        <tbody>{rows}</tbody>
     }
-    .into_any()
 }
 
 /// A form field: `control` under a label for `id`.
