@@ -295,14 +295,17 @@ async fn a_job_cannot_fill_dockers_disk(pool: PgPool) {
 async fn a_job_as_its_owner_writes_to_tmp_under_a_read_only_root(pool: PgPool) {
     let (app, _admin, member) = TestApp::with_admin_and_member(pool, "mallory").await;
     let node = IsoNode::start(&app, "att-tmp", vec![], Default::default()).await;
-    let script = "echo hi > /tmp/mine && busybox cat /tmp/mine && busybox stat -c %a /tmp; \
+    let script = "echo hi > /tmp/mine && echo read back $(busybox cat /tmp/mine); \
+                  echo tmp mode $(busybox stat -c %a /tmp); \
                   busybox touch /planted || echo refused; \
                   busybox mkdir -p $HOME/.cache && echo cache in $HOME";
     let id = app.submit_ok(&member, job(script, &[])).await;
     let v = wait_status(&app, &member, id, &["succeeded", "failed"], 60).await;
     assert_eq!(v["status"], "succeeded", "{v}");
     let text = log(&app, &member, id).await;
-    assert!(text.contains("hi\n1777"), "{text}");
+    // Each fact on a line of its own: dockerd interleaves the job's stderr with its stdout.
+    assert!(text.contains("read back hi\n"), "{text}");
+    assert!(text.contains("tmp mode 1777\n"), "{text}");
     assert!(
         text.contains("Read-only file system") && text.contains("refused"),
         "{text}"
