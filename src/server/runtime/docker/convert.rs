@@ -121,7 +121,7 @@ pub(super) fn facts(resp: ContainerInspectResponse) -> ContainerFacts {
         memory_swap: hc.memory_swap.unwrap_or(0),
         pids_limit: hc.pids_limit.unwrap_or(0),
         readonly_rootfs: hc.readonly_rootfs.unwrap_or(false),
-        tmpfs: hc.tmpfs.clone().unwrap_or_default().into_iter().collect(),
+        tmpfs: hc.tmpfs.unwrap_or_default().into_iter().collect(),
         devices: hc
             .devices
             .unwrap_or_default()
