@@ -123,6 +123,15 @@ test("pages opened while a job moves through its states hydrate and go live", as
   page.on("console", (m) => { if (/hydrat|panicked/i.test(m.text())) hydrationErrors.push(m.text()); });
   const bearer = await tokenFor(request, "hugo");
   const tag = Date.now() % 100000;
+  // A page that fails to show the end says what the server had then: a page left behind by its
+  // job reads differently from a job that really stood still.
+  const apiSays = async (id: string) => {
+    const job = await (await request.get(`/api/v1/jobs/${id}`, { headers: { Authorization: bearer } })).json();
+    return `the API says job ${id} is ${job.status}`;
+  };
+  const orSay = (id: string) => async (e: Error) => {
+    throw new Error(`${e.message}\n${await apiSays(id)}`);
+  };
   for (let i = 0; i < 6; i++) {
     const sub = await request.post("/api/v1/jobs", {
       headers: { Authorization: bearer },
@@ -131,7 +140,7 @@ test("pages opened while a job moves through its states hydrate and go live", as
     expect(sub.status()).toBe(201);
     const id = (await sub.json()).job_id;
     await open(page, `/jobs/${id}`);
-    await expect(page.locator("#job-status")).toHaveText("succeeded", { timeout: 15_000 });
+    await expect(page.locator("#job-status")).toHaveText("succeeded", { timeout: 15_000 }).catch(orSay(id));
     const next = await request.post("/api/v1/jobs", {
       headers: { Authorization: bearer },
       data: { image: "gpuq-test/busybox:latest", command: ["echo", `next ${i}`], min_vram_mb: 500, name: `racer-next-${tag}-${i}` },
@@ -141,11 +150,44 @@ test("pages opened while a job moves through its states hydrate and go live", as
     const row = i % 2 === 0 ? page.locator("#jobs tr", { hasText: `racer-next-${tag}-${i}` }) : page.locator("#my-jobs tr", { hasText: `racer-next-${tag}-${i}` });
     // The queue lists it until it ends; the dashboard lists it while unfinished, then drops it.
     if (i % 2 === 0) {
-      await expect(row.locator(".status")).toHaveText("succeeded", { timeout: 15_000 });
+      await expect(row.locator(".status")).toHaveText("succeeded", { timeout: 15_000 }).catch(orSay(nextId));
     } else {
-      await expect(row).toHaveCount(0, { timeout: 15_000 });
+      await expect(row).toHaveCount(0, { timeout: 15_000 }).catch(orSay(nextId));
     }
     await expect.poll(async () => (await request.get(`/api/v1/jobs/${nextId}`, { headers: { Authorization: bearer } })).json().then((j) => j.status)).toBe("succeeded");
   }
   expect(hydrationErrors).toEqual([]);
+});
+
+// A route's code loads after the app's, and the live stream the app opens may be up before it:
+// everything the stream said by then (its "refetch on open", the job's own events) reached no
+// resource of the page. Here the job page's code is held back until the job has ended and the
+// stream is open, so the page hydrates with the server's render of a job still under way and
+// nothing more will be said of that job: it must still catch up by itself.
+test("a page whose code loads after the live stream opened still catches up with its job", async ({ page, request }) => {
+  await waitForServer(request);
+  await ensureUser(request, "iris");
+  await signIn(page, "iris");
+  const bearer = await tokenFor(request, "iris");
+  const sub = await request.post("/api/v1/jobs", {
+    headers: { Authorization: bearer },
+    data: { image: "gpuq-test/busybox:latest", command: ["sh", "-c", "sleep 1; echo late"], min_vram_mb: 500, name: "late-code" },
+  });
+  expect(sub.status()).toBe(201);
+  const id = (await sub.json()).job_id;
+  const status = async () => (await (await request.get(`/api/v1/jobs/${id}`, { headers: { Authorization: bearer } })).json()).status;
+  const streamOpen = page.waitForResponse((r) => r.url().includes("/api/v1/events"));
+  let held = false;
+  await page.route(/split___job_route_view_.*\.wasm$/, async (route) => {
+    held = true;
+    await streamOpen;
+    await expect.poll(status, { timeout: 15_000 }).toBe("succeeded");
+    await route.continue();
+  });
+  const response = await page.goto(`/jobs/${id}`);
+  // The server rendered the job before it ended.
+  expect(await response!.text()).not.toMatch(/id="job-status"[^>]*>succeeded</);
+  await page.locator(`body[data-hydrated="/jobs/${id}"]`).waitFor({ state: "attached" });
+  expect(held).toBe(true);
+  await expect(page.locator("#job-status")).toHaveText("succeeded");
 });

@@ -24,11 +24,27 @@ pub fn provide_live(signed_in: Signal<bool>) -> Live {
     live
 }
 
-/// The counter to depend on.
-pub fn use_live() -> RwSignal<u64> {
-    use_context::<Live>()
+/// The counter a page's resources depend on: it moves with every live event, and once more when
+/// the page has hydrated after the stream moved the counter already.
+///
+/// The stream may open before a page's code runs: a route's code loads lazily, after the app's,
+/// and the stream's "refetch on open" then reached no resource of the page. The page kept the
+/// server-rendered data, and a job that ended between that render and the stream's opening sent
+/// no event after it: the page showed `starting` until it was reloaded (the browser test of pages
+/// opened while a job moves failed 4 runs in 10). So each page refetches once it is live, unless
+/// nothing has happened since the app started.
+pub fn use_live() -> Signal<u64> {
+    let stream = use_context::<Live>()
         .map(|l| l.0)
-        .unwrap_or_else(|| RwSignal::new(0))
+        .unwrap_or_else(|| RwSignal::new(0));
+    let caught_up = RwSignal::new(0u64);
+    // Effects run in the browser only, once the page is hydrated.
+    Effect::new(move |_| {
+        if stream.get_untracked() > 0 {
+            caught_up.set(1);
+        }
+    });
+    Signal::derive(move || stream.get() + caught_up.get())
 }
 
 /// How often pages refetch while the stream is down (so they stay true even when a proxy or a
