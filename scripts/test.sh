@@ -110,8 +110,13 @@ e2e() {
     >"$repo/target/e2e/server.log" 2>&1) &
   SERVER_PID=$!
   # PLAYWRIGHT_ARGS narrows or repeats a run by hand (e.g. `-g resubmits --repeat-each=10`).
+  # On a failure the server's last words go to the output too: CI keeps nothing else of a run.
   # shellcheck disable=SC2086
-  (cd end2end && npx playwright test ${PLAYWRIGHT_ARGS:-})
+  (cd end2end && npx playwright test ${PLAYWRIGHT_ARGS:-}) || {
+    step "browser tests failed: the last 200 lines of target/e2e/server.log"
+    tail -n 200 target/e2e/server.log
+    return 1
+  }
 }
 
 # `make image`, then the image alone (embedded Postgres in its volume, simulated cards, no runner):
