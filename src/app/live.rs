@@ -31,7 +31,7 @@ pub fn provide_live(signed_in: Signal<bool>) -> Live {
 /// and the stream's "refetch on open" then reached no resource of the page. The page kept the
 /// server-rendered data, and a job that ended between that render and the stream's opening sent
 /// no event after it: the page showed `starting` until it was reloaded (the browser test of pages
-/// opened while a job moves failed 4 runs in 10). So each page refetches once it is live, unless
+/// opened while a job moves failed 8 runs in 22). So each page refetches once it is live, unless
 /// nothing has happened since the app started.
 pub fn use_live() -> Signal<u64> {
     let stream = use_context::<Live>()
