@@ -58,6 +58,11 @@ fn assert_check(all: &[Value], name: &str, status: &str, about: &str) {
 #[sqlx::test(migrations = false)]
 async fn doctor_passes_on_simulated_cards(pool: PgPool) {
     let app = TestApp::new(pool).await;
+    // A memory limit any test host holds with room to spare (the default, 16 GiB, warns on a host
+    // of less than 18 GiB).
+    let admin = app.bearer("root", gpuq::model::Role::Admin).await;
+    app.set_policy(&admin, serde_json::json!({ "memory_limit_mib": 4096 }))
+        .await;
     let out = doctor_on_sim(
         &app,
         "2x24576:NVIDIA GeForce RTX 3090",
@@ -184,10 +189,24 @@ async fn doctor_changes_nothing_it_checks(pool: PgPool) {
     );
 }
 
-/// A policy under which a job can fill the disk dockerd and every job share is a warn naming how:
-/// a writable root, and a writable volume tree on the file system of Docker's root.
+/// This host's memory, MiB, as `/proc/meminfo` tells it.
+fn host_memory_mib() -> u64 {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let line = meminfo
+        .lines()
+        .find(|l| l.starts_with("MemTotal:"))
+        .unwrap();
+    let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kib / 1024
+}
+
+/// A policy under which a job can fill the disk dockerd and every job share, or take the host's
+/// memory, is a warn naming how: a writable root, a writable volume tree on the file system of
+/// Docker's root, a memory limit as large as the host's memory.
 #[sqlx::test(migrations = false)]
-async fn doctor_warns_of_a_policy_that_lets_a_job_fill_dockers_disk(pool: PgPool) {
+async fn doctor_warns_of_a_policy_that_lets_a_job_fill_dockers_disk_or_take_the_hosts_memory(
+    pool: PgPool,
+) {
     let app = TestApp::new(pool).await;
     let admin = app.bearer("root", gpuq::model::Role::Admin).await;
     let docker_root = crate::support::docker::docker_cli(&["info", "-f", "{{.DockerRootDir}}"]);
@@ -198,6 +217,7 @@ async fn doctor_warns_of_a_policy_that_lets_a_job_fill_dockers_disk(pool: PgPool
         &admin,
         serde_json::json!({
             "read_only_rootfs": false,
+            "memory_limit_mib": host_memory_mib(),
             "volume_allowlist": [{ "path": tree }, { "path": "/srv/datasets", "read_only": true }],
         }),
     )
@@ -207,6 +227,13 @@ async fn doctor_warns_of_a_policy_that_lets_a_job_fill_dockers_disk(pool: PgPool
     let c = check(&all, "policy");
     let detail = c["detail"].as_str().unwrap();
     assert!(detail.contains(&format!("volume tree {tree} is on")), "{c}");
+    assert!(
+        detail.contains(&format!(
+            "memory_limit_mib {} leaves less than",
+            host_memory_mib()
+        )),
+        "{c}"
+    );
     assert!(
         !detail.contains("/srv/datasets"),
         "a read-only tree is no risk: {c}"

@@ -327,7 +327,7 @@ fn drift(want: &BTreeMap<i64, Vec<u8>>, applied: &BTreeMap<i64, Vec<u8>>) -> Dri
 /// job share, through a writable root or through a volume?
 async fn policy(pool: &PgPool, docker_root: Option<&Path>) -> Check {
     match settings::launch_policy(pool).await {
-        Ok(p) => policy_check(&p, docker_root, |path| {
+        Ok(p) => policy_check(&p, docker_root, host_memory_mib(), |path| {
             std::fs::metadata(existing_ancestor(path))
                 .ok()
                 .map(|m| m.dev())
@@ -340,16 +340,43 @@ async fn policy(pool: &PgPool, docker_root: Option<&Path>) -> Check {
     }
 }
 
-/// [`policy`] with the file system of a path (`device`) given, so it is tested without mounts.
+/// This host's memory (`MemTotal` of `/proc/meminfo`), MiB; `None` where it cannot be read.
+fn host_memory_mib() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))?
+        .trim()
+        .strip_suffix("kB")?
+        .trim()
+        .parse::<u64>()
+        .ok()?;
+    Some(kib / 1024)
+}
+
+/// Memory a job's limit must leave to the rest of the host (gpuq, Postgres, dockerd, the system),
+/// MiB. A job that may take more can push the whole host out of memory on its own.
+const HOST_RESERVE_MIB: u64 = 2048;
+
+/// [`policy`] with the host's memory (`host_mib`) and the file system of a path (`device`) given,
+/// so it is tested without mounts.
 fn policy_check(
     p: &LaunchPolicy,
     docker_root: Option<&Path>,
+    host_mib: Option<u64>,
     device: impl Fn(&Path) -> Option<u64>,
 ) -> Check {
     const NAME: &str = "policy";
     let mut risks = Vec::new();
     if !p.read_only_rootfs {
         risks.push("read_only_rootfs is off: a job can fill Docker's disk".to_string());
+    }
+    if let Some(host) = host_mib.filter(|h| p.memory_limit_mib + HOST_RESERVE_MIB > *h) {
+        risks.push(format!(
+            "memory_limit_mib {} leaves less than {HOST_RESERVE_MIB} MiB of this host's {host} MiB \
+             to everything else: one job can take the host's memory",
+            p.memory_limit_mib
+        ));
     }
     let docker_dev = docker_root.and_then(&device);
     if let (Some(root), Some(dev)) = (docker_root, docker_dev) {
@@ -376,7 +403,7 @@ fn policy_check(
     Check::warn(
         NAME,
         risks.join("; "),
-        "turn read_only_rootfs on and keep writable volume trees off Docker's file system (the admin page, or PUT /api/v1/settings/launch-policy)",
+        "turn read_only_rootfs on, keep writable volume trees off Docker's file system and memory_limit_mib well below the host's memory (the admin page, or PUT /api/v1/settings/launch-policy)",
     )
 }
 
@@ -478,7 +505,7 @@ mod policy_tests {
             volume_allowlist: vec![rule("/data/teams", false), rule("/home", true)],
             ..Default::default()
         };
-        let c = policy_check(&safe, docker, device);
+        let c = policy_check(&safe, docker, Some(65_536), device);
         assert_eq!(c.status, Status::Pass, "{}", c.detail);
         assert!(c.detail.contains("/tmp 4096 MiB"), "{}", c.detail);
 
@@ -487,14 +514,47 @@ mod policy_tests {
             read_only_rootfs: false,
             ..Default::default()
         };
-        let c = policy_check(&shared, docker, device);
+        let c = policy_check(&shared, docker, Some(65_536), device);
         assert_eq!(c.status, Status::Warn);
         assert!(c.detail.contains("read_only_rootfs is off"), "{}", c.detail);
         assert!(c.detail.contains("/home/scratch"), "{}", c.detail);
         assert!(!c.detail.contains("/data/teams"), "{}", c.detail);
 
         // Docker's root unknown (Docker unreachable): only the root filesystem is judged.
-        let c = policy_check(&safe, None, device);
+        let c = policy_check(&safe, None, Some(65_536), device);
         assert_eq!(c.status, Status::Pass, "{}", c.detail);
+    }
+
+    #[test]
+    fn a_memory_limit_that_leaves_the_host_too_little_is_a_warn() {
+        let docker = Some(Path::new("/docker"));
+        let p = LaunchPolicy::default();
+        assert_eq!(p.memory_limit_mib, 16_384);
+        // 16 GiB on an 18 GiB host leaves exactly the reserve: enough.
+        let c = policy_check(&p, docker, Some(16_384 + HOST_RESERVE_MIB), device);
+        assert_eq!(c.status, Status::Pass, "{}", c.detail);
+        // One MiB less, and on a 16 GiB host: a warn that names the field and the host's memory.
+        for host in [16_384 + HOST_RESERVE_MIB - 1, 16_384] {
+            let c = policy_check(&p, docker, Some(host), device);
+            assert_eq!(c.status, Status::Warn, "{}", c.detail);
+            assert!(
+                c.detail.contains(&format!(
+                    "memory_limit_mib 16384 leaves less than 2048 MiB of this host's {host} MiB"
+                )),
+                "{}",
+                c.detail
+            );
+            let fix = c.fix.unwrap_or_default();
+            assert!(fix.contains("memory_limit_mib"), "{fix}");
+        }
+        // The host's memory unknown: nothing is said of it.
+        let c = policy_check(&p, docker, None, device);
+        assert_eq!(c.status, Status::Pass, "{}", c.detail);
+    }
+
+    #[test]
+    fn the_hosts_memory_is_read() {
+        let mib = host_memory_mib().expect("/proc/meminfo has MemTotal");
+        assert!(mib >= 64, "{mib} MiB");
     }
 }
