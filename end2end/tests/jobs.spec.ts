@@ -191,3 +191,28 @@ test("a page whose code loads after the live stream opened still catches up with
   expect(held).toBe(true);
   await expect(page.locator("#job-status")).toHaveText("succeeded");
 });
+
+// A running job's log is fetched every second; an ended job's log is whole, and its page asks
+// for it no more (every open page of an ended job used to cost a request a second, for ever).
+test("the page of an ended job stops fetching its log", async ({ page, request }) => {
+  await waitForServer(request);
+  await ensureUser(request, "iris");
+  await signIn(page, "iris");
+  const bearer = await tokenFor(request, "iris");
+  const sub = await request.post("/api/v1/jobs", {
+    headers: { Authorization: bearer },
+    data: { image: "gpuq-test/busybox:latest", command: ["sh", "-c", "echo one; sleep 2; echo two"], min_vram_mb: 500, name: "log-ends" },
+  });
+  const id = (await sub.json()).job_id;
+  let fetches = 0;
+  page.on("request", (r) => { if (r.url().endsWith("/api/job_log")) fetches++; });
+  await open(page, `/jobs/${id}`);
+  // While it runs, the log is followed: "two" comes without a reload.
+  await expect(page.locator("#log")).toContainText("two");
+  await expect(page.locator("#job-status")).toHaveText("succeeded");
+  await page.waitForTimeout(1_500);
+  const before = fetches;
+  expect(before).toBeGreaterThan(0);
+  await page.waitForTimeout(3_500);
+  expect(fetches - before).toBe(0);
+});

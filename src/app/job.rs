@@ -32,9 +32,12 @@ pub fn JobPage() -> impl IntoView {
         move || (id(), live.get(), cancel.version().get()),
         |(id, ..)| for_job(id, get_job_detail),
     );
-    // The log follows while the job runs: every second, and on every live event.
+    // The log follows while the job runs: every second, and on every live event. An ended job's
+    // log is whole (the runner records the end only after its log), so the polling stops there.
     let log_tick = RwSignal::new(0u64);
-    follow(log_tick);
+    let ended =
+        Signal::derive(move || matches!(detail.get(), Some(Ok(d)) if d.job.status.is_terminal()));
+    follow(log_tick, ended);
     let log = Resource::new(
         move || (id(), live.get(), log_tick.get()),
         |(id, ..)| for_job(id, |id| job_log(id, 200)),
@@ -88,10 +91,14 @@ fn JobView(
 }
 
 #[cfg(feature = "hydrate")]
-fn follow(tick: RwSignal<u64>) {
+fn follow(tick: RwSignal<u64>, ended: Signal<bool>) {
     Effect::new(move |_| {
         if let Ok(handle) = set_interval_with_handle(
-            move || tick.update(|n| *n += 1),
+            move || {
+                if !ended.get_untracked() {
+                    tick.update(|n| *n += 1);
+                }
+            },
             std::time::Duration::from_secs(1),
         ) {
             on_cleanup(move || handle.clear());
@@ -100,7 +107,7 @@ fn follow(tick: RwSignal<u64>) {
 }
 
 #[cfg(not(feature = "hydrate"))]
-fn follow(_tick: RwSignal<u64>) {}
+fn follow(_tick: RwSignal<u64>, _ended: Signal<bool>) {}
 
 #[component]
 fn Detail(d: JobDetail, cancel: ServerAction<CancelJob>) -> impl IntoView {
