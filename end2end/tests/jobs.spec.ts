@@ -1,4 +1,4 @@
-import { test, expect } from "@playwright/test";
+import { test, expect, type APIRequestContext, type Page } from "@playwright/test";
 import { ensureUser, open, signIn, tokenFor, waitForServer } from "./util";
 
 test("a member submits through the form and watches the job run to the end without reloading", async ({ page, request }) => {
@@ -159,22 +159,27 @@ test("pages opened while a job moves through its states hydrate and go live", as
   expect(hydrationErrors).toEqual([]);
 });
 
+/** Signs `user` in and submits, as them, a one-card job running `script` in sh: its id and their bearer. */
+async function signedInWithJob(page: Page, request: APIRequestContext, user: string, script: string) {
+  await waitForServer(request);
+  await ensureUser(request, user);
+  await signIn(page, user);
+  const bearer = await tokenFor(request, user);
+  const sub = await request.post("/api/v1/jobs", {
+    headers: { Authorization: bearer },
+    data: { image: "gpuq-test/busybox:latest", command: ["sh", "-c", script], min_vram_mb: 500 },
+  });
+  expect(sub.status()).toBe(201);
+  return { bearer, id: (await sub.json()).job_id as string };
+}
+
 // A route's code loads after the app's, and the live stream the app opens may be up before it:
 // everything the stream said by then (its "refetch on open", the job's own events) reached no
 // resource of the page. Here the job page's code is held back until the job has ended and the
 // stream is open, so the page hydrates with the server's render of a job still under way and
 // nothing more will be said of that job: it must still catch up by itself.
 test("a page whose code loads after the live stream opened still catches up with its job", async ({ page, request }) => {
-  await waitForServer(request);
-  await ensureUser(request, "iris");
-  await signIn(page, "iris");
-  const bearer = await tokenFor(request, "iris");
-  const sub = await request.post("/api/v1/jobs", {
-    headers: { Authorization: bearer },
-    data: { image: "gpuq-test/busybox:latest", command: ["sh", "-c", "sleep 1; echo late"], min_vram_mb: 500, name: "late-code" },
-  });
-  expect(sub.status()).toBe(201);
-  const id = (await sub.json()).job_id;
+  const { bearer, id } = await signedInWithJob(page, request, "iris", "sleep 1; echo late");
   const status = async () => (await (await request.get(`/api/v1/jobs/${id}`, { headers: { Authorization: bearer } })).json()).status;
   const streamOpen = page.waitForResponse((r) => r.url().includes("/api/v1/events"));
   let held = false;
@@ -195,15 +200,7 @@ test("a page whose code loads after the live stream opened still catches up with
 // A running job's log is fetched every second; an ended job's log is whole, and its page asks
 // for it no more (every open page of an ended job used to cost a request a second, for ever).
 test("the page of an ended job stops fetching its log", async ({ page, request }) => {
-  await waitForServer(request);
-  await ensureUser(request, "iris");
-  await signIn(page, "iris");
-  const bearer = await tokenFor(request, "iris");
-  const sub = await request.post("/api/v1/jobs", {
-    headers: { Authorization: bearer },
-    data: { image: "gpuq-test/busybox:latest", command: ["sh", "-c", "echo one; sleep 2; echo two"], min_vram_mb: 500, name: "log-ends" },
-  });
-  const id = (await sub.json()).job_id;
+  const { id } = await signedInWithJob(page, request, "iris", "echo one; sleep 2; echo two");
   let fetches = 0;
   page.on("request", (r) => { if (r.url().endsWith("/api/job_log")) fetches++; });
   await open(page, `/jobs/${id}`);
