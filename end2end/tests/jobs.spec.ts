@@ -1,5 +1,5 @@
 import { test, expect, type APIRequestContext, type Page } from "@playwright/test";
-import { ensureUser, open, signIn, tokenFor, waitForServer } from "./util";
+import { ensureUser, jobStatus, open, signIn, tokenFor, waitForServer } from "./util";
 
 test("a member submits through the form and watches the job run to the end without reloading", async ({ page, request }) => {
   await waitForServer(request);
@@ -125,12 +125,8 @@ test("pages opened while a job moves through its states hydrate and go live", as
   const tag = Date.now() % 100000;
   // A page that fails to show the end says what the server had then: a page left behind by its
   // job reads differently from a job that really stood still.
-  const apiSays = async (id: string) => {
-    const job = await (await request.get(`/api/v1/jobs/${id}`, { headers: { Authorization: bearer } })).json();
-    return `the API says job ${id} is ${job.status}`;
-  };
   const orSay = (id: string) => async (e: Error) => {
-    throw new Error(`${e.message}\n${await apiSays(id)}`);
+    throw new Error(`${e.message}\nthe API says job ${id} is ${await jobStatus(request, bearer, id)}`);
   };
   for (let i = 0; i < 6; i++) {
     const sub = await request.post("/api/v1/jobs", {
@@ -154,7 +150,7 @@ test("pages opened while a job moves through its states hydrate and go live", as
     } else {
       await expect(row).toHaveCount(0, { timeout: 15_000 }).catch(orSay(nextId));
     }
-    await expect.poll(async () => (await request.get(`/api/v1/jobs/${nextId}`, { headers: { Authorization: bearer } })).json().then((j) => j.status)).toBe("succeeded");
+    await expect.poll(() => jobStatus(request, bearer, nextId)).toBe("succeeded");
   }
   expect(hydrationErrors).toEqual([]);
 });
@@ -180,13 +176,12 @@ async function signedInWithJob(page: Page, request: APIRequestContext, user: str
 // nothing more will be said of that job: it must still catch up by itself.
 test("a page whose code loads after the live stream opened still catches up with its job", async ({ page, request }) => {
   const { bearer, id } = await signedInWithJob(page, request, "iris", "sleep 1; echo late");
-  const status = async () => (await (await request.get(`/api/v1/jobs/${id}`, { headers: { Authorization: bearer } })).json()).status;
   const streamOpen = page.waitForResponse((r) => r.url().includes("/api/v1/events"));
   let held = false;
   await page.route(/split___job_route_view_.*\.wasm$/, async (route) => {
     held = true;
     await streamOpen;
-    await expect.poll(status, { timeout: 15_000 }).toBe("succeeded");
+    await expect.poll(() => jobStatus(request, bearer, id), { timeout: 15_000 }).toBe("succeeded");
     await route.continue();
   });
   const response = await page.goto(`/jobs/${id}`);

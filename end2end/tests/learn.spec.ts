@@ -6,7 +6,7 @@
 // inserted with psql into the server's database (`GPUQ_E2E_DATABASE_URL`, set by scripts/test.sh).
 import { test, expect } from "@playwright/test";
 import { execFileSync } from "node:child_process";
-import { adminBearer, adminPassword, open, signIn, waitForServer } from "./util";
+import { adminBearer, adminPassword, open, signIn, waitForServer, jobStatus } from "./util";
 
 const MODEL = "NVIDIA GeForce RTX 3090";
 const WORKLOAD = "e2e-learn";
@@ -32,7 +32,7 @@ test("the manifest editor shows observed peaks and applies the suggestion", asyn
   }
   for (const id of ids) {
     await expect
-      .poll(async () => (await (await request.get(`/api/v1/jobs/${id}`, { headers })).json()).status, { timeout: 30_000 })
+      .poll(() => jobStatus(request, admin, id), { timeout: 30_000 })
       .toBe("succeeded");
   }
   // What the sampler would have recorded: peaks of 6000, 7000 and 7500 MiB on their card.

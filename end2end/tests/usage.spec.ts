@@ -1,5 +1,5 @@
 import { test, expect } from "@playwright/test";
-import { ensureUser, signIn, tokenFor, waitForServer } from "./util";
+import { ensureUser, signIn, tokenFor, waitForServer, jobStatus } from "./util";
 import { readFile } from "node:fs/promises";
 
 test("a manager opens the usage charts, reads the tables and downloads the CSV", async ({ page, request }) => {
@@ -16,7 +16,7 @@ test("a manager opens the usage charts, reads the tables and downloads the CSV",
   const id = (await submitted.json()).job_id;
   await expect
     .poll(
-      async () => (await (await request.get(`/api/v1/jobs/${id}`, { headers: { Authorization: manny } })).json()).status,
+      () => jobStatus(request, manny, id),
       { timeout: 30_000 },
     )
     .toBe("succeeded");

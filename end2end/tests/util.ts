@@ -44,6 +44,11 @@ export async function tokenFor(request: APIRequestContext, name: string, passwor
   return `Bearer ${(await res.json()).token}`;
 }
 
+/** The status of job `id`, as its owner (or an admin) with `bearer` reads it through the API. */
+export async function jobStatus(request: APIRequestContext, bearer: string, id: string): Promise<string> {
+  return (await (await request.get(`/api/v1/jobs/${id}`, { headers: { Authorization: bearer } })).json()).status;
+}
+
 export async function signIn(page: Page, name: string, password = memberPassword) {
   await page.goto("/login");
   await page.getByLabel("Username").fill(name);
