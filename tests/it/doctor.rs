@@ -58,11 +58,11 @@ fn assert_check(all: &[Value], name: &str, status: &str, about: &str) {
 #[sqlx::test(migrations = false)]
 async fn doctor_passes_on_simulated_cards(pool: PgPool) {
     let app = TestApp::new(pool).await;
-    // A memory limit any test host holds with room to spare (the default, 16 GiB, warns on a host
-    // of less than 18 GiB).
+    // A policy any test host holds with room to spare: one job a card and two without a GPU, of
+    // 1 GiB each (the default, 16 GiB, warns on a host of less than 18 GiB, and 8 jobs without a
+    // GPU at once on one of less than 130 GiB).
     let admin = app.bearer("root", gpuq::model::Role::Admin).await;
-    app.set_policy(&admin, serde_json::json!({ "memory_limit_mib": 4096 }))
-        .await;
+    app.set_policy(&admin, one_job_a_card(1024)).await;
     let out = doctor_on_sim(
         &app,
         "2x24576:NVIDIA GeForce RTX 3090",
@@ -82,6 +82,12 @@ async fn doctor_passes_on_simulated_cards(pool: PgPool) {
         assert_eq!(check(&all, name)["status"], "pass", "{name}: {all:#?}");
     }
     // Docker passes, or warns about its cgroup version; never fails here.
+    assert_check(
+        &all,
+        "policy",
+        "pass",
+        "up to 4 jobs at once fit in memory (4096 of",
+    );
     assert_ne!(check(&all, "docker")["status"], "fail");
     assert!(check(&all, "docker")["data"]["version"].is_string());
     // Simulated cards: the NVIDIA runtime is not needed, so at worst a warning.
@@ -187,6 +193,57 @@ async fn doctor_changes_nothing_it_checks(pool: PgPool) {
         !data.join("pg").exists(),
         "the doctor made an embedded cluster"
     );
+}
+
+/// A launch policy that lets one job run on each 24 GiB card and two without a GPU, each with a
+/// memory limit of `memory_limit_mib` (a quarter of it for `/dev/shm`, a quarter for `/tmp`).
+fn one_job_a_card(memory_limit_mib: u64) -> serde_json::Value {
+    serde_json::json!({
+        "memory_limit_mib": memory_limit_mib,
+        "shm_mib": memory_limit_mib / 4,
+        "tmp_mib": memory_limit_mib / 4,
+        "min_vram_mib": 24576,
+        "max_cpu_jobs_per_node": 2,
+    })
+}
+
+/// The doctor counts the jobs that can run at once by the least a job may commit on a card, and a
+/// workload type the manifest gives less than the policy's floor lowers that least: an admin who
+/// adds one sees the jobs that could then share the cards outgrow the host's memory.
+#[sqlx::test(migrations = false)]
+async fn doctor_warns_when_the_jobs_that_can_run_at_once_outgrow_the_hosts_memory(pool: PgPool) {
+    let app = TestApp::new(pool).await;
+    let admin = app.bearer("root", gpuq::model::Role::Admin).await;
+    // 2 cards + 2 without a GPU = 4 jobs of a hundredth of the host each: they fit.
+    let each = host_memory_mib() / 100;
+    app.set_policy(&admin, one_job_a_card(each)).await;
+    let cards = "2x24576:NVIDIA GeForce RTX 3090";
+    let all = checks(&doctor_on_sim(&app, cards, &[]));
+    assert_check(&all, "policy", "pass", "up to 4 jobs at once fit in memory");
+    // A 256 MiB workload type: 96 jobs a card, 194 in all, nearly twice the host.
+    app.workload(
+        &admin,
+        "tiny",
+        serde_json::json!({ "NVIDIA GeForce RTX 3090": 256 }),
+    )
+    .await;
+    let all = checks(&doctor_on_sim(&app, cards, &[]));
+    assert_check(
+        &all,
+        "policy",
+        "warn",
+        "up to 194 jobs can run here at once (192 on 2 cards",
+    );
+    let c = check(&all, "policy");
+    let detail = c["detail"].as_str().unwrap();
+    assert!(
+        detail.contains(&format!(
+            "memory_limit_mib {each}: {} MiB in all",
+            194 * each
+        )),
+        "{c}"
+    );
+    assert!(c["fix"].as_str().unwrap().contains("min_vram_mib"), "{c}");
 }
 
 /// This host's memory, MiB, as `/proc/meminfo` tells it.

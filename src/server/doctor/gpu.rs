@@ -22,6 +22,10 @@ pub const NVML_LIBRARY: &str = "libnvidia-ml.so.1";
 pub(super) struct SeenCard {
     index: u32,
     uuid: String,
+    /// Model name, as the manifest keys it.
+    model: String,
+    /// VRAM, MiB; `None` where NVML did not say.
+    total_mib: Option<u64>,
 }
 
 /// The cards check and what it found.
@@ -30,6 +34,16 @@ pub(super) struct Cards {
     pub check: Check,
     cards: Vec<SeenCard>,
     simulated: bool,
+}
+
+impl Cards {
+    /// Each card's model and VRAM (MiB, where known), for counting the jobs that can run at once.
+    pub(super) fn vram(&self) -> Vec<(String, Option<u64>)> {
+        self.cards
+            .iter()
+            .map(|c| (c.model.clone(), c.total_mib))
+            .collect()
+    }
 }
 
 /// Which source `--gpu-source` (and `--sim-gpus`) select: simulated or NVML.
@@ -82,6 +96,8 @@ fn sim_cards(opts: &DoctorOptions) -> Cards {
                 .map(|g| SeenCard {
                     index: g.index,
                     uuid: crate::model::gpu_id(&g.uuid),
+                    model: g.model.clone(),
+                    total_mib: u64::try_from(g.total_mib).ok(),
                 })
                 .collect();
             let data = json!({
@@ -168,7 +184,12 @@ fn nvml_cards(library: &str) -> Result<Cards, Check> {
             "index": index, "uuid": uuid, "name": name,
             "memory_total_mib": total_mib, "mig": mig,
         }));
-        cards.push(SeenCard { index, uuid });
+        cards.push(SeenCard {
+            index,
+            uuid,
+            model: name,
+            total_mib,
+        });
     }
     let data = json!({
         "source": "nvml", "library": library, "driver_version": driver,

@@ -4,6 +4,7 @@
 
 use super::{Check, DoctorOptions};
 use crate::model::LaunchPolicy;
+use crate::server::db::manifest::{self, Manifest};
 use crate::server::db::{embedded, settings};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::PgPool;
@@ -143,7 +144,11 @@ fn free_disk(name: &'static str, path: &Path) -> Check {
 
 /// Postgres reachable, migrations current, clock agreement, and the launch policy it holds against
 /// Docker's root (`docker_root`, when known). Never migrates, never starts the embedded cluster.
-pub(super) async fn database(opts: &DoctorOptions, docker_root: Option<&str>) -> Vec<Check> {
+pub(super) async fn database(
+    opts: &DoctorOptions,
+    docker_root: Option<&str>,
+    cards: &[(String, Option<u64>)],
+) -> Vec<Check> {
     let target = match connect_options(opts) {
         Ok(t) => t,
         Err(check) => return vec![check],
@@ -172,7 +177,7 @@ pub(super) async fn database(opts: &DoctorOptions, docker_root: Option<&str>) ->
         Check::pass("postgres", format!("{what}: Postgres {version} answers")),
         migrations(&pool).await,
         clock(&pool).await,
-        policy(&pool, docker_root.map(Path::new)).await,
+        policy(&pool, docker_root.map(Path::new), cards).await,
     ];
     pool.close().await;
     checks
@@ -324,19 +329,131 @@ fn drift(want: &BTreeMap<i64, Vec<u8>>, applied: &BTreeMap<i64, Vec<u8>>) -> Dri
 }
 
 /// The launch policy as it applies to this host: does it let a job fill the disk dockerd and every
-/// job share, through a writable root or through a volume?
-async fn policy(pool: &PgPool, docker_root: Option<&Path>) -> Check {
-    match settings::launch_policy(pool).await {
-        Ok(p) => policy_check(&p, docker_root, host_memory_mib(), |path| {
-            std::fs::metadata(existing_ancestor(path))
-                .ok()
-                .map(|m| m.dev())
-        }),
+/// job share, through a writable root or through a volume, or let the jobs that can run here at
+/// once (on `cards`, each a model and its VRAM) take the host's memory?
+async fn policy(
+    pool: &PgPool,
+    docker_root: Option<&Path>,
+    cards: &[(String, Option<u64>)],
+) -> Check {
+    let read = async {
+        let p = settings::launch_policy(pool).await?;
+        let m = manifest::load(&mut *pool.acquire().await?).await?;
+        Ok::<_, sqlx::Error>((p, m))
+    };
+    match read.await {
+        Ok((p, m)) => {
+            let host = HostFacts {
+                memory_mib: host_memory_mib(),
+                cards: card_rooms(&p, &m, cards),
+            };
+            policy_check(&p, docker_root, &host, |path| {
+                std::fs::metadata(existing_ancestor(path))
+                    .ok()
+                    .map(|m| m.dev())
+            })
+        }
         Err(e) => Check::warn(
             "policy",
-            format!("reading the launch policy: {e}"),
+            format!("reading the launch policy and the manifest: {e}"),
             "let `gpuq serve` apply its migrations, then run the doctor again",
         ),
+    }
+}
+
+/// The host the policy is judged against.
+#[derive(Debug, Clone, Default)]
+struct HostFacts {
+    /// `MemTotal`, MiB; `None` where it cannot be read.
+    memory_mib: Option<u64>,
+    /// This node's cards whose VRAM is known.
+    cards: Vec<CardRoom>,
+}
+
+/// A card, for counting the jobs that can share it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct CardRoom {
+    /// VRAM, MiB.
+    total_mib: u64,
+    /// The least one job may commit on it, MiB: the policy's `min_vram_mib`, or less where the
+    /// manifest gives a workload type a smaller need on the card's model.
+    least_mib: u64,
+}
+
+/// The cards (model, VRAM) as rooms for jobs under the policy and the manifest.
+fn card_rooms(p: &LaunchPolicy, m: &Manifest, cards: &[(String, Option<u64>)]) -> Vec<CardRoom> {
+    cards
+        .iter()
+        .filter_map(|(model, total)| {
+            let least_need = m
+                .needs
+                .values()
+                .filter_map(|needs| needs.get(model))
+                .map(|mib| u64::try_from(*mib).unwrap_or(0))
+                .min();
+            Some(CardRoom {
+                total_mib: (*total)?,
+                least_mib: least_need.map_or(p.min_vram_mib, |n| n.min(p.min_vram_mib)),
+            })
+        })
+        .collect()
+}
+
+/// How many jobs can run on this node at once under `p`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AtOnce {
+    /// At most `on_cards` on the cards (each card's VRAM over the least a job may commit there)
+    /// and `cpu` without a GPU.
+    Bounded { on_cards: u64, cpu: u64 },
+    /// Nothing bounds them; the field that lets them be many.
+    Unbounded(&'static str),
+}
+
+fn at_once(p: &LaunchPolicy, cards: &[CardRoom]) -> AtOnce {
+    if p.max_cpu_jobs_per_node == 0 {
+        return AtOnce::Unbounded("max_cpu_jobs_per_node is 0 (no cap on jobs without a GPU)");
+    }
+    if cards.iter().any(|c| c.least_mib == 0) {
+        return AtOnce::Unbounded(
+            "a job may commit 0 MiB on a card (min_vram_mib or the manifest)",
+        );
+    }
+    AtOnce::Bounded {
+        on_cards: cards.iter().map(|c| c.total_mib / c.least_mib).sum(),
+        cpu: u64::from(p.max_cpu_jobs_per_node),
+    }
+}
+
+/// What the jobs that can run at once may take of the host's memory: a risk, or (`Ok`) how much
+/// they may take in all, where that fits.
+fn memory_at_once(
+    p: &LaunchPolicy,
+    host: &HostFacts,
+    host_mib: u64,
+) -> Result<Option<String>, String> {
+    let each = p.memory_limit_mib;
+    match at_once(p, &host.cards) {
+        AtOnce::Unbounded(why) => Err(format!(
+            "nothing bounds the jobs that can run here at once ({why}), and each may use \
+             memory_limit_mib {each} MiB: together they can take the host's {host_mib} MiB"
+        )),
+        AtOnce::Bounded { on_cards, cpu } => {
+            let jobs = on_cards + cpu;
+            let all = jobs.saturating_mul(each);
+            if all.saturating_add(HOST_RESERVE_MIB) > host_mib {
+                Err(format!(
+                    "up to {jobs} jobs can run here at once ({on_cards} on {} cards by the least \
+                     VRAM a job may commit, {cpu} without a GPU), each with memory_limit_mib \
+                     {each}: {all} MiB in all, more than this host's {host_mib} MiB less \
+                     {HOST_RESERVE_MIB}: together they can take the host's memory",
+                    host.cards.len()
+                ))
+            } else {
+                Ok(Some(format!(
+                    "up to {jobs} jobs at once fit in memory ({all} of {host_mib} MiB)"
+                )))
+            }
+        }
     }
 }
 
@@ -358,25 +475,33 @@ fn host_memory_mib() -> Option<u64> {
 /// MiB. A job that may take more can push the whole host out of memory on its own.
 const HOST_RESERVE_MIB: u64 = 2048;
 
-/// [`policy`] with the host's memory (`host_mib`) and the file system of a path (`device`) given,
-/// so it is tested without mounts.
+/// [`policy`] with the host (its memory, its cards) and the file system of a path (`device`)
+/// given, so it is tested without mounts.
 fn policy_check(
     p: &LaunchPolicy,
     docker_root: Option<&Path>,
-    host_mib: Option<u64>,
+    host: &HostFacts,
     device: impl Fn(&Path) -> Option<u64>,
 ) -> Check {
     const NAME: &str = "policy";
     let mut risks = Vec::new();
+    let mut memory = None;
     if !p.read_only_rootfs {
         risks.push("read_only_rootfs is off: a job can fill Docker's disk".to_string());
     }
-    if let Some(host) = host_mib.filter(|h| p.memory_limit_mib + HOST_RESERVE_MIB > *h) {
-        risks.push(format!(
-            "memory_limit_mib {} leaves less than {HOST_RESERVE_MIB} MiB of this host's {host} MiB \
-             to everything else: one job can take the host's memory",
-            p.memory_limit_mib
-        ));
+    if let Some(host_mib) = host.memory_mib {
+        if p.memory_limit_mib + HOST_RESERVE_MIB > host_mib {
+            risks.push(format!(
+                "memory_limit_mib {} leaves less than {HOST_RESERVE_MIB} MiB of this host's \
+                 {host_mib} MiB to everything else: one job can take the host's memory",
+                p.memory_limit_mib
+            ));
+        } else {
+            match memory_at_once(p, host, host_mib) {
+                Ok(fits) => memory = fits,
+                Err(risk) => risks.push(risk),
+            }
+        }
     }
     let docker_dev = docker_root.and_then(&device);
     if let (Some(root), Some(dev)) = (docker_root, docker_dev) {
@@ -395,15 +520,16 @@ fn policy_check(
             Some(mib) => format!("jobs' roots are read-only (/tmp {mib} MiB)"),
             None => "jobs' roots are writable".to_string(),
         };
+        let memory = memory.map(|m| format!("; {m}")).unwrap_or_default();
         return Check::pass(
             NAME,
-            format!("{rootfs}; no writable volume tree on Docker's file system"),
+            format!("{rootfs}; no writable volume tree on Docker's file system{memory}"),
         );
     }
     Check::warn(
         NAME,
         risks.join("; "),
-        "turn read_only_rootfs on, keep writable volume trees off Docker's file system and memory_limit_mib well below the host's memory (the admin page, or PUT /api/v1/settings/launch-policy)",
+        "turn read_only_rootfs on, keep writable volume trees off Docker's file system, and keep memory_limit_mib times the jobs that can run at once (cards' VRAM over min_vram_mib, plus max_cpu_jobs_per_node) below the host's memory (the admin page, or PUT /api/v1/settings/launch-policy)",
     )
 }
 
@@ -491,6 +617,14 @@ mod policy_tests {
         Some(if p.starts_with("/data") { 2 } else { 1 })
     }
 
+    /// A host of `memory_mib` without cards.
+    fn host(memory_mib: Option<u64>) -> HostFacts {
+        HostFacts {
+            memory_mib,
+            cards: Vec::new(),
+        }
+    }
+
     fn rule(path: &str, read_only: bool) -> VolumeRule {
         VolumeRule {
             path: path.into(),
@@ -505,7 +639,7 @@ mod policy_tests {
             volume_allowlist: vec![rule("/data/teams", false), rule("/home", true)],
             ..Default::default()
         };
-        let c = policy_check(&safe, docker, Some(65_536), device);
+        let c = policy_check(&safe, docker, &host(Some(TIB)), device);
         assert_eq!(c.status, Status::Pass, "{}", c.detail);
         assert!(c.detail.contains("/tmp 4096 MiB"), "{}", c.detail);
 
@@ -514,32 +648,36 @@ mod policy_tests {
             read_only_rootfs: false,
             ..Default::default()
         };
-        let c = policy_check(&shared, docker, Some(65_536), device);
+        let c = policy_check(&shared, docker, &host(Some(TIB)), device);
         assert_eq!(c.status, Status::Warn);
         assert!(c.detail.contains("read_only_rootfs is off"), "{}", c.detail);
         assert!(c.detail.contains("/home/scratch"), "{}", c.detail);
         assert!(!c.detail.contains("/data/teams"), "{}", c.detail);
 
         // Docker's root unknown (Docker unreachable): only the root filesystem is judged.
-        let c = policy_check(&safe, None, Some(65_536), device);
+        let c = policy_check(&safe, None, &host(Some(TIB)), device);
         assert_eq!(c.status, Status::Pass, "{}", c.detail);
     }
 
     #[test]
     fn a_memory_limit_that_leaves_the_host_too_little_is_a_warn() {
         let docker = Some(Path::new("/docker"));
-        let p = LaunchPolicy::default();
+        // One job at a time (no cards, one job without a GPU), so only the one job's limit counts.
+        let p = LaunchPolicy {
+            max_cpu_jobs_per_node: 1,
+            ..Default::default()
+        };
         assert_eq!(p.memory_limit_mib, 16_384);
         // 16 GiB on an 18 GiB host leaves exactly the reserve: enough.
-        let c = policy_check(&p, docker, Some(16_384 + HOST_RESERVE_MIB), device);
+        let c = policy_check(&p, docker, &host(Some(16_384 + HOST_RESERVE_MIB)), device);
         assert_eq!(c.status, Status::Pass, "{}", c.detail);
         // One MiB less, and on a 16 GiB host: a warn that names the field and the host's memory.
-        for host in [16_384 + HOST_RESERVE_MIB - 1, 16_384] {
-            let c = policy_check(&p, docker, Some(host), device);
+        for mib in [16_384 + HOST_RESERVE_MIB - 1, 16_384] {
+            let c = policy_check(&p, docker, &host(Some(mib)), device);
             assert_eq!(c.status, Status::Warn, "{}", c.detail);
             assert!(
                 c.detail.contains(&format!(
-                    "memory_limit_mib 16384 leaves less than 2048 MiB of this host's {host} MiB"
+                    "memory_limit_mib 16384 leaves less than 2048 MiB of this host's {mib} MiB"
                 )),
                 "{}",
                 c.detail
@@ -548,8 +686,159 @@ mod policy_tests {
             assert!(fix.contains("memory_limit_mib"), "{fix}");
         }
         // The host's memory unknown: nothing is said of it.
-        let c = policy_check(&p, docker, None, device);
+        let c = policy_check(&p, docker, &host(None), device);
         assert_eq!(c.status, Status::Pass, "{}", c.detail);
+    }
+
+    const TIB: u64 = 1 << 20;
+    const RTX: &str = "NVIDIA GeForce RTX 3090";
+
+    #[test]
+    fn the_jobs_that_can_run_at_once_must_fit_in_the_hosts_memory_together() {
+        let docker = Some(Path::new("/docker"));
+        // Two 24 GiB cards at the default floor of 256 MiB: 96 jobs each, and 8 without a GPU.
+        let p = LaunchPolicy {
+            memory_limit_mib: 1024,
+            ..Default::default()
+        };
+        let cards = vec![(RTX.to_string(), Some(24_576)); 2];
+        let rooms = card_rooms(&p, &Manifest::default(), &cards);
+        assert_eq!(
+            at_once(&p, &rooms),
+            AtOnce::Bounded {
+                on_cards: 192,
+                cpu: 8
+            }
+        );
+        let all = 200 * 1024;
+        let on = |mib| HostFacts {
+            memory_mib: Some(mib),
+            cards: rooms.clone(),
+        };
+        // 200 jobs of 1 GiB and the reserve fit exactly; one MiB less does not.
+        let c = policy_check(&p, docker, &on(all + HOST_RESERVE_MIB), device);
+        assert_eq!(c.status, Status::Pass, "{}", c.detail);
+        assert!(
+            c.detail
+                .contains("up to 200 jobs at once fit in memory (204800 of"),
+            "{}",
+            c.detail
+        );
+        let c = policy_check(&p, docker, &on(all + HOST_RESERVE_MIB - 1), device);
+        assert_eq!(c.status, Status::Warn, "{}", c.detail);
+        assert!(
+            c.detail
+                .contains("up to 200 jobs can run here at once (192 on 2 cards"),
+            "{}",
+            c.detail
+        );
+        assert!(c.detail.contains("8 without a GPU"), "{}", c.detail);
+        assert!(c.detail.contains("204800 MiB in all"), "{}", c.detail);
+        let fix = c.fix.unwrap_or_default();
+        assert!(
+            fix.contains("min_vram_mib") && fix.contains("max_cpu_jobs_per_node"),
+            "{fix}"
+        );
+        // The host's memory unknown: nothing is said of it.
+        let c = policy_check(
+            &p,
+            docker,
+            &HostFacts {
+                memory_mib: None,
+                cards: rooms,
+            },
+            device,
+        );
+        assert_eq!(c.status, Status::Pass, "{}", c.detail);
+        assert!(!c.detail.contains("at once"), "{}", c.detail);
+    }
+
+    #[test]
+    fn a_workload_type_below_the_floor_lets_more_jobs_share_a_card() {
+        let p = LaunchPolicy::default();
+        let mut m = Manifest::default();
+        m.needs
+            .entry("tiny".into())
+            .or_default()
+            .insert(RTX.into(), 128);
+        m.needs
+            .entry("big".into())
+            .or_default()
+            .insert(RTX.into(), 20_000);
+        m.needs
+            .entry("elsewhere".into())
+            .or_default()
+            .insert("NVIDIA A100 80GB".into(), 64);
+        let cards = [
+            (RTX.to_string(), Some(24_576)),
+            ("NVIDIA A100 80GB".to_string(), Some(81_920)),
+            ("NVIDIA T4".to_string(), Some(15_360)),
+            // VRAM unknown: not counted.
+            (RTX.to_string(), None),
+        ];
+        let rooms = card_rooms(&p, &m, &cards);
+        let least: Vec<u64> = rooms.iter().map(|r| r.least_mib).collect();
+        assert_eq!(least, vec![128, 64, 256]);
+        assert_eq!(
+            at_once(&p, &rooms),
+            AtOnce::Bounded {
+                on_cards: 192 + 1280 + 60,
+                cpu: 8
+            }
+        );
+    }
+
+    #[test]
+    fn nothing_bounding_the_jobs_at_once_is_a_warn_naming_the_field() {
+        let docker = Some(Path::new("/docker"));
+        let rooms = vec![CardRoom {
+            total_mib: 24_576,
+            least_mib: 24_576,
+        }];
+        let on = HostFacts {
+            memory_mib: Some(TIB),
+            cards: rooms.clone(),
+        };
+        let ok = LaunchPolicy {
+            memory_limit_mib: 1024,
+            ..Default::default()
+        };
+        assert_eq!(policy_check(&ok, docker, &on, device).status, Status::Pass);
+        let no_cpu_cap = LaunchPolicy {
+            max_cpu_jobs_per_node: 0,
+            ..ok.clone()
+        };
+        let c = policy_check(&no_cpu_cap, docker, &on, device);
+        assert_eq!(c.status, Status::Warn, "{}", c.detail);
+        assert!(
+            c.detail.contains("max_cpu_jobs_per_node is 0"),
+            "{}",
+            c.detail
+        );
+        let no_floor = LaunchPolicy {
+            min_vram_mib: 0,
+            ..ok
+        };
+        let rooms = card_rooms(
+            &no_floor,
+            &Manifest::default(),
+            &[(RTX.into(), Some(24_576))],
+        );
+        let c = policy_check(
+            &no_floor,
+            docker,
+            &HostFacts {
+                memory_mib: Some(TIB),
+                cards: rooms,
+            },
+            device,
+        );
+        assert_eq!(c.status, Status::Warn, "{}", c.detail);
+        assert!(
+            c.detail.contains("a job may commit 0 MiB on a card"),
+            "{}",
+            c.detail
+        );
     }
 
     #[test]

@@ -118,7 +118,7 @@ pub async fn run(opts: &DoctorOptions) -> Vec<Check> {
     checks.extend(docker.checks.iter().cloned());
     checks.push(gpu::smoke(opts, &cards, docker.conn.as_ref()).await);
     checks.extend(host::storage(opts, docker.root_dir.as_deref()));
-    checks.extend(host::database(opts, docker.root_dir.as_deref()).await);
+    checks.extend(host::database(opts, docker.root_dir.as_deref(), &cards.vram()).await);
     checks.push(host::listen(opts));
     checks
 }
