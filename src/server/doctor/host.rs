@@ -659,43 +659,53 @@ mod policy_tests {
         assert_eq!(c.status, Status::Pass, "{}", c.detail);
     }
 
+    const TIB: u64 = 1 << 20;
+    const RTX: &str = "NVIDIA GeForce RTX 3090";
+
+    /// Judges `p` on hosts with `cards` whose memory is exactly `need` MiB plus the reserve (a
+    /// pass), one MiB less (a warn whose detail says `says`, returned) and unknown (a pass that
+    /// says nothing of memory).
+    fn holds_exactly(p: &LaunchPolicy, cards: &[CardRoom], need: u64, says: &str) -> Check {
+        let docker = Some(Path::new("/docker"));
+        let on = |memory_mib| HostFacts {
+            memory_mib,
+            cards: cards.to_vec(),
+        };
+        let c = policy_check(p, docker, &on(Some(need + HOST_RESERVE_MIB)), device);
+        assert_eq!(c.status, Status::Pass, "{}", c.detail);
+        let c = policy_check(p, docker, &on(None), device);
+        assert_eq!(c.status, Status::Pass, "{}", c.detail);
+        assert!(!c.detail.contains("at once"), "{}", c.detail);
+        warns(p, &on(Some(need + HOST_RESERVE_MIB - 1)), says)
+    }
+
+    /// Judges `p` on `host`: a warn whose detail says `says`.
+    fn warns(p: &LaunchPolicy, host: &HostFacts, says: &str) -> Check {
+        let c = policy_check(p, Some(Path::new("/docker")), host, device);
+        assert_eq!(c.status, Status::Warn, "{}", c.detail);
+        assert!(c.detail.contains(says), "{says}: {}", c.detail);
+        c
+    }
+
     #[test]
     fn a_memory_limit_that_leaves_the_host_too_little_is_a_warn() {
-        let docker = Some(Path::new("/docker"));
         // One job at a time (no cards, one job without a GPU), so only the one job's limit counts.
         let p = LaunchPolicy {
             max_cpu_jobs_per_node: 1,
             ..Default::default()
         };
         assert_eq!(p.memory_limit_mib, 16_384);
-        // 16 GiB on an 18 GiB host leaves exactly the reserve: enough.
-        let c = policy_check(&p, docker, &host(Some(16_384 + HOST_RESERVE_MIB)), device);
-        assert_eq!(c.status, Status::Pass, "{}", c.detail);
-        // One MiB less, and on a 16 GiB host: a warn that names the field and the host's memory.
-        for mib in [16_384 + HOST_RESERVE_MIB - 1, 16_384] {
-            let c = policy_check(&p, docker, &host(Some(mib)), device);
-            assert_eq!(c.status, Status::Warn, "{}", c.detail);
-            assert!(
-                c.detail.contains(&format!(
-                    "memory_limit_mib 16384 leaves less than 2048 MiB of this host's {mib} MiB"
-                )),
-                "{}",
-                c.detail
-            );
-            let fix = c.fix.unwrap_or_default();
-            assert!(fix.contains("memory_limit_mib"), "{fix}");
-        }
-        // The host's memory unknown: nothing is said of it.
-        let c = policy_check(&p, docker, &host(None), device);
-        assert_eq!(c.status, Status::Pass, "{}", c.detail);
+        // 16 GiB on an 18 GiB host leaves exactly the reserve: enough; a warn on one MiB less
+        // names the field and the host's memory.
+        let says = "memory_limit_mib 16384 leaves less than 2048 MiB of this host's 18431 MiB";
+        let c = holds_exactly(&p, &[], 16_384, says);
+        assert!(c.fix.unwrap_or_default().contains("memory_limit_mib"));
+        // A host no larger than the limit.
+        warns(&p, &host(Some(16_384)), "of this host's 16384 MiB");
     }
-
-    const TIB: u64 = 1 << 20;
-    const RTX: &str = "NVIDIA GeForce RTX 3090";
 
     #[test]
     fn the_jobs_that_can_run_at_once_must_fit_in_the_hosts_memory_together() {
-        let docker = Some(Path::new("/docker"));
         // Two 24 GiB cards at the default floor of 256 MiB: 96 jobs each, and 8 without a GPU.
         let p = LaunchPolicy {
             memory_limit_mib: 1024,
@@ -703,54 +713,33 @@ mod policy_tests {
         };
         let cards = vec![(RTX.to_string(), Some(24_576)); 2];
         let rooms = card_rooms(&p, &Manifest::default(), &cards);
-        assert_eq!(
-            at_once(&p, &rooms),
-            AtOnce::Bounded {
-                on_cards: 192,
-                cpu: 8
-            }
-        );
-        let all = 200 * 1024;
-        let on = |mib| HostFacts {
-            memory_mib: Some(mib),
-            cards: rooms.clone(),
+        let at_most = AtOnce::Bounded {
+            on_cards: 192,
+            cpu: 8,
         };
+        assert_eq!(at_once(&p, &rooms), at_most);
         // 200 jobs of 1 GiB and the reserve fit exactly; one MiB less does not.
-        let c = policy_check(&p, docker, &on(all + HOST_RESERVE_MIB), device);
-        assert_eq!(c.status, Status::Pass, "{}", c.detail);
-        assert!(
-            c.detail
-                .contains("up to 200 jobs at once fit in memory (204800 of"),
-            "{}",
-            c.detail
+        let c = holds_exactly(
+            &p,
+            &rooms,
+            200 * 1024,
+            "up to 200 jobs can run here at once",
         );
-        let c = policy_check(&p, docker, &on(all + HOST_RESERVE_MIB - 1), device);
-        assert_eq!(c.status, Status::Warn, "{}", c.detail);
-        assert!(
-            c.detail
-                .contains("up to 200 jobs can run here at once (192 on 2 cards"),
-            "{}",
-            c.detail
-        );
-        assert!(c.detail.contains("8 without a GPU"), "{}", c.detail);
-        assert!(c.detail.contains("204800 MiB in all"), "{}", c.detail);
+        for part in ["(192 on 2 cards", "8 without a GPU", "204800 MiB in all"] {
+            assert!(c.detail.contains(part), "{part}: {}", c.detail);
+        }
         let fix = c.fix.unwrap_or_default();
         assert!(
             fix.contains("min_vram_mib") && fix.contains("max_cpu_jobs_per_node"),
             "{fix}"
         );
-        // The host's memory unknown: nothing is said of it.
-        let c = policy_check(
-            &p,
-            docker,
-            &HostFacts {
-                memory_mib: None,
-                cards: rooms,
-            },
-            device,
-        );
-        assert_eq!(c.status, Status::Pass, "{}", c.detail);
-        assert!(!c.detail.contains("at once"), "{}", c.detail);
+        let fits = HostFacts {
+            memory_mib: Some(TIB),
+            cards: rooms,
+        };
+        let c = policy_check(&p, Some(Path::new("/docker")), &fits, device);
+        let says = format!("up to 200 jobs at once fit in memory (204800 of {TIB} MiB)");
+        assert!(c.detail.contains(&says), "{}", c.detail);
     }
 
     #[test]
@@ -808,13 +797,7 @@ mod policy_tests {
             max_cpu_jobs_per_node: 0,
             ..ok.clone()
         };
-        let c = policy_check(&no_cpu_cap, docker, &on, device);
-        assert_eq!(c.status, Status::Warn, "{}", c.detail);
-        assert!(
-            c.detail.contains("max_cpu_jobs_per_node is 0"),
-            "{}",
-            c.detail
-        );
+        warns(&no_cpu_cap, &on, "max_cpu_jobs_per_node is 0");
         let no_floor = LaunchPolicy {
             min_vram_mib: 0,
             ..ok
@@ -824,21 +807,11 @@ mod policy_tests {
             &Manifest::default(),
             &[(RTX.into(), Some(24_576))],
         );
-        let c = policy_check(
-            &no_floor,
-            docker,
-            &HostFacts {
-                memory_mib: Some(TIB),
-                cards: rooms,
-            },
-            device,
-        );
-        assert_eq!(c.status, Status::Warn, "{}", c.detail);
-        assert!(
-            c.detail.contains("a job may commit 0 MiB on a card"),
-            "{}",
-            c.detail
-        );
+        let on = HostFacts {
+            memory_mib: Some(TIB),
+            cards: rooms,
+        };
+        warns(&no_floor, &on, "a job may commit 0 MiB on a card");
     }
 
     #[test]
