@@ -444,9 +444,11 @@ fn memory_at_once(
                 Err(format!(
                     "up to {jobs} jobs can run here at once ({on_cards} on {} cards by the least \
                      VRAM a job may commit, {cpu} without a GPU), each with memory_limit_mib \
-                     {each}: {all} MiB in all, more than this host's {host_mib} MiB less \
-                     {HOST_RESERVE_MIB}: together they can take the host's memory",
-                    host.cards.len()
+                     {each}: {all} MiB in all, more than the {} MiB this host's {host_mib} \
+                     leave after {HOST_RESERVE_MIB} for everything else: together they can take \
+                     the host's memory",
+                    host.cards.len(),
+                    host_mib.saturating_sub(HOST_RESERVE_MIB)
                 ))
             } else {
                 Ok(Some(format!(
@@ -725,7 +727,11 @@ mod policy_tests {
             200 * 1024,
             "up to 200 jobs can run here at once",
         );
-        for part in ["(192 on 2 cards", "8 without a GPU", "204800 MiB in all"] {
+        for part in [
+            "(192 on 2 cards",
+            "8 without a GPU",
+            "204800 MiB in all, more than the 204799 MiB this host's 206847 leave after 2048",
+        ] {
             assert!(c.detail.contains(part), "{part}: {}", c.detail);
         }
         let fix = c.fix.unwrap_or_default();
