@@ -409,6 +409,8 @@ enum AtOnce {
     Unbounded(&'static str),
 }
 
+/// The most jobs that can run at once on `cards` and without a GPU under `p` (an upper bound: it
+/// leaves out the headroom kept on each card and counts a job of several cards once a card).
 fn at_once(p: &LaunchPolicy, cards: &[CardRoom]) -> AtOnce {
     if p.max_cpu_jobs_per_node == 0 {
         return AtOnce::Unbounded("max_cpu_jobs_per_node is 0 (no cap on jobs without a GPU)");
@@ -424,13 +426,9 @@ fn at_once(p: &LaunchPolicy, cards: &[CardRoom]) -> AtOnce {
     }
 }
 
-/// What the jobs that can run at once may take of the host's memory: a risk, or (`Ok`) how much
-/// they may take in all, where that fits.
-fn memory_at_once(
-    p: &LaunchPolicy,
-    host: &HostFacts,
-    host_mib: u64,
-) -> Result<Option<String>, String> {
+/// What the jobs that can run at once may take of the host's memory (`host_mib`): how much in
+/// all where that fits, else the risk.
+fn memory_at_once(p: &LaunchPolicy, host: &HostFacts, host_mib: u64) -> Result<String, String> {
     let each = p.memory_limit_mib;
     match at_once(p, &host.cards) {
         AtOnce::Unbounded(why) => Err(format!(
@@ -451,9 +449,9 @@ fn memory_at_once(
                     host_mib.saturating_sub(HOST_RESERVE_MIB)
                 ))
             } else {
-                Ok(Some(format!(
+                Ok(format!(
                     "up to {jobs} jobs at once fit in memory ({all} of {host_mib} MiB)"
-                )))
+                ))
             }
         }
     }
@@ -500,7 +498,7 @@ fn policy_check(
             ));
         } else {
             match memory_at_once(p, host, host_mib) {
-                Ok(fits) => memory = fits,
+                Ok(fits) => memory = Some(fits),
                 Err(risk) => risks.push(risk),
             }
         }
