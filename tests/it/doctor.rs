@@ -59,8 +59,8 @@ fn assert_check(all: &[Value], name: &str, status: &str, about: &str) {
 async fn doctor_passes_on_simulated_cards(pool: PgPool) {
     let app = TestApp::new(pool).await;
     // A policy any test host holds with room to spare: one job a card and two without a GPU, of
-    // 1 GiB each (the default, 16 GiB, warns on a host of less than 18 GiB, and 8 jobs without a
-    // GPU at once on one of less than 130 GiB).
+    // 1 GiB each. The defaults let 200 jobs of 16 GiB run at once on these two cards (96 a card at
+    // 256 MiB, and 8 without a GPU), which warns on any host under 3.1 TiB.
     let admin = app.bearer("root", gpuq::model::Role::Admin).await;
     app.set_policy(&admin, one_job_a_card(1024)).await;
     let out = doctor_on_sim(
@@ -81,13 +81,13 @@ async fn doctor_passes_on_simulated_cards(pool: PgPool) {
     ] {
         assert_eq!(check(&all, name)["status"], "pass", "{name}: {all:#?}");
     }
-    // Docker passes, or warns about its cgroup version; never fails here.
     assert_check(
         &all,
         "policy",
         "pass",
         "up to 4 jobs at once fit in memory (4096 of",
     );
+    // Docker passes, or warns about its cgroup version; never fails here.
     assert_ne!(check(&all, "docker")["status"], "fail");
     assert!(check(&all, "docker")["data"]["version"].is_string());
     // Simulated cards: the NVIDIA runtime is not needed, so at worst a warning.

@@ -362,7 +362,7 @@ async fn policy(
 }
 
 /// The host the policy is judged against.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug)]
 struct HostFacts {
     /// `MemTotal`, MiB; `None` where it cannot be read.
     memory_mib: Option<u64>,
@@ -471,8 +471,8 @@ fn host_memory_mib() -> Option<u64> {
     Some(kib / 1024)
 }
 
-/// Memory a job's limit must leave to the rest of the host (gpuq, Postgres, dockerd, the system),
-/// MiB. A job that may take more can push the whole host out of memory on its own.
+/// Memory the jobs' limits must leave to the rest of the host (gpuq, Postgres, dockerd, the
+/// system), MiB: one job's limit, and the limits of all the jobs that can run at once.
 const HOST_RESERVE_MIB: u64 = 2048;
 
 /// [`policy`] with the host (its memory, its cards) and the file system of a path (`device`)
