@@ -10,6 +10,7 @@ use crate::server::auth::{password, service, CurrentUser};
 use crate::server::db::users::{self, UserRow};
 use crate::server::db::{events, job_uids, settings};
 use crate::server::error::OrInternal;
+use crate::server::jobs::volumes;
 use crate::server::manifest::{self, check_name};
 use crate::server::AppState;
 use serde_json::{json, Value};
@@ -265,6 +266,10 @@ pub async fn save_policy(
     policy
         .check()
         .map_err(|(field, message)| AppError::invalid(field, message))?;
+    let rules = policy.volume_allowlist.clone();
+    tokio::task::spawn_blocking(move || volumes::check_rules(&rules))
+        .await
+        .or_internal("checking the volume allowlist")??;
     let mut tx = state
         .pool
         .begin()

@@ -8,6 +8,7 @@ use crate::server::db::runs::{self, Ending, RunRow};
 use crate::server::db::{events, job_uids, settings};
 use crate::server::jobs::volumes;
 use crate::server::runtime::hints::{self, CardShare};
+use crate::server::runtime::mountinfo::{self, FolderOrigin, MountCheck};
 use crate::server::runtime::simdev::sim_device_path;
 use crate::server::runtime::{verify, GrantedGpu, LaunchRequest, Mount, RunAs, RuntimeError};
 use chrono::{DateTime, Utc};
@@ -53,7 +54,7 @@ impl Runner {
     }
 
     async fn start_container(&self, job: &RunRow) -> Result<(String, DateTime<Utc>), NotLaunched> {
-        let req = self.request(job).await?;
+        let (req, origins) = self.request_with_origins(job).await?;
         let container = self.docker.create(&req, self.cfg.mode).await.map_err(|e| match e {
             RuntimeError::Unreachable(m) => NotLaunched::Retry(format!("Docker unreachable: {m}")),
             RuntimeError::ImageMissing(image) => NotLaunched::Fail(format!(
@@ -117,6 +118,7 @@ impl Runner {
                 other => NotLaunched::Fail(format!("container could not start: {other}")),
             });
         }
+        self.check_binds(&container, &origins).await?;
         let _ = events::job_event(
             &self.pool,
             job.id,
@@ -139,10 +141,56 @@ impl Runner {
         }
     }
 
+    /// After the start, before the job counts as running: each bind of the container must show
+    /// the very folder the runner resolved ([`mountinfo`]); one that shows any other is stopped
+    /// and the job fails naming it. A container whose first process is already gone has no mount
+    /// table left to read (and its bind was made from a locked path, see `jobs::volumes`).
+    async fn check_binds(
+        &self,
+        container: &str,
+        origins: &[(String, FolderOrigin)],
+    ) -> Result<(), NotLaunched> {
+        if origins.is_empty() {
+            return Ok(());
+        }
+        let pid = match self.docker.inspect(container).await {
+            Ok(facts) if facts.running && facts.pid > 0 => facts.pid,
+            Ok(_) => return Ok(()),
+            Err(e) => {
+                self.discard(container).await;
+                return Err(NotLaunched::Fail(format!(
+                    "could not check the container's mounts: {e}"
+                )));
+            }
+        };
+        let want = origins.to_vec();
+        let checked = tokio::task::spawn_blocking(move || mountinfo::check(pid, &want))
+            .await
+            .unwrap_or_else(|e| Err(MountCheck::Differs(format!("checking mounts: {e}"))));
+        match checked {
+            Ok(()) | Err(MountCheck::Unreadable(_)) => Ok(()),
+            Err(MountCheck::Differs(what)) => {
+                tracing::error!(%container, %what, "a bind differs from the folder checked; stopping the job");
+                self.discard(container).await;
+                Err(NotLaunched::Fail(format!(
+                    "mount check failed, the job was stopped: {what}"
+                )))
+            }
+        }
+    }
+
     /// What this job may get, decided now on this node: its cards from the ledger, and from the
     /// launch policy as it is now its image, its volumes (resolved again and bound as resolved),
     /// its user, limits and network. Used for launches and to re-check re-adopted containers.
     pub(super) async fn request(&self, job: &RunRow) -> Result<LaunchRequest, NotLaunched> {
+        Ok(self.request_with_origins(job).await?.0)
+    }
+
+    /// [`Runner::request`], and where each bind's folder lives (for [`Runner::check_binds`]).
+    async fn request_with_origins(
+        &self,
+        job: &RunRow,
+    ) -> Result<(LaunchRequest, Vec<(String, FolderOrigin)>), NotLaunched> {
         let spec: JobSpec = serde_json::from_value(job.spec.clone())
             .map_err(|e| NotLaunched::Fail(format!("stored spec is no longer valid: {e}")))?;
         let grants = runs::live_grants(&self.pool, job.id)
@@ -164,9 +212,23 @@ impl Runner {
                 spec.image()
             )));
         }
-        let mounts = self.mounts(&spec, &policy).await?;
+        let (mounts, origins) = self.mounts(&spec, &policy).await?;
         let run_as = self.run_as(job, spec.image(), &policy).await?;
-        Ok(LaunchRequest {
+        let image_volumes = match self.docker.image_volumes(spec.image()).await {
+            Ok(Some(dirs)) => dirs,
+            Ok(None) => {
+                return Err(NotLaunched::Fail(format!(
+                    "image {} is not present on node {}: gpuq does not pull images; load it on the node first",
+                    spec.image(),
+                    self.cfg.node
+                )))
+            }
+            Err(RuntimeError::Unreachable(m)) => {
+                return Err(NotLaunched::Retry(format!("Docker unreachable: {m}")))
+            }
+            Err(e) => return Err(NotLaunched::Fail(format!("inspecting the image: {e}"))),
+        };
+        let req = LaunchRequest {
             job_id: job.id,
             attempt: job.attempt.max(1) as u32,
             node: self.cfg.node.clone(),
@@ -200,40 +262,57 @@ impl Runner {
             shm_mib: policy.shm_mib,
             tmp_mib: policy.tmpfs_mib(),
             network: policy.network,
-        })
+            image_volumes,
+        };
+        Ok((req, origins))
     }
 
-    /// The job's volumes resolved on this node now; a volume that left the allowlist (a folder
-    /// swapped for a symlink while the job waited, a policy change) fails the job, naming it.
+    /// The job's volumes resolved on this node now, and where each folder lives; a volume that
+    /// left the allowlist (a folder swapped for a symlink while the job waited, a policy change)
+    /// fails the job, naming it.
     async fn mounts(
         &self,
         spec: &JobSpec,
         policy: &LaunchPolicy,
-    ) -> Result<Vec<Mount>, NotLaunched> {
+    ) -> Result<(Vec<Mount>, Vec<(String, FolderOrigin)>), NotLaunched> {
+        if spec.volumes().is_empty() {
+            return Ok((Vec::new(), Vec::new()));
+        }
         let volumes = spec.volumes().to_vec();
         let allow = policy.volume_allowlist.clone();
-        let never = self.cfg.never_mount.clone();
+        let mut never = self.cfg.never_mount.clone();
+        never.extend(self.runtime_roots.get().into_iter().flatten().cloned());
         let resolved = tokio::task::spawn_blocking(move || {
-            volumes::resolve_for_mount(&volumes, &allow, &never)
+            let resolved = volumes::resolve_for_mount(&volumes, &allow, &never)?;
+            resolved
+                .into_iter()
+                .map(|v| {
+                    let origin = mountinfo::origin_of(&v.host)?;
+                    Ok((v, origin))
+                })
+                .collect::<Result<Vec<_>, String>>()
         })
         .await
         .map_err(|e| NotLaunched::Retry(format!("resolving volumes: {e}")))?
         .map_err(NotLaunched::Fail)?;
-        resolved
-            .into_iter()
-            .map(|v| match v.host.to_str() {
-                Some(host) => Ok(Mount {
-                    host: host.to_owned(),
-                    container: v.container,
-                    read_only: v.read_only,
-                }),
-                None => Err(NotLaunched::Fail(format!(
+        let mut mounts = Vec::with_capacity(resolved.len());
+        let mut origins = Vec::with_capacity(resolved.len());
+        for (v, origin) in resolved {
+            let Some(host) = v.host.to_str() else {
+                return Err(NotLaunched::Fail(format!(
                     "volume {} resolves to a path that is not UTF-8: {}",
                     v.container,
                     v.host.display()
-                ))),
-            })
-            .collect()
+                )));
+            };
+            origins.push((v.container.clone(), origin));
+            mounts.push(Mount {
+                host: host.to_owned(),
+                container: v.container,
+                read_only: v.read_only,
+            });
+        }
+        Ok((mounts, origins))
     }
 
     /// The owner's job uid/gid (allocated on their first launch), or the image's own user for

@@ -88,6 +88,9 @@ pub struct Runner {
     slot_freed: Notify,
     /// This node's lease: once lost, nothing new is claimed.
     lease: Lease,
+    /// Folders of the container runtime no job may mount, as dockerd reported them at start-up
+    /// (its `DockerRootDir`, wherever it was moved).
+    runtime_roots: std::sync::OnceLock<Vec<PathBuf>>,
 }
 
 impl Runner {
@@ -122,6 +125,7 @@ impl Runner {
             launching: Arc::new(Semaphore::new(MAX_LAUNCHING)),
             slot_freed: Notify::new(),
             lease,
+            runtime_roots: std::sync::OnceLock::new(),
         })
     }
 
@@ -130,19 +134,24 @@ impl Runner {
     pub async fn start_up(self: &Arc<Self>, stop: &mut watch::Receiver<bool>) -> bool {
         loop {
             match self.docker.ping().await {
-                Ok(()) => match reconcile::reconcile(self).await {
-                    Ok(()) => {
-                        self.health.report(None);
-                        return true;
-                    }
+                Ok(()) => match self.learn_runtime_roots().await {
                     Err(e) => {
-                        tracing::warn!(
-                            error = format!("{e:#}"),
-                            "re-adopting containers failed; retrying"
-                        );
-                        self.health
-                            .report(Some(format!("re-adoption failed: {e:#}")));
+                        tracing::warn!(error = %e, "could not read Docker's data root; retrying");
                     }
+                    Ok(()) => match reconcile::reconcile(self).await {
+                        Ok(()) => {
+                            self.health.report(None);
+                            return true;
+                        }
+                        Err(e) => {
+                            tracing::warn!(
+                                error = format!("{e:#}"),
+                                "re-adopting containers failed; retrying"
+                            );
+                            self.health
+                                .report(Some(format!("re-adoption failed: {e:#}")));
+                        }
+                    },
                 },
                 Err(e) => {
                     tracing::warn!(error = %e, "Docker unreachable at start-up; this node starts nothing");
@@ -154,6 +163,15 @@ impl Runner {
                 _ = tokio::time::sleep(Duration::from_secs(1)) => {}
             }
         }
+    }
+
+    /// Reads, once, which folders of the container runtime no job may mount.
+    async fn learn_runtime_roots(&self) -> Result<(), crate::server::runtime::RuntimeError> {
+        if self.runtime_roots.get().is_none() {
+            let root = self.docker.data_root().await?;
+            let _ = self.runtime_roots.set(root.into_iter().collect());
+        }
+        Ok(())
     }
 
     /// Claims and launches work until `stop` turns true: at once, after every admission, when

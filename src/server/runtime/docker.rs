@@ -101,6 +101,26 @@ impl Docker {
         })
     }
 
+    /// Docker's own data folder (`DockerRootDir`, often moved off `/var/lib/docker`): no job may
+    /// mount it, its volumes and image layers are in it.
+    pub async fn data_root(&self) -> Result<Option<std::path::PathBuf>, RuntimeError> {
+        let info = self.inner.info().await.map_err(map_err)?;
+        Ok(info.docker_root_dir.map(std::path::PathBuf::from))
+    }
+
+    /// The folders `image` declares as `VOLUME`, sorted (`None`: the image is not here).
+    pub async fn image_volumes(&self, image: &str) -> Result<Option<Vec<String>>, RuntimeError> {
+        match self.inner.inspect_image(image).await.map_err(map_err) {
+            Ok(found) => {
+                let mut dirs = found.config.and_then(|c| c.volumes).unwrap_or_default();
+                dirs.sort();
+                Ok(Some(dirs))
+            }
+            Err(RuntimeError::NotFound(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Whether `image` is present locally; gpuq never pulls, so this is the
     /// whole availability question.
     pub async fn image_exists(&self, image: &str) -> Result<bool, RuntimeError> {

@@ -5,12 +5,12 @@
 use std::collections::{BTreeSet, HashMap};
 
 use bollard::models::{
-    ContainerCreateBody, DeviceMapping, DeviceRequest, HostConfig, HostConfigLogConfig,
-    RestartPolicy, RestartPolicyNameEnum,
+    ContainerCreateBody, DeviceMapping, DeviceRequest, HostConfig, HostConfigLogConfig, Mount,
+    MountType, RestartPolicy, RestartPolicyNameEnum,
 };
 
 pub use checks::SIM_DEVICE_PREFIX;
-use checks::{bind_spec, check_env_key, check_scalars, split_gpus};
+use checks::{check_bind, check_env_key, check_scalars, split_gpus};
 
 use super::{
     ContainerFacts, LaunchMode, LaunchRequest, RuntimeError, JOB_NETWORK, LABEL_ATTEMPT,
@@ -27,11 +27,22 @@ pub fn container_config(
 ) -> Result<ContainerCreateBody, RuntimeError> {
     check_scalars(req)?;
     let env = build_env(req)?;
+    // As `Mounts` of type `bind`, never as `Binds`: dockerd creates a missing `Binds` source as
+    // root (following symlinks in its parents), and refuses a missing `Mounts` source.
     let binds = req
         .mounts
         .iter()
-        .map(bind_spec)
-        .collect::<Result<Vec<_>, _>>()?;
+        .map(|m| {
+            check_bind(m)?;
+            Ok(Mount {
+                target: Some(m.container.clone()),
+                source: Some(m.host.clone()),
+                typ: Some(MountType::BIND),
+                read_only: Some(m.read_only),
+                ..Default::default()
+            })
+        })
+        .collect::<Result<Vec<_>, RuntimeError>>()?;
     let (real, sim) = split_gpus(req)?;
 
     let device_requests = (!real.is_empty()).then(|| {
@@ -79,7 +90,7 @@ pub fn container_config(
         readonly_rootfs: Some(req.tmp_mib.is_some()),
         tmpfs: tmpfs(req)?,
         auto_remove: Some(false),
-        binds: (!binds.is_empty()).then_some(binds),
+        mounts: (!binds.is_empty()).then_some(binds),
         device_requests,
         devices,
         ..Default::default()
@@ -107,19 +118,63 @@ fn bytes(mib: u64, field: &str) -> Result<i64, RuntimeError> {
 /// Where a job with a read-only root filesystem may write besides its volumes and `/dev/shm`.
 const TMP_DIR: &str = "/tmp";
 
+/// Size of the tmpfs over each folder the image declares as `VOLUME` when the root filesystem is
+/// writable (no `tmp_mib` to follow), MiB.
+pub const VOLUME_COVER_MIB: u64 = 1024;
+
 /// `HostConfig.Tmpfs`: with a read-only root filesystem, one tmpfs at [`TMP_DIR`] of the granted
-/// size. dockerd copies the image's `/tmp` into it, mode and owner included (1777 in distribution
-/// images, so any uid may write). `exec`, because dockerd's default is `noexec` and frameworks load
-/// the kernels they compile there (PyTorch's inductor, Triton).
+/// size; and one over each folder the image declares as `VOLUME`, so that Docker makes no
+/// anonymous volume there (an unbounded, writable folder under its data root that outlives the
+/// job). `exec`, because dockerd's default is `noexec` and frameworks load the kernels they compile
+/// there (PyTorch's inductor, Triton). The job's uid owns each: runc gives a tmpfs the mode of the
+/// image's own folder (a minimal image's `/tmp` is 0755 and root's), and `mode=1777` covers the
+/// image without one.
 fn tmpfs(req: &LaunchRequest) -> Result<Option<HashMap<String, String>>, RuntimeError> {
-    let Some(mib) = req.tmp_mib else {
-        return Ok(None);
+    let mut out = HashMap::new();
+    let owner = match req.run_as {
+        super::RunAs::User { uid, gid } => format!(",uid={uid},gid={gid}"),
+        super::RunAs::ImageUser => String::new(),
     };
-    bytes(mib, "tmp_mib")?;
-    Ok(Some(HashMap::from([(
-        TMP_DIR.to_string(),
-        format!("rw,exec,nosuid,nodev,size={mib}m"),
-    )])))
+    for dir in &req.image_volumes {
+        check_cover(dir)?;
+        let mib = req.tmp_mib.unwrap_or(VOLUME_COVER_MIB);
+        bytes(mib, "tmp_mib")?;
+        out.insert(
+            dir.clone(),
+            format!("rw,exec,nosuid,nodev,size={mib}m,mode=755{owner}"),
+        );
+    }
+    if let Some(mib) = req.tmp_mib {
+        bytes(mib, "tmp_mib")?;
+        out.insert(
+            TMP_DIR.to_string(),
+            format!("rw,exec,nosuid,nodev,size={mib}m,mode=1777{owner}"),
+        );
+    }
+    Ok((!out.is_empty()).then_some(out))
+}
+
+/// A folder an image declares as `VOLUME` that gpuq can cover: absolute, plain, and not one the
+/// runtime mounts itself.
+fn check_cover(dir: &str) -> Result<(), RuntimeError> {
+    let path = std::path::Path::new(dir);
+    let plain = path.is_absolute()
+        && !dir.contains([',', ':', '\0'])
+        && path.components().all(|c| {
+            matches!(
+                c,
+                std::path::Component::RootDir | std::path::Component::Normal(_)
+            )
+        });
+    let runtime = ["/proc", "/sys", "/dev"]
+        .iter()
+        .any(|p| path.starts_with(p));
+    if !plain || path == std::path::Path::new("/") || runtime {
+        return Err(RuntimeError::FenceViolation(format!(
+            "the image declares VOLUME {dir:?}, which gpuq cannot cover with a bounded tmpfs"
+        )));
+    }
+    Ok(())
 }
 
 /// The `NetworkMode` a policy network stands for (the docker edge may name gpuq's network by id).
@@ -273,8 +328,8 @@ fn isolation_problems(facts: &ContainerFacts, req: &LaunchRequest) -> Vec<String
     problems
 }
 
-/// Binds must be exactly the granted ones; volumes the image declares are Docker's own
-/// (anonymous) and allowed; any other kind of mount is not.
+/// Binds must be exactly the granted ones; any other kind of mount is not, Docker's anonymous
+/// volumes included (the fence covers each folder the image declares with a tmpfs).
 fn mount_problems(facts: &ContainerFacts, req: &LaunchRequest) -> Vec<String> {
     let want: BTreeSet<(String, String, bool)> = req
         .mounts
@@ -293,11 +348,7 @@ fn mount_problems(facts: &ContainerFacts, req: &LaunchRequest) -> Vec<String> {
             "mounts differ: granted {want:?}, container has {have:?}"
         ));
     }
-    for m in facts
-        .mounts
-        .iter()
-        .filter(|m| m.kind != "bind" && m.kind != "volume")
-    {
+    for m in facts.mounts.iter().filter(|m| m.kind != "bind") {
         problems.push(format!("unexpected {} mount at {}", m.kind, m.destination));
     }
     problems

@@ -8,6 +8,7 @@
 pub mod docker;
 pub mod fence;
 pub mod hints;
+pub mod mountinfo;
 pub mod simdev;
 
 use std::collections::BTreeMap;
@@ -101,6 +102,10 @@ pub struct LaunchRequest {
     pub tmp_mib: Option<u64>,
     /// The network the container joins.
     pub network: JobNetwork,
+    /// The folders the image declares as `VOLUME`, each covered with a bounded tmpfs owned by the
+    /// job's uid, so dockerd makes no anonymous volume (see `fence::tmpfs`).
+    #[serde(default)]
+    pub image_volumes: Vec<String>,
 }
 
 /// Who a job's processes run as.
@@ -174,6 +179,8 @@ pub struct ContainerFacts {
     pub running: bool,
     /// Exit code, once it has exited.
     pub exit_code: Option<i64>,
+    /// Host pid of its first process while it runs (0 otherwise).
+    pub pid: i64,
     /// Start time as dockerd reports it (RFC 3339), if ever started.
     pub started_at: Option<String>,
     /// Finish time as dockerd reports it (RFC 3339), if finished.

@@ -87,11 +87,12 @@ async fn a_setuid_plant_on_a_mounted_folder_belongs_to_the_member(pool: PgPool) 
     let script = "echo uid=$(id -u) gid=$(id -g); busybox cp /bin/busybox /data/rootshell; \
                   busybox chmod 4755 /data/rootshell; echo chmod=$?; \
                   busybox chown 0:0 /data/rootshell; echo chown=$?";
-    let id = app.submit_ok(&member, on_data(script, &shared)).await;
+    let plant = open_dir(&shared.join("plant"));
+    let id = app.submit_ok(&member, on_data(script, &plant)).await;
     let v = wait_status(&app, &member, id, &["succeeded", "failed"], 60).await;
     assert_eq!(v["status"], "succeeded", "{v}");
     let text = log(&app, &member, id).await;
-    let meta = std::fs::metadata(shared.join("rootshell")).unwrap();
+    let meta = std::fs::metadata(plant.join("rootshell")).unwrap();
     assert_ne!(meta.uid(), 0, "the planted file is root's: {text}");
     assert_ne!(meta.gid(), 0);
     assert!(!text.contains("uid=0 "), "the job ran as root: {text}");

@@ -6,6 +6,8 @@
 //!   setuid plant on a mounted folder) or into a neighbour's job (its open ports).
 //! - `signin`: guessing passwords in parallel, tokens minting tokens.
 //! - `bounds`: starving the box (over-cap submits, too many CPU jobs, raising one's own priority).
+//! - `volumes`: the start race (a job flipping a folder between the check and the mount), folders
+//!   inside ones a member can change, allowlist rules others can change, the most specific rule.
 //! - `visibility`: reading what is not one's own (another member's command line, volumes, env,
 //!   logs and event trail, other people's details on the live stream).
 
@@ -13,3 +15,4 @@ mod bounds;
 mod isolation;
 mod signin;
 mod visibility;
+mod volumes;

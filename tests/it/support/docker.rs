@@ -44,6 +44,7 @@ pub fn request(argv: &[&str], gpus: Vec<GrantedGpu>) -> LaunchRequest {
         shm_mib: 64,
         tmp_mib: Some(64),
         network: gpuq::model::JobNetwork::Isolated,
+        image_volumes: Vec::new(),
     }
 }
 

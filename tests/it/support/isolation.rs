@@ -41,11 +41,14 @@ pub fn open_dir(path: &Path) -> PathBuf {
     path.to_path_buf()
 }
 
-/// A fresh temporary folder and a folder `name` in it that anyone may write, saved (by `admin`)
-/// as the policy's one allowed volume.
+/// A fresh temporary folder and a folder `name` in it, saved (by `admin`) as the policy's one
+/// allowed volume. Only root may change `name` (mode 0755), as an admin sets up an allowlisted
+/// tree: folders inside it can be mounted (and made with [`open_dir`] for a job to write in).
 pub async fn allowed_tempdir(app: &TestApp, admin: &str, name: &str) -> (TempDir, PathBuf) {
     let root = tempfile::tempdir().unwrap();
-    let dir = open_dir(&root.path().join(name));
+    let dir = root.path().join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
     let allow = json!({ "volume_allowlist": [{ "path": dir.to_str().unwrap() }] });
     app.set_policy(admin, allow).await;
     (root, dir)

@@ -168,6 +168,7 @@ async fn one_container(
         shm_mib: 2048,
         tmp_mib: crate::model::LaunchPolicy::default().tmpfs_mib(),
         network: crate::model::JobNetwork::Isolated,
+        image_volumes: Vec::new(),
     };
     let id = docker.create(&req, LaunchMode::Fenced).await?;
     let run = async {

@@ -143,6 +143,7 @@ pub(super) fn facts(resp: ContainerInspectResponse) -> ContainerFacts {
             .collect::<BTreeMap<_, _>>(),
         running: state.running.unwrap_or(false),
         exit_code: if exited { state.exit_code } else { None },
+        pid: state.pid.unwrap_or(0),
         started_at: real_time(state.started_at),
         finished_at: real_time(state.finished_at),
     }

@@ -96,9 +96,8 @@ pub(super) fn check_env_key(key: &str) -> Result<(), RuntimeError> {
     Ok(())
 }
 
-/// Renders a mount as a `binds` entry after refusing anything that would give
-/// the job the host.
-pub(super) fn bind_spec(m: &Mount) -> Result<String, RuntimeError> {
+/// Refuses a mount that would give the job the host.
+pub(super) fn check_bind(m: &Mount) -> Result<(), RuntimeError> {
     let refuse = |why: &str| {
         Err(RuntimeError::FenceViolation(format!(
             "mount {} -> {}: {why}",
@@ -135,8 +134,7 @@ pub(super) fn bind_spec(m: &Mount) -> Result<String, RuntimeError> {
     {
         return refuse("the docker socket may not be mounted");
     }
-    let suffix = if m.read_only { ":ro" } else { "" };
-    Ok(format!("{}:{}{suffix}", m.host, m.container))
+    Ok(())
 }
 
 /// Splits the grant into real NVIDIA uuids and simulated device paths,

@@ -46,11 +46,14 @@ pub(super) fn req(gpus: Vec<GrantedGpu>) -> LaunchRequest {
         shm_mib: 2048,
         tmp_mib: Some(1024),
         network: JobNetwork::Isolated,
+        image_volumes: Vec::new(),
     }
 }
 
-/// The `/tmp` a job of [`req`] gets: 1024 MiB, and programs built there may run.
-pub(super) const TMP_OPTIONS: &str = "rw,exec,nosuid,nodev,size=1024m";
+/// The `/tmp` a job of [`req`] gets: 1024 MiB, programs built there may run, and its uid may
+/// write there whatever mode the image's own `/tmp` has.
+pub(super) const TMP_OPTIONS: &str =
+    "rw,exec,nosuid,nodev,size=1024m,mode=1777,uid=200001,gid=200001";
 
 pub(super) fn host(cfg: &ContainerCreateBody) -> &HostConfig {
     cfg.host_config.as_ref().unwrap()
@@ -172,7 +175,12 @@ fn fenced_defaults_are_locked_down() {
         )]))
     );
     assert!(h.pid_mode.is_none() && h.ipc_mode.is_none() && h.runtime.is_none());
-    assert!(h.devices.is_none() && h.device_requests.is_none() && h.binds.is_none());
+    assert!(
+        h.devices.is_none()
+            && h.device_requests.is_none()
+            && h.binds.is_none()
+            && h.mounts.is_none()
+    );
     assert_eq!(cfg.cmd, Some(r.argv.clone()));
     assert!(cfg.entrypoint.is_none());
     let env = env_of(&cfg);
@@ -381,7 +389,8 @@ fn verify_catches_mount_user_network_and_limit_mismatches() {
         // Re-adoption checks isolation only: a changed policy's limits are no reason to kill.
         assert_eq!(verify_isolation(&f, &r).is_err(), isolation, "{what}");
     }
-    // The image's volumes are Docker's own: allowed.
+    // An anonymous volume (an image's `VOLUME` the fence did not cover, e.g. an image re-tagged
+    // between the request and the create) is an unbounded writable folder on Docker's disk.
     let mut f = facts_for(&r);
     f.mounts.push(MountFact {
         kind: "volume".into(),
@@ -389,5 +398,38 @@ fn verify_catches_mount_user_network_and_limit_mismatches() {
         destination: "/cache".into(),
         read_only: false,
     });
-    verify(&f, &r).unwrap();
+    assert!(violation(verify(&f, &r)).contains("unexpected volume mount at /cache"));
+}
+
+#[test]
+fn an_images_declared_volumes_are_covered_by_bounded_tmpfs_owned_by_the_job() {
+    let mut r = req(vec![]);
+    r.image_volumes = vec!["/data".into(), "/var/cache/x".into()];
+    let cfg = container_config(&r, LaunchMode::Fenced).unwrap();
+    let t = host(&cfg).tmpfs.clone().unwrap();
+    let cover = "rw,exec,nosuid,nodev,size=1024m,mode=755,uid=200001,gid=200001";
+    assert_eq!(t["/data"], cover);
+    assert_eq!(t["/var/cache/x"], cover);
+    assert_eq!(t["/tmp"], TMP_OPTIONS);
+    // A writable root has no /tmp of its own, but the image's volumes are still covered.
+    r.tmp_mib = None;
+    let cfg = container_config(&r, LaunchMode::Fenced).unwrap();
+    let t = host(&cfg).tmpfs.clone().unwrap();
+    assert_eq!(t.len(), 2);
+    assert!(t["/data"].contains("size=1024m"));
+    // Folders no tmpfs may cover are refused, not left to Docker.
+    for bad in ["/", "/proc", "/dev/x", "relative", "/a,b", "/a/../b"] {
+        r.image_volumes = vec![bad.into()];
+        let msg = violation(container_config(&r, LaunchMode::Fenced));
+        assert!(msg.contains("VOLUME"), "{bad}: {msg}");
+    }
+    // Images the policy lets run as their own user keep their own owner.
+    r.image_volumes = vec!["/data".into()];
+    r.tmp_mib = Some(64);
+    r.run_as = RunAs::ImageUser;
+    let cfg = container_config(&r, LaunchMode::Fenced).unwrap();
+    assert_eq!(
+        host(&cfg).tmpfs.clone().unwrap()["/tmp"],
+        "rw,exec,nosuid,nodev,size=64m,mode=1777"
+    );
 }

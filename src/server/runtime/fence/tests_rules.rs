@@ -72,16 +72,35 @@ fn mount(host: &str, container: &str, ro: bool) -> Mount {
 }
 
 #[test]
-fn mounts_become_binds() {
+fn mounts_become_bind_mounts_never_binds() {
     let mut r = req(vec![]);
     r.mounts = vec![
         mount("/data/set", "/data", true),
         mount("/scratch/j1", "/out", false),
     ];
     let cfg = container_config(&r, LaunchMode::Fenced).unwrap();
+    // `Binds` would have dockerd create a missing source as root, following symlinks.
+    assert_eq!(host(&cfg).binds, None);
+    let got: Vec<(String, String, bool, bool)> = host(&cfg)
+        .mounts
+        .clone()
+        .unwrap()
+        .into_iter()
+        .map(|m| {
+            (
+                m.source.unwrap(),
+                m.target.unwrap(),
+                m.read_only.unwrap(),
+                m.typ == Some(bollard::models::MountType::BIND),
+            )
+        })
+        .collect();
     assert_eq!(
-        host(&cfg).binds,
-        Some(vec!["/data/set:/data:ro".into(), "/scratch/j1:/out".into()])
+        got,
+        vec![
+            ("/data/set".into(), "/data".into(), true, true),
+            ("/scratch/j1".into(), "/out".into(), false, true),
+        ]
     );
 }
 
