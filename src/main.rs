@@ -26,6 +26,7 @@ async fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Serve(args) => serve::serve(*args).await,
         Command::Doctor(args) => serve::doctor(*args).await,
+        Command::Firewall(args) => serve::firewall(args).await,
         Command::User(UserCommand::Add(args)) => serve::user_add(args).await,
         Command::Bench(BenchCommand::Admission(args)) => serve::bench_admission(args).await,
         Command::Bench(BenchCommand::Runner(args)) => serve::bench_runner(args).await,

@@ -2,7 +2,7 @@
 //! subcommands that join several layers (benchmarks, the client). The flags of `gpuq serve` and of
 //! the database are in [`crate::server::config`], which imports nothing of the crate.
 
-use crate::server::config::{DbArgs, DoctorArgs, ServeArgs, UserAddArgs};
+use crate::server::config::{DbArgs, DoctorArgs, FirewallArgs, ServeArgs, UserAddArgs};
 use clap::{Args, Parser, Subcommand};
 
 /// gpuq: GPU job admission and isolation for shared multi-GPU servers.
@@ -38,6 +38,9 @@ pub enum Command {
     /// Check that this host is ready for gpuq (driver, Docker, database, disk, clock, listen
     /// address); prints pass, warn or fail per check, and exits non-zero on any fail.
     Doctor(Box<DoctorArgs>),
+    /// The host firewall that keeps jobs on the job network from the host, the private ranges
+    /// and link-local (cloud metadata): `apply`, `check` or `remove` (as root).
+    Firewall(FirewallArgs),
     /// Manage users directly in the database (for scripts and first set-up).
     #[command(subcommand)]
     User(UserCommand),

@@ -206,4 +206,42 @@ pub struct DoctorArgs {
     /// check is skipped with a warning.
     #[arg(long, env = "GPUQ_DOCTOR_IMAGE")]
     pub smoke_image: Option<String>,
+    /// Destinations jobs may reach besides the internet, as `gpuq firewall apply` was given them.
+    #[arg(
+        long = "egress-allow",
+        env = "GPUQ_EGRESS_ALLOW",
+        value_delimiter = ','
+    )]
+    pub egress_allow: Vec<String>,
+}
+
+/// Flags of `gpuq firewall`.
+#[derive(Debug, Clone, Args)]
+pub struct FirewallArgs {
+    /// `apply` (install the rules; creates the job network if missing), `check` (exit non-zero
+    /// unless they are exactly in place) or `remove`.
+    #[arg(value_enum)]
+    pub action: FirewallAction,
+    /// dockerd's unix socket (local default when unset).
+    #[arg(long, env = "GPUQ_DOCKER_SOCKET")]
+    pub docker_socket: Option<String>,
+    /// Destinations jobs on the job network may reach besides the internet: `CIDR[:PORT]`,
+    /// comma-separated (e.g. `10.0.5.20/32:3128` for a proxy, `192.168.7.0/24` for a NAS).
+    #[arg(
+        long = "egress-allow",
+        env = "GPUQ_EGRESS_ALLOW",
+        value_delimiter = ','
+    )]
+    pub egress_allow: Vec<String>,
+}
+
+/// What `gpuq firewall` does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum FirewallAction {
+    /// Install the rules.
+    Apply,
+    /// Check that they are exactly in place.
+    Check,
+    /// Take them out.
+    Remove,
 }

@@ -25,6 +25,7 @@ pub mod config;
 pub mod db;
 pub mod doctor;
 pub mod error;
+pub mod firewall;
 pub mod gpu;
 pub mod http;
 pub mod jobs;

@@ -452,6 +452,24 @@ async fn shutdown_signal() {
 }
 
 /// `gpuq doctor`: runs the checks, prints them (lines or JSON) and fails when any check failed.
+/// `gpuq firewall …` (see [`crate::server::firewall`]).
+pub async fn firewall(args: crate::server::config::FirewallArgs) -> Result<()> {
+    use crate::server::config::FirewallAction;
+    use crate::server::firewall::{self, Action, FirewallOptions};
+    let opts = FirewallOptions {
+        docker_socket: args.docker_socket,
+        allow: firewall::parse_allow(&args.egress_allow).map_err(|e| anyhow!(e))?,
+    };
+    let action = match args.action {
+        FirewallAction::Apply => Action::Apply,
+        FirewallAction::Check => Action::Check,
+        FirewallAction::Remove => Action::Remove,
+    };
+    let said = firewall::run(action, &opts).await.map_err(|e| anyhow!(e))?;
+    println!("{said}");
+    Ok(())
+}
+
 pub async fn doctor(args: crate::server::config::DoctorArgs) -> Result<()> {
     use crate::server::doctor;
     let s = &args.serve;
@@ -467,6 +485,8 @@ pub async fn doctor(args: crate::server::config::DoctorArgs) -> Result<()> {
         listen: s.listen,
         secure_cookies: s.secure_cookies,
         smoke_image: args.smoke_image.clone(),
+        egress_allow: crate::server::firewall::parse_allow(&args.egress_allow)
+            .map_err(|e| anyhow!(e))?,
     };
     let checks = doctor::run(&opts).await;
     if args.json {

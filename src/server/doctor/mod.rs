@@ -3,6 +3,7 @@
 //! embedded cluster never started, nothing is written but a probe file in the data directory and
 //! the short-lived smoke container (removed again).
 
+mod egress;
 mod gpu;
 mod host;
 
@@ -107,6 +108,8 @@ pub struct DoctorOptions {
     pub secure_cookies: bool,
     /// Image for the fenced smoke container.
     pub smoke_image: Option<String>,
+    /// Destinations jobs may reach besides the internet (as `gpuq firewall apply` was given).
+    pub egress_allow: Vec<crate::server::runtime::egress::Allow>,
 }
 
 /// Runs every check, in the order an operator fixes things.
@@ -120,6 +123,7 @@ pub async fn run(opts: &DoctorOptions) -> Vec<Check> {
     checks.extend(host::storage(opts, docker.root_dir.as_deref()));
     checks.extend(host::database(opts, docker.root_dir.as_deref(), &cards.vram()).await);
     checks.push(host::listen(opts));
+    checks.push(egress::egress(opts).await);
     checks
 }
 

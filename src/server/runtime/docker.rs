@@ -246,6 +246,28 @@ impl Docker {
             .ok_or_else(|| RuntimeError::Docker(format!("network {JOB_NETWORK} has no id")))
     }
 
+    /// The bridge interface of the job network on this host (its `bridge.name` option, else
+    /// `br-` and the first 12 characters of its id, as dockerd names it), and whether it has
+    /// IPv6; `None` while the network does not exist.
+    pub async fn job_network_bridge(&self) -> Result<Option<(String, bool)>, RuntimeError> {
+        let Some(net) = self
+            .job_networks()
+            .await?
+            .into_iter()
+            .min_by(|a, b| a.id.cmp(&b.id))
+        else {
+            return Ok(None);
+        };
+        let named = net
+            .options
+            .as_ref()
+            .and_then(|o| o.get("com.docker.network.bridge.name"))
+            .cloned();
+        let id = net.id.unwrap_or_default();
+        let bridge = named.unwrap_or_else(|| format!("br-{}", id.get(..12).unwrap_or(&id)));
+        Ok(Some((bridge, net.enable_ipv6.unwrap_or(false))))
+    }
+
     /// Networks named exactly [`JOB_NETWORK`] (dockerd's name filter matches substrings).
     async fn job_networks(&self) -> Result<Vec<bollard::models::Network>, RuntimeError> {
         let filters = HashMap::from([("name", vec![JOB_NETWORK])]);

@@ -6,6 +6,7 @@
 //! isolation can be tested on machines without GPUs.
 
 pub mod docker;
+pub mod egress;
 pub mod fence;
 pub mod hints;
 pub mod mountinfo;

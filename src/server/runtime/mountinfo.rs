@@ -100,8 +100,7 @@ pub fn mounted_at(table: &str, destination: &str) -> Option<FolderOrigin> {
     let want = normal(Path::new(destination));
     parse(table)
         .into_iter()
-        .filter(|e| e.mount_point == want)
-        .last()
+        .rfind(|e| e.mount_point == want)
         .map(|e| FolderOrigin {
             device: e.device,
             root: normal(&e.root),

@@ -4,6 +4,8 @@
 //!
 //! - `isolation`: getting out of a job onto the host (symlink swap of a queued job's volume, a
 //!   setuid plant on a mounted folder) or into a neighbour's job (its open ports).
+//! - `egress`: a job reading a host service through its network's gateway (the host firewall's
+//!   rules, `gpuq firewall`).
 //! - `signin`: guessing passwords in parallel, tokens minting tokens.
 //! - `bounds`: starving the box (over-cap submits, too many CPU jobs, raising one's own priority).
 //! - `volumes`: the start race (a job flipping a folder between the check and the mount), folders
@@ -12,6 +14,7 @@
 //!   logs and event trail, other people's details on the live stream).
 
 mod bounds;
+mod egress;
 mod isolation;
 mod signin;
 mod visibility;
