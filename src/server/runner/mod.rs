@@ -88,6 +88,8 @@ pub struct Runner {
     slot_freed: Notify,
     /// This node's lease: once lost, nothing new is claimed.
     lease: Lease,
+    /// The installation's id, read once from the database: every container is labelled with it.
+    installation: tokio::sync::OnceCell<String>,
 }
 
 impl Runner {
@@ -122,6 +124,7 @@ impl Runner {
             launching: Arc::new(Semaphore::new(MAX_LAUNCHING)),
             slot_freed: Notify::new(),
             lease,
+            installation: tokio::sync::OnceCell::new(),
         })
     }
 

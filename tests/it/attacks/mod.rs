@@ -6,10 +6,13 @@
 //!   setuid plant on a mounted folder) or into a neighbour's job (its open ports).
 //! - `signin`: guessing passwords in parallel, tokens minting tokens.
 //! - `bounds`: starving the box (over-cap submits, too many CPU jobs, raising one's own priority).
+//! - `shared_docker`: a second installation on the same dockerd settling the first one's jobs;
+//!   a restart of dockerd killing jobs silently and leaving their containers.
 //! - `visibility`: reading what is not one's own (another member's command line, volumes, env,
 //!   logs and event trail, other people's details on the live stream).
 
 mod bounds;
 mod isolation;
+mod shared_docker;
 mod signin;
 mod visibility;
