@@ -40,29 +40,47 @@ async fn app_on(pool: PgPool, node: &str, cards: usize) -> (TestApp, String) {
     (app, member)
 }
 
-/// A second, empty database beside the test's own, dropped with it.
+/// A second, empty database beside the test's own, dropped with it (a failed test's too).
 struct OtherDatabase {
-    admin: PgPool,
+    admin_url: String,
     name: String,
 }
 
 impl OtherDatabase {
     async fn create(beside: &PgPool) -> (OtherDatabase, PgPool) {
         let name = format!("gpuq_other_{}", uuid::Uuid::new_v4().simple());
-        let admin = PgPool::connect(&database_url(beside)).await.unwrap();
+        let admin_url = database_url(beside);
+        let admin = PgPool::connect(&admin_url).await.unwrap();
         sqlx::query(&format!("CREATE DATABASE {name}"))
             .execute(&admin)
             .await
             .unwrap();
-        let url = database_url(beside);
-        let url = format!("{}/{name}", url.rsplit_once('/').unwrap().0);
+        admin.close().await;
+        let url = format!("{}/{name}", admin_url.rsplit_once('/').unwrap().0);
         let pool = PgPool::connect(&url).await.unwrap();
-        (OtherDatabase { admin, name }, pool)
+        (OtherDatabase { admin_url, name }, pool)
     }
+}
 
-    async fn drop_it(self) {
-        let sql = format!("DROP DATABASE {} WITH (FORCE)", self.name);
-        sqlx::query(&sql).execute(&self.admin).await.unwrap();
+impl Drop for OtherDatabase {
+    fn drop(&mut self) {
+        let (url, name) = (self.admin_url.clone(), self.name.clone());
+        // Drop cannot await; a private runtime on its own thread.
+        let dropped = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                let admin = PgPool::connect(&url).await?;
+                let sql = format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)");
+                sqlx::query(&sql).execute(&admin).await.map(drop)
+            })
+        })
+        .join();
+        if !matches!(dropped, Ok(Ok(()))) {
+            eprintln!("dropping the database {} failed: {dropped:?}", self.name);
+        }
     }
 }
 
@@ -150,7 +168,7 @@ async fn a_second_installation_on_the_same_dockerd_leaves_the_first_ones_jobs_al
     node_b.stop().await;
     node_a.stop().await;
     b.pool.close().await;
-    other.drop_it().await;
+    drop(other);
 }
 
 /// Waits until the throw-away dockerd holds no container at all.
