@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs gpuq as a systemd service on this host: the binary, the unit, the `gpuq` system user (in
-# the `docker` group) and /etc/gpuq/gpuq.env (kept if it exists). Run as root from a checkout or an
+# the `docker` group), /etc/gpuq/gpuq.env (kept if it exists) and Docker's live-restore. Run as root from a checkout or an
 # unpacked release, after scripts/release.sh built target/release/gpuq:
 #   sudo packaging/install.sh [path/to/gpuq]
 # Then edit /etc/gpuq/gpuq.env and `systemctl enable --now gpuq`. Running it again upgrades the
@@ -34,6 +34,36 @@ if [ ! -f /etc/gpuq/gpuq.env ]; then
 fi
 # SELinux (Rocky/RHEL): give the binary the label of installed programs.
 command -v restorecon >/dev/null && restorecon -F /usr/local/bin/gpuq || true
+
+# Docker's live-restore: without it every restart of dockerd (a package upgrade) kills every running
+# job. Merged into /etc/docker/daemon.json (other keys kept), then applied with a reload, which
+# restarts nothing. `gpuq doctor` checks it (its `live-restore` line).
+daemon_json=/etc/docker/daemon.json
+if [ -f "$daemon_json" ] && grep -Eq '"live-restore"[[:space:]]*:[[:space:]]*true' "$daemon_json"; then
+  echo "$daemon_json: live-restore already on"
+elif [ ! -s "$daemon_json" ]; then
+  install -d -m 0755 /etc/docker
+  printf '{\n  "live-restore": true\n}\n' >"$daemon_json"
+  systemctl reload docker 2>/dev/null || echo "reload Docker (systemctl reload docker) to turn live-restore on"
+  echo "wrote $daemon_json: live-restore on"
+elif command -v python3 >/dev/null; then
+  cp -p "$daemon_json" "$daemon_json.gpuq-backup"
+  python3 - "$daemon_json" <<'PY'
+import json, sys
+path = sys.argv[1]
+with open(path) as f:
+    config = json.load(f)
+config["live-restore"] = True
+with open(path + ".new", "w") as f:
+    json.dump(config, f, indent=2)
+    f.write("\n")
+PY
+  mv -f "$daemon_json.new" "$daemon_json"
+  systemctl reload docker 2>/dev/null || echo "reload Docker (systemctl reload docker) to turn live-restore on"
+  echo "$daemon_json: live-restore on (the old file is $daemon_json.gpuq-backup)"
+else
+  echo "install.sh: set \"live-restore\": true in $daemon_json by hand, then systemctl reload docker" >&2
+fi
 
 systemctl daemon-reload
 if systemctl is-active --quiet gpuq; then

@@ -15,6 +15,20 @@ esac
 step() { printf '\n\033[1;32m==> %s\033[0m\n' "$*"; }
 started=$(date +%s)
 
+# The tests leave the host's Docker as they found it. Its default bridge, docker0, is the easiest
+# thing to lose: a throw-away dockerd started with --bridge=none deletes it (the tests' own start
+# with a bridge of their own, see tests/it/support/nvml.rs), and then every plain `docker run` fails
+# until dockerd restarts. Noted now (and again once dockerd runs), checked at the end.
+has_docker0() { ip link show docker0 >/dev/null 2>&1; }
+DOCKER0_AT_START=no
+has_docker0 && DOCKER0_AT_START=yes
+docker0_check() {
+  [ "$DOCKER0_AT_START" = yes ] || return 0
+  has_docker0 && return 0
+  printf '\n\033[1;31m%s\033[0m\n' "FAILED: the host's docker0 bridge existed when the tests began and is gone now: something they started removed it. Plain \`docker run\` fails on this host until dockerd is restarted." >&2
+  return 1
+}
+
 scripts/deps.sh
 
 # cargo-leptos builds the debug server with `--cfg erase_components` and LEPTOS_* variables; giving
@@ -61,6 +75,7 @@ services() {
   [ -n "$SERVICES_UP" ] && return 0
   . scripts/services.sh
   start_dockerd --nvidia-hook-stub   # tests only: the stub NVIDIA hook where no real toolkit exists
+  has_docker0 && DOCKER0_AT_START=yes
   build_test_image
   build_fake_nvml
   start_test_postgres
@@ -162,4 +177,5 @@ case "$what" in
   image) image ;;
   all) lint; bundle; rust_tests; e2e; image ;;
 esac
+docker0_check
 printf '\n\033[1;32m%s passed in %s s\033[0m\n' "$what" "$(( $(date +%s) - started ))"

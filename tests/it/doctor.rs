@@ -300,3 +300,30 @@ async fn doctor_warns_of_a_policy_that_lets_a_job_fill_dockers_disk_or_take_the_
         "{c}"
     );
 }
+
+/// Docker's `live-restore`: a warn naming the setting where it is off (a restart of dockerd would
+/// kill every job), a pass where it is on (a throw-away dockerd with it set).
+#[sqlx::test(migrations = false)]
+async fn doctor_warns_when_a_dockerd_restart_would_kill_every_job(pool: PgPool) {
+    let app = TestApp::new(pool).await;
+    let cards = "1x24576:NVIDIA GeForce RTX 3090";
+    let machine = crate::support::docker::docker_cli(&["info", "-f", "{{.LiveRestoreEnabled}}"]);
+    let all = checks(&doctor_on_sim(&app, cards, &[]));
+    let c = check(&all, "live-restore");
+    if machine == "true" {
+        assert_eq!(c["status"], "pass", "{c}");
+    } else {
+        assert_check(&all, "live-restore", "warn", "kills every running job");
+        assert!(
+            c["fix"]
+                .as_str()
+                .unwrap()
+                .contains("\"live-restore\": true"),
+            "{c}"
+        );
+    }
+    let dockerd = crate::support::nvml::NvidiaDocker::start_with(r#"{ "live-restore": true }"#);
+    let socket = dockerd.socket().display().to_string();
+    let all = checks(&doctor_on_sim(&app, cards, &["--docker-socket", &socket]));
+    assert_check(&all, "live-restore", "pass", "outlive a restart");
+}

@@ -280,9 +280,29 @@ pub(super) async fn docker(opts: &DoctorOptions) -> DockerSide {
     };
     let simulated = simulated(opts).unwrap_or(false);
     DockerSide {
-        checks: vec![reach.with_data(data), nvidia_runtime(&facts, simulated)],
+        checks: vec![
+            reach.with_data(data),
+            nvidia_runtime(&facts, simulated),
+            live_restore(&facts),
+        ],
         root_dir: facts.root_dir.clone(),
         conn: Some(conn),
+    }
+}
+
+/// Docker's `live-restore`: without it, every restart of dockerd (a package upgrade) kills every
+/// running job.
+fn live_restore(facts: &DockerHostFacts) -> Check {
+    const NAME: &str = "live-restore";
+    if facts.live_restore {
+        Check::pass(NAME, "on: running jobs outlive a restart of dockerd")
+    } else {
+        Check::warn(
+            NAME,
+            "off: a restart of dockerd (a package upgrade) kills every running job",
+            "set \"live-restore\": true in /etc/docker/daemon.json, then `systemctl reload docker` \
+             (packaging/install.sh does this)",
+        )
     }
 }
 
@@ -419,6 +439,7 @@ pub(super) async fn smoke(opts: &DoctorOptions, cards: &Cards, docker: Option<&D
         job_id: uuid::Uuid::new_v4(),
         attempt: 1,
         node: "gpuq-doctor".into(),
+        installation: None,
         image: image.clone(),
         argv,
         env: BTreeMap::new(),

@@ -232,6 +232,7 @@ impl Runner {
             job_id: job.id,
             attempt: job.attempt.max(1) as u32,
             node: self.cfg.node.clone(),
+            installation: Some(self.installation().await.map_err(NotLaunched::Retry)?),
             image: spec.image().to_owned(),
             argv: spec.command().to_vec(),
             env: spec.env().clone(),

@@ -91,6 +91,8 @@ pub struct Runner {
     /// Folders of the container runtime no job may mount, as dockerd reported them at start-up
     /// (its `DockerRootDir`, wherever it was moved).
     runtime_roots: std::sync::OnceLock<Vec<PathBuf>>,
+    /// The installation's id, read once from the database: every container is labelled with it.
+    installation: tokio::sync::OnceCell<String>,
 }
 
 impl Runner {
@@ -126,6 +128,7 @@ impl Runner {
             slot_freed: Notify::new(),
             lease,
             runtime_roots: std::sync::OnceLock::new(),
+            installation: tokio::sync::OnceCell::new(),
         })
     }
 

@@ -5,7 +5,7 @@ use super::Runner;
 use crate::model::JobStatus;
 use crate::server::db::runs::{self, Ending};
 use crate::server::db::vram;
-use crate::server::runtime::RuntimeError;
+use crate::server::runtime::{ContainerFacts, RuntimeError};
 use chrono::{DateTime, Utc};
 use futures_util::StreamExt;
 use std::sync::Arc;
@@ -16,6 +16,8 @@ use uuid::Uuid;
 /// How the container's run ended, as the runner saw it.
 enum Outcome {
     Exited(i64),
+    /// Killed by a restart of the container runtime (exit code): see [`killed_by_restart`].
+    RuntimeRestarted(i64),
     TimedOut(Option<i64>),
     Cancelled(Option<i64>),
     Vanished,
@@ -49,6 +51,13 @@ impl Runner {
             Outcome::Cancelled(_) => vram::stop_reason(&self.pool, job).await.ok().flatten(),
             _ => None,
         };
+        if matches!(outcome, Outcome::RuntimeRestarted(_)) {
+            // A job whose start was not yet recorded had not begun its own work: it runs again.
+            until_written(job, "queueing a job again", || {
+                runs::unclaim(&self.pool, job, &self.cfg.node, REQUEUED)
+            })
+            .await;
+        }
         let end = ending(outcome, deadline, stopped_for);
         self.record_end(job, &end).await;
         if let Err(e) = self.docker.remove(&container).await {
@@ -65,23 +74,22 @@ impl Runner {
     ) -> Outcome {
         let until_deadline = (deadline - Utc::now()).to_std().unwrap_or(Duration::ZERO);
         let deadline_at = tokio::time::Instant::now() + until_deadline;
+        // Whether Docker went out of reach while the job ran (its daemon stopped or restarted).
+        let mut lost_sight = false;
         loop {
             tokio::select! {
                 waited = self.docker.wait(container) => match waited {
-                    // `docker rm -f` kills before removing: an exit followed by no container at
-                    // all means someone removed it.
-                    Ok(code) => match self.docker.inspect(container).await {
-                        Err(RuntimeError::NotFound(_)) => return Outcome::Vanished,
-                        _ => return Outcome::Exited(code),
-                    },
+                    Ok(code) => return self.exited(container, code, lost_sight).await,
                     Err(RuntimeError::NotFound(_)) => return Outcome::Vanished,
                     Err(e) => {
                         // Docker is unreachable or the stream broke: free nothing, look again.
                         tracing::warn!(%job, error = %e, "lost sight of a container; checking again");
+                        lost_sight = true;
                         tokio::time::sleep(Duration::from_secs(1)).await;
                         match self.docker.inspect(container).await {
                             Ok(f) if !f.running && f.finished_at.is_some() => {
-                                return Outcome::Exited(f.exit_code.unwrap_or(-1))
+                                let code = f.exit_code.unwrap_or(-1);
+                                return self.exited(container, code, lost_sight).await;
                             }
                             Err(RuntimeError::NotFound(_)) => return Outcome::Vanished,
                             _ => continue,
@@ -93,6 +101,45 @@ impl Runner {
                 }
                 _ = cancel.notified() => {
                     return Outcome::Cancelled(self.stop(container).await);
+                }
+            }
+        }
+    }
+
+    /// What an exit of `code` was: the job's own end, or a kill by the container runtime's restart
+    /// (told from dockerd's record once it answers again: until then nothing is freed). `docker rm
+    /// -f` kills before removing, so an exit followed by no container at all means someone
+    /// removed it.
+    async fn exited(&self, container: &str, code: i64, mut lost_sight: bool) -> Outcome {
+        loop {
+            match self.docker.inspect(container).await {
+                // Its own end: nothing more to ask (the common case costs no more than before).
+                Ok(facts) if signal_exit(&facts).is_none() => return Outcome::Exited(code),
+                // A daemon going down still answers on the connections it had, but takes no new
+                // one: then it is its shutdown that stopped the container, told once it is back.
+                Ok(facts) => match self.docker.daemon_started_at().await {
+                    Err(RuntimeError::Unreachable(e)) => {
+                        tracing::warn!(%container, error = %e, "Docker is going away as a container ended; waiting for it");
+                        lost_sight = true;
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                    daemon => {
+                        let daemon = daemon.ok().flatten();
+                        return match killed_by_restart(&facts, daemon, lost_sight) {
+                            Some(code) => Outcome::RuntimeRestarted(code),
+                            None => Outcome::Exited(code),
+                        };
+                    }
+                },
+                Err(RuntimeError::NotFound(_)) => return Outcome::Vanished,
+                Err(RuntimeError::Unreachable(e)) => {
+                    tracing::warn!(%container, error = %e, "Docker went away as a container ended; waiting for it");
+                    lost_sight = true;
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                Err(e) => {
+                    tracing::warn!(%container, error = %e, "inspecting an ended container failed");
+                    return Outcome::Exited(code);
                 }
             }
         }
@@ -149,6 +196,7 @@ fn ending(outcome: Outcome, deadline: DateTime<Utc>, stopped_for: Option<String>
             exit_code: code(Some(c)),
             reason: Some(format!("exited with code {c}")),
         },
+        Outcome::RuntimeRestarted(c) => restart_ending(c),
         Outcome::TimedOut(c) => Ending {
             status: JobStatus::TimedOut,
             exit_code: code(c),
@@ -169,32 +217,180 @@ fn ending(outcome: Outcome, deadline: DateTime<Utc>, stopped_for: Option<String>
     }
 }
 
+/// The reason a job killed by the container runtime's restart ends with.
+pub(super) fn restart_ending(code: i64) -> Ending {
+    Ending {
+        status: JobStatus::Failed,
+        exit_code: i32::try_from(code).ok(),
+        reason: Some(format!(
+            "the container runtime restarted (dockerd) and killed it (exit code {code}); \
+             nothing of it runs any more: resubmit it to run it again"
+        )),
+    }
+}
+
+/// What an unclaimed job's event says when a runtime restart killed it before its start was
+/// recorded.
+pub(super) const REQUEUED: &str =
+    "the container runtime restarted (dockerd) and killed it before it started: queued again";
+
+/// How long after dockerd's start a kill still counts as its restart's: a daemon started without
+/// `live-restore` kills the containers it finds still running as it starts.
+const RESTART_KILL_WINDOW_S: i64 = 120;
+
+/// `Some(exit code)` when dockerd's record says a restart of the daemon killed the container:
+/// it ended by SIGTERM or SIGKILL (143, 137), not by the OOM killer, and it had started before
+/// the daemon now running did and ended before that daemon had been up for
+/// [`RESTART_KILL_WINDOW_S`]. When the host cannot tell when dockerd started (`daemon_started` is
+/// `None`), losing sight of Docker while the job ran (`lost_sight`) stands in for it. Callers only
+/// ask about exits gpuq did not cause itself (its own stops are timeouts and cancellations).
+pub(super) fn killed_by_restart(
+    facts: &ContainerFacts,
+    daemon_started: Option<DateTime<Utc>>,
+    lost_sight: bool,
+) -> Option<i64> {
+    let code = signal_exit(facts)?;
+    let at = |t: &Option<String>| {
+        t.as_deref()
+            .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+            .map(|t| t.with_timezone(&Utc))
+    };
+    let restarted = match (
+        daemon_started,
+        at(&facts.started_at),
+        at(&facts.finished_at),
+    ) {
+        (Some(daemon), Some(started), Some(finished)) => {
+            started < daemon && finished < daemon + chrono::Duration::seconds(RESTART_KILL_WINDOW_S)
+        }
+        _ => lost_sight,
+    };
+    restarted.then_some(code)
+}
+
+/// The exit code of a container that ended by SIGTERM or SIGKILL (143, 137) and not by the OOM
+/// killer: the ends a daemon's restart causes.
+fn signal_exit(facts: &ContainerFacts) -> Option<i64> {
+    let code = facts.exit_code.filter(|c| matches!(c, 137 | 143))?;
+    (!facts.running && !facts.oom_killed).then_some(code)
+}
+
 /// Appends a container's output to its job's log file, resuming after the last line already kept,
-/// and tells this process's log followers each time the file grew.
+/// and tells this process's log followers each time the file grew. A stream broken by Docker going
+/// away is taken up again once it answers: the container may have outlived a restart of the daemon
+/// (`live-restore`), or have written its last lines while the stream was down.
 pub(super) async fn follow_logs(runner: Arc<Runner>, job: Uuid, container: String) {
     let path = super::logs::log_path(&runner.cfg.logs_dir, job);
-    let mut writer = match LogWriter::open(&path, runner.cfg.log_max_bytes) {
-        Ok(w) => w,
-        Err(e) => {
-            tracing::error!(path = %path.display(), error = %e, "cannot open a job log");
-            return;
-        }
-    };
-    let since = writer.last_at().and_then(since_unix);
-    let mut lines = runner.docker.logs(&container, since, true);
-    while let Some(item) = lines.next().await {
-        match item {
-            Ok(line) => {
-                if let Err(e) = writer.push(&line) {
-                    tracing::error!(path = %path.display(), error = %e, "writing a job log failed");
-                    return;
-                }
-                runner.notifier.log_grew(job);
-            }
+    let mut follow = true;
+    loop {
+        // Opened again each round: it knows which lines the file already holds.
+        let mut writer = match LogWriter::open(&path, runner.cfg.log_max_bytes) {
+            Ok(w) => w,
             Err(e) => {
-                tracing::warn!(%container, error = %e, "log stream ended with an error");
+                tracing::error!(path = %path.display(), error = %e, "cannot open a job log");
                 return;
             }
+        };
+        let since = writer.last_at().and_then(since_unix);
+        let mut lines = runner.docker.logs(&container, since, follow);
+        let mut broken = false;
+        while let Some(item) = lines.next().await {
+            match item {
+                Ok(line) => {
+                    if let Err(e) = writer.push(&line) {
+                        tracing::error!(path = %path.display(), error = %e, "writing a job log failed");
+                        return;
+                    }
+                    runner.notifier.log_grew(job);
+                }
+                Err(e) => {
+                    tracing::warn!(%container, error = %e, "log stream ended with an error");
+                    broken = matches!(e, RuntimeError::Unreachable(_));
+                    break;
+                }
+            }
         }
+        if !broken || !follow {
+            return;
+        }
+        // Followed again while it runs; else read once more for what it wrote meanwhile.
+        follow = match still_running(&runner, &container).await {
+            Some(running) => running,
+            None => return,
+        };
+    }
+}
+
+/// Whether the container runs, asked until Docker answers; `None` once it is gone.
+async fn still_running(runner: &Runner, container: &str) -> Option<bool> {
+    loop {
+        match runner.docker.inspect(container).await {
+            Ok(facts) => return Some(facts.running),
+            Err(RuntimeError::Unreachable(_)) => {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            Err(_) => return None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ended(code: i64, started: &str, finished: &str) -> ContainerFacts {
+        ContainerFacts {
+            exit_code: Some(code),
+            started_at: Some(started.into()),
+            finished_at: Some(finished.into()),
+            ..Default::default()
+        }
+    }
+
+    fn at(t: &str) -> Option<DateTime<Utc>> {
+        Some(t.parse().unwrap())
+    }
+
+    #[test]
+    fn a_kill_across_the_daemons_start_is_the_restarts() {
+        let c = ended(137, "2026-12-03T10:00:00Z", "2026-12-03T10:05:00Z");
+        assert_eq!(
+            killed_by_restart(&c, at("2026-12-03T10:05:03Z"), false),
+            Some(137)
+        );
+        let c = ended(143, "2026-12-03T10:00:00Z", "2026-12-03T10:05:00Z");
+        assert_eq!(
+            killed_by_restart(&c, at("2026-12-03T10:05:03Z"), false),
+            Some(143)
+        );
+        // A daemon that came back after a crash kills what it finds as it starts.
+        assert_eq!(
+            killed_by_restart(&c, at("2026-12-03T10:04:30Z"), false),
+            Some(143)
+        );
+    }
+
+    #[test]
+    fn other_ends_are_not_the_restarts() {
+        let daemon = at("2026-12-03T10:05:03Z");
+        // Its own exit code, or the OOM killer's.
+        let c = ended(1, "2026-12-03T10:00:00Z", "2026-12-03T10:05:00Z");
+        assert_eq!(killed_by_restart(&c, daemon, true), None);
+        let mut c = ended(137, "2026-12-03T10:00:00Z", "2026-12-03T10:05:00Z");
+        c.oom_killed = true;
+        assert_eq!(killed_by_restart(&c, daemon, true), None);
+        // Started under the daemon running now: someone else killed it.
+        let c = ended(137, "2026-12-03T10:06:00Z", "2026-12-03T10:07:00Z");
+        assert_eq!(killed_by_restart(&c, daemon, true), None);
+        // Outlived the restart (live-restore) and was killed long after it.
+        let c = ended(137, "2026-12-03T10:00:00Z", "2026-12-03T11:00:00Z");
+        assert_eq!(killed_by_restart(&c, daemon, true), None);
+    }
+
+    #[test]
+    fn without_the_daemons_start_losing_sight_of_docker_decides() {
+        let c = ended(143, "2026-12-03T10:00:00Z", "2026-12-03T10:05:00Z");
+        assert_eq!(killed_by_restart(&c, None, true), Some(143));
+        assert_eq!(killed_by_restart(&c, None, false), None);
     }
 }

@@ -2,6 +2,7 @@
 //! our own types here, so the rest of gpuq never depends on bollard's API.
 
 mod convert;
+mod daemon;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -32,6 +33,8 @@ const REQUEST_TIMEOUT_S: u64 = 120;
 #[derive(Clone, Debug)]
 pub struct Docker {
     inner: bollard::Docker,
+    /// The unix socket dockerd answers on, when it is one: where its start time is read.
+    socket: Option<std::path::PathBuf>,
 }
 
 /// Held while gpuq's job network is looked up or created, so this process never creates it twice
@@ -46,7 +49,12 @@ impl Docker {
     pub async fn connect() -> Result<Self, RuntimeError> {
         let inner = bollard::Docker::connect_with_local_defaults()
             .map_err(|e| RuntimeError::Unreachable(convert::chain(&e)))?;
-        Self::negotiate(inner).await
+        // As bollard chooses: DOCKER_HOST when set (a unix socket only if it says `unix://`).
+        let socket = match std::env::var("DOCKER_HOST") {
+            Ok(host) => host.strip_prefix("unix://").map(std::path::PathBuf::from),
+            Err(_) => Some("/var/run/docker.sock".into()),
+        };
+        Self::negotiate(inner, socket).await
     }
 
     /// Like [`Docker::connect`] but for a given unix socket path, for nodes
@@ -58,15 +66,34 @@ impl Docker {
             bollard::API_DEFAULT_VERSION,
         )
         .map_err(|e| RuntimeError::Unreachable(convert::chain(&e)))?;
-        Self::negotiate(inner).await
+        Self::negotiate(inner, Some(path.into())).await
     }
 
-    async fn negotiate(inner: bollard::Docker) -> Result<Self, RuntimeError> {
+    async fn negotiate(
+        inner: bollard::Docker,
+        socket: Option<std::path::PathBuf>,
+    ) -> Result<Self, RuntimeError> {
         let inner = inner
             .negotiate_version()
             .await
             .map_err(|e| RuntimeError::Unreachable(convert::chain(&e)))?;
-        Ok(Self { inner })
+        Ok(Self { inner, socket })
+    }
+
+    /// When the dockerd behind this connection started, if the host can tell (see
+    /// `docker/daemon.rs`): a container that started before it and was killed around then was
+    /// killed by the daemon's restart. `None` for a TCP connection or when the host does not say;
+    /// `Unreachable` when its socket takes no connection (the daemon is down or going down).
+    pub async fn daemon_started_at(
+        &self,
+    ) -> Result<Option<chrono::DateTime<chrono::Utc>>, RuntimeError> {
+        let Some(socket) = self.socket.clone() else {
+            return Ok(None);
+        };
+        let at = tokio::task::spawn_blocking(move || daemon::started_at(&socket))
+            .await
+            .map_err(|e| RuntimeError::Docker(format!("reading dockerd's start: {e}")))?;
+        at.map_err(|e| RuntimeError::Unreachable(format!("dockerd's socket: {e}")))
     }
 
     /// Health check; any failure means the daemon cannot be used right now.
@@ -96,6 +123,7 @@ impl Docker {
             cgroup_driver: info.cgroup_driver.map(|d| d.to_string()),
             cgroup_version: info.cgroup_version.map(|v| v.to_string()),
             root_dir: info.docker_root_dir,
+            live_restore: info.live_restore_enabled.unwrap_or(false),
             runtimes,
             cdi_spec_dirs: info.cdi_spec_dirs.unwrap_or_default(),
         })
@@ -529,6 +557,8 @@ pub struct DockerHostFacts {
     pub cgroup_version: Option<String>,
     /// Docker's root directory (images, containers).
     pub root_dir: Option<String>,
+    /// Whether containers keep running while the daemon restarts (`live-restore`).
+    pub live_restore: bool,
     /// Registered OCI runtimes (`runc`, `nvidia`, …).
     pub runtimes: Vec<String>,
     /// Where the daemon reads CDI specs from (empty when CDI is off).

@@ -14,7 +14,7 @@ use checks::{check_bind, check_env_key, check_scalars, split_gpus};
 
 use super::{
     ContainerFacts, LaunchMode, LaunchRequest, RuntimeError, JOB_NETWORK, LABEL_ATTEMPT,
-    LABEL_JOB_ID, LABEL_MANAGED, LABEL_NODE,
+    LABEL_INSTALLATION, LABEL_JOB_ID, LABEL_MANAGED, LABEL_NODE,
 };
 use crate::model::spec::FRAMEWORK_HINT_KEYS;
 use crate::model::JobNetwork;
@@ -354,14 +354,19 @@ fn mount_problems(facts: &ContainerFacts, req: &LaunchRequest) -> Vec<String> {
     problems
 }
 
-/// The labels every gpuq container carries.
+/// The labels every gpuq container carries, its installation's among them (when it has one):
+/// `verify` requires each, so a container of another installation is never taken for this one's.
 pub fn labels(req: &LaunchRequest) -> HashMap<String, String> {
-    HashMap::from([
+    let mut labels = HashMap::from([
         (LABEL_MANAGED.to_string(), "true".to_string()),
         (LABEL_JOB_ID.to_string(), req.job_id.to_string()),
         (LABEL_NODE.to_string(), req.node.clone()),
         (LABEL_ATTEMPT.to_string(), req.attempt.to_string()),
-    ])
+    ]);
+    if let Some(installation) = &req.installation {
+        labels.insert(LABEL_INSTALLATION.to_string(), installation.clone());
+    }
+    labels
 }
 
 /// User env first, then the framework memory hints, then the fence's own keys; the user may

@@ -33,6 +33,9 @@ pub const LABEL_JOB_ID: &str = "org.gpuq.job-id";
 pub const LABEL_NODE: &str = "org.gpuq.node";
 /// Label carrying the attempt number, so retries are distinguishable.
 pub const LABEL_ATTEMPT: &str = "org.gpuq.attempt";
+/// Label carrying the installation's id (one per database), so two installations on one dockerd
+/// never settle each other's containers.
+pub const LABEL_INSTALLATION: &str = "org.gpuq.installation";
 /// The bridge network jobs join under the `isolated` policy: gpuq creates it with traffic between
 /// its containers disabled, so a job reaches out but not its neighbours.
 pub const JOB_NETWORK: &str = "gpuq-jobs";
@@ -69,6 +72,11 @@ pub struct LaunchRequest {
     pub attempt: u32,
     /// Node the job was admitted on.
     pub node: String,
+    /// The installation's id, labelled on the container ([`LABEL_INSTALLATION`]); `None` only
+    /// for containers that are no installation's (the doctor's smoke container, benchmarks) and
+    /// for re-checking a container made before the label existed.
+    #[serde(default)]
+    pub installation: Option<String>,
     /// Image reference; must already be present locally (never pulled).
     pub image: String,
     /// Command, passed as-is (no shell) so quoting cannot be abused.
@@ -182,6 +190,8 @@ pub struct ContainerFacts {
     pub exit_code: Option<i64>,
     /// Host pid of its first process while it runs (0 otherwise).
     pub pid: i64,
+    /// Whether the kernel's OOM killer ended it (`State.OOMKilled`).
+    pub oom_killed: bool,
     /// Start time as dockerd reports it (RFC 3339), if ever started.
     pub started_at: Option<String>,
     /// Finish time as dockerd reports it (RFC 3339), if finished.
@@ -223,6 +233,8 @@ pub struct ManagedContainer {
     pub node: String,
     /// Attempt from the label.
     pub attempt: u32,
+    /// Installation from the label; `None` on containers made before the label existed.
+    pub installation: Option<String>,
     /// Whether it is running now.
     pub running: bool,
     /// Exit code once it has exited.

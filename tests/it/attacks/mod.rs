@@ -10,12 +10,15 @@
 //! - `bounds`: starving the box (over-cap submits, too many CPU jobs, raising one's own priority).
 //! - `volumes`: the start race (a job flipping a folder between the check and the mount), folders
 //!   inside ones a member can change, allowlist rules others can change, the most specific rule.
+//! - `shared_docker`: a second installation on the same dockerd settling the first one's jobs;
+//!   a restart of dockerd killing jobs silently and leaving their containers.
 //! - `visibility`: reading what is not one's own (another member's command line, volumes, env,
 //!   logs and event trail, other people's details on the live stream).
 
 mod bounds;
 mod egress;
 mod isolation;
+mod shared_docker;
 mod signin;
 mod visibility;
 mod volumes;

@@ -27,6 +27,7 @@ pub fn request(argv: &[&str], gpus: Vec<GrantedGpu>) -> LaunchRequest {
         job_id: Uuid::new_v4(),
         attempt: 1,
         node: "test-node".into(),
+        installation: None,
         image: IMAGE.into(),
         argv: argv.iter().map(|s| s.to_string()).collect(),
         env: BTreeMap::new(),

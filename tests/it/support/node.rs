@@ -24,10 +24,31 @@ impl Node {
         job_uids: gpuq::server::db::job_uids::JobUidRange,
         never: Vec<std::path::PathBuf>,
     ) -> Node {
-        use gpuq::server::runner::{LocalNode, RunnerConfig};
         let docker = gpuq::server::runtime::Docker::connect()
             .await
             .expect("dockerd must be running");
+        Self::start_full(app, node, mode, job_uids, never, docker).await
+    }
+
+    /// A fenced node whose jobs run on `docker` (a throw-away dockerd).
+    pub async fn start_on(
+        app: &TestApp,
+        node: &str,
+        docker: gpuq::server::runtime::Docker,
+    ) -> Node {
+        let mode = gpuq::server::runtime::LaunchMode::Fenced;
+        Self::start_full(app, node, mode, Default::default(), Vec::new(), docker).await
+    }
+
+    async fn start_full(
+        app: &TestApp,
+        node: &str,
+        mode: gpuq::server::runtime::LaunchMode,
+        job_uids: gpuq::server::db::job_uids::JobUidRange,
+        never: Vec<std::path::PathBuf>,
+        docker: gpuq::server::runtime::Docker,
+    ) -> Node {
+        use gpuq::server::runner::{LocalNode, RunnerConfig};
         let mut never_mount = vec![app.logs_dir.clone()];
         never_mount.extend(never);
         let cfg = RunnerConfig {

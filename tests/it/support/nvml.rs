@@ -103,17 +103,26 @@ impl FakeNvml {
 /// A throw-away dockerd with the stub `nvidia-container-runtime-hook`
 /// (`tests/fixtures/nvidia-hook/`) on its PATH, so it registers its `nvidia` device driver and
 /// starts containers with NVIDIA DeviceRequests. It has its own data root, exec root, pid file and
-/// socket, no bridge and no iptables rules, so it leaves the machine's dockerd (and what runs
-/// there) alone. It holds the local test image, copied from the machine's dockerd. Stopped and
-/// removed when dropped.
+/// socket, a default bridge of its own and no iptables rules, so it leaves the machine's dockerd
+/// (and what runs there) alone. It holds the local test image, copied from the machine's dockerd.
+/// Stopped and removed when dropped, its bridge with it.
+///
+/// Never `--bridge=none`: a dockerd started so deletes the kernel's `docker0`, the machine
+/// dockerd's default bridge, and every plain `docker run` there fails until that dockerd restarts.
 pub struct NvidiaDocker {
     dir: tempfile::TempDir,
     daemon: std::process::Child,
+    bridge: String,
 }
 
 impl NvidiaDocker {
     /// Starts the daemon and waits (60 s at most) until it answers.
     pub fn start() -> Self {
+        Self::start_with("{}")
+    }
+
+    /// [`NvidiaDocker::start`] with `config` as its `daemon.json` (`{"live-restore": true}`).
+    pub fn start_with(config: &str) -> Self {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
         // Short: containerd's sockets live under the exec root, and socket paths are limited.
         let dir = tempfile::Builder::new()
@@ -124,9 +133,25 @@ impl NvidiaDocker {
         std::fs::create_dir(&bin).unwrap();
         let hook = root.join("tests/fixtures/nvidia-hook/nvidia-container-runtime-hook");
         std::fs::copy(&hook, bin.join("nvidia-container-runtime-hook")).unwrap();
-        std::fs::write(dir.path().join("daemon.json"), "{}").unwrap();
-        let daemon = Self::spawn(dir.path());
-        let docker = NvidiaDocker { dir, daemon };
+        std::fs::write(dir.path().join("daemon.json"), config).unwrap();
+        // Its default bridge, named after its folder (`gnv` and six characters: an interface
+        // name has at most 15). dockerd uses a bridge of another name only if it exists.
+        let bridge = dir.path().file_name().unwrap().to_str().unwrap().to_owned();
+        let made = Command::new("ip")
+            .args(["link", "add", "name", &bridge, "type", "bridge"])
+            .output()
+            .unwrap();
+        assert!(
+            made.status.success(),
+            "making the bridge {bridge}: {}",
+            String::from_utf8_lossy(&made.stderr)
+        );
+        let daemon = Self::spawn(dir.path(), &bridge);
+        let docker = NvidiaDocker {
+            dir,
+            daemon,
+            bridge,
+        };
         docker.wait_up();
         let image = std::env::var("GPUQ_TEST_IMAGE").unwrap_or("gpuq-test/busybox:latest".into());
         let copy = Command::new("sh")
@@ -145,8 +170,9 @@ impl NvidiaDocker {
         docker
     }
 
-    /// Starts dockerd on the folder `d` (its log appended to `d/dockerd.log`).
-    fn spawn(d: &Path) -> std::process::Child {
+    /// Starts dockerd on the folder `d` with the default bridge `bridge` (its log appended to
+    /// `d/dockerd.log`).
+    fn spawn(d: &Path, bridge: &str) -> std::process::Child {
         let path = format!(
             "{}:{}",
             d.join("bin").display(),
@@ -168,8 +194,8 @@ impl NvidiaDocker {
             .arg(d.join("docker.pid"))
             .arg("-H")
             .arg(format!("unix://{}", d.join("d.sock").display()))
-            .args(["--bridge=none", "--iptables=false", "--ip-forward=false"])
-            .args(["--ip-masq=false"])
+            .arg(format!("--bridge={bridge}"))
+            .args(["--iptables=false", "--ip-forward=false", "--ip-masq=false"])
             .env("PATH", path)
             .env("GPUQ_NVIDIA_HOOK_LOG", d.join("hook.log"))
             .stdout(log.try_clone().unwrap())
@@ -197,10 +223,19 @@ impl NvidiaDocker {
         let _ = self.daemon.wait();
     }
 
+    /// Stops the daemon with SIGTERM, as `systemctl stop docker` does, and waits until it has
+    /// exited: without live-restore it stops its containers first.
+    pub fn stop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.daemon.id().to_string()])
+            .status();
+        let _ = self.daemon.wait();
+    }
+
     /// Starts the daemon again on the same data (the image and the old containers' records are
     /// still there) and waits until it answers.
     pub fn restart(&mut self) {
-        self.daemon = Self::spawn(self.dir.path());
+        self.daemon = Self::spawn(self.dir.path(), &self.bridge);
         self.wait_up();
     }
 
@@ -240,15 +275,21 @@ impl Drop for NvidiaDocker {
             }
             let _ = self.cli(&["network", "prune", "-f"]);
         }
-        // SIGTERM: dockerd stops its containers and containerd and unmounts its layers.
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.daemon.id().to_string()])
-            .status();
+        // SIGTERM: dockerd stops its containers and containerd and unmounts its layers (not to a
+        // daemon already reaped: its pid may be another process's by now).
+        if matches!(self.daemon.try_wait(), Ok(None)) {
+            let _ = Command::new("kill")
+                .args(["-TERM", &self.daemon.id().to_string()])
+                .status();
+        }
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
         while matches!(self.daemon.try_wait(), Ok(None)) && std::time::Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(100));
         }
         let _ = self.daemon.kill();
         let _ = self.daemon.wait();
+        let _ = Command::new("ip")
+            .args(["link", "del", &self.bridge])
+            .output();
     }
 }

@@ -148,6 +148,7 @@ async fn one_container(
         job_id: Uuid::new_v4(),
         attempt: 1,
         node: FLOOR_NODE.into(),
+        installation: None,
         image: image.into(),
         argv: vec!["true".into()],
         env: BTreeMap::new(),

@@ -12,7 +12,7 @@ use bollard::models::{
 
 use crate::server::runtime::{
     ContainerFacts, LogLine, LogStream, ManagedContainer, MountFact, RuntimeError, LABEL_ATTEMPT,
-    LABEL_JOB_ID, LABEL_NODE,
+    LABEL_INSTALLATION, LABEL_JOB_ID, LABEL_NODE,
 };
 
 /// dockerd's "never happened" timestamp.
@@ -144,6 +144,7 @@ pub(super) fn facts(resp: ContainerInspectResponse) -> ContainerFacts {
         running: state.running.unwrap_or(false),
         exit_code: if exited { state.exit_code } else { None },
         pid: state.pid.unwrap_or(0),
+        oom_killed: state.oom_killed.unwrap_or(false),
         started_at: real_time(state.started_at),
         finished_at: real_time(state.finished_at),
     }
@@ -178,6 +179,7 @@ pub(super) fn managed(c: ContainerSummary) -> Option<ManagedContainer> {
         job_id,
         node: labels.get(LABEL_NODE).cloned().unwrap_or_default(),
         attempt,
+        installation: labels.get(LABEL_INSTALLATION).cloned(),
         running: c.state == Some(ContainerSummaryStateEnum::RUNNING),
         exit_code,
     })

@@ -29,6 +29,7 @@ pub(super) fn req(gpus: Vec<GrantedGpu>) -> LaunchRequest {
         job_id: Uuid::new_v4(),
         attempt: 2,
         node: "node-a".into(),
+        installation: Some("inst-a".into()),
         image: "img:1".into(),
         argv: vec!["python".into(), "train.py".into(), "--lr=0.1 ; rm".into()],
         env: BTreeMap::from([("FOO".into(), "bar".into())]),
@@ -247,6 +248,7 @@ fn labels_identify_the_job() {
     assert_eq!(l["org.gpuq.job-id"], r.job_id.to_string());
     assert_eq!(l["org.gpuq.node"], "node-a");
     assert_eq!(l["org.gpuq.attempt"], "2");
+    assert_eq!(l["org.gpuq.installation"], "inst-a");
 }
 
 #[test]
@@ -272,6 +274,14 @@ fn verify_catches_each_mismatch() {
             f.labels.insert("org.gpuq.job-id".into(), other);
         }),
         ("managed", |f| drop(f.labels.remove("org.gpuq.managed"))),
+        // Another installation's container, or one without the label, is not this job's.
+        ("installation", |f| {
+            f.labels
+                .insert("org.gpuq.installation".into(), "inst-b".into());
+        }),
+        ("installation", |f| {
+            drop(f.labels.remove("org.gpuq.installation"))
+        }),
     ];
     for (what, mutate) in cases {
         let mut f = facts_for(&r);
