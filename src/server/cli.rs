@@ -153,4 +153,16 @@ mod tests {
         let both = serve(&["--gpus", "sim", "--gpu-source", "nvml"]).unwrap_err();
         assert_eq!(both.kind(), clap::error::ErrorKind::ArgumentConflict);
     }
+
+    #[test]
+    fn trusted_proxies_are_cidrs_or_addresses_and_anything_else_is_refused_by_name() {
+        let a = serve(&["--trusted-proxy", "10.0.0.0/8, 127.0.0.1,::1"]).unwrap();
+        let shown: Vec<String> = a.trusted_proxy.iter().map(|n| n.to_string()).collect();
+        assert_eq!(shown, ["10.0.0.0/8", "127.0.0.1/32", "::1/128"]);
+        assert!(serve(&[]).unwrap().trusted_proxy.is_empty());
+        let bad = serve(&["--trusted-proxy", "10.0.0.0/8,10.0.0.300/8"]).unwrap_err();
+        let text = bad.to_string();
+        assert!(text.contains("--trusted-proxy"), "{text}");
+        assert!(text.contains("`10.0.0.300/8` is not a CIDR"), "{text}");
+    }
 }

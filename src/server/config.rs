@@ -142,6 +142,38 @@ pub struct ServeArgs {
     /// loader searches. Default: the system's `libnvidia-ml.so.1`.
     #[arg(long, env = "GPUQ_NVML_LIB")]
     pub nvml_lib: Option<PathBuf>,
+    /// Reverse proxies (CIDRs or addresses, comma-separated) whose `X-Forwarded-For` names the
+    /// client: the sign-in throttle then counts each client apart instead of every user as the
+    /// proxy. From any other peer the header is ignored.
+    #[arg(long, env = "GPUQ_TRUSTED_PROXY", value_delimiter = ',', value_parser = parse_cidr)]
+    pub trusted_proxy: Vec<ipnet::IpNet>,
+    /// A browser session ends this many hours after its sign-in, however active it is.
+    #[arg(long, env = "GPUQ_SESSION_LIFETIME_H", default_value_t = 168, value_parser = clap::value_parser!(u32).range(1..=8760))]
+    pub session_lifetime_h: u32,
+    /// Job submissions (and resubmits) one user may make per minute, in a burst or spread out;
+    /// `0` for no limit. Admins are not limited.
+    #[arg(long, env = "GPUQ_SUBMIT_RATE_PER_MIN", default_value_t = 120)]
+    pub submit_rate_per_min: u32,
+    /// Submit previews one user may ask for per minute; `0` for no limit. Admins are not limited.
+    #[arg(long, env = "GPUQ_PREVIEW_RATE_PER_MIN", default_value_t = 120)]
+    pub preview_rate_per_min: u32,
+    /// Seconds a client has to send a request's head (and an idle keep-alive connection stays
+    /// open), and again to send its body.
+    #[arg(long, env = "GPUQ_HTTP_READ_TIMEOUT_S", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub http_read_timeout_s: u64,
+    /// Connections served at once; further ones wait until one closes.
+    #[arg(long, env = "GPUQ_HTTP_MAX_CONNECTIONS", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub http_max_connections: u32,
+}
+
+/// A `--trusted-proxy` entry: a CIDR (`10.0.0.0/8`) or one address (`127.0.0.1`, `::1`).
+fn parse_cidr(text: &str) -> Result<ipnet::IpNet, String> {
+    let text = text.trim();
+    text.parse::<ipnet::IpNet>()
+        .or_else(|_| text.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+        .map_err(|_| {
+            format!("`{text}` is not a CIDR or an address (e.g. 10.0.0.0/8, 192.168.1.5, ::1/128)")
+        })
 }
 
 /// Flags of `gpuq user add`.

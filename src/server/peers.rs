@@ -104,8 +104,12 @@ pub struct Peers {
 impl Peers {
     /// The peers of node `node`.
     pub fn new(node: &str, secret: Option<ClusterSecret>) -> Self {
+        // No redirects: a grant is for the node asked, and a node (or whatever answers at its
+        // advertise URL) must not be able to send it, with the reader's request, anywhere else.
+        // A 3xx is a refusal like any other.
         let client = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(3))
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .expect("an HTTP client with rustls");
         Peers {

@@ -7,6 +7,7 @@ use crate::server::config::{DbArgs, ServeArgs, UserAddArgs};
 use crate::server::db::job_uids::JobUidRange;
 use crate::server::db::{self, session_store, Database, DbOptions};
 use crate::server::gpu::{self, GpuInventory, GpuMode};
+use crate::server::http::listen::{self, ListenLimits};
 use crate::server::http::metrics::router as metrics_router;
 use crate::server::http::{agent, app, HttpOptions};
 use crate::server::metrics::Metrics;
@@ -138,6 +139,11 @@ async fn run(args: &ServeArgs, database: &Database, secret: Option<ClusterSecret
     }
     state.leptos_options.site_addr = args.listen;
     state.peers = Some(Peers::new(&args.node, secret));
+    state.submit_rate = crate::server::jobs::rate::SubmitRate::new(
+        args.submit_rate_per_min,
+        args.preview_rate_per_min,
+    );
+    state.session_lifetime = chrono::TimeDelta::hours(i64::from(args.session_lifetime_h));
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut tasks = JoinSet::new();
     let node = register_node(&pool, args).await?;
@@ -235,6 +241,11 @@ async fn run(args: &ServeArgs, database: &Database, secret: Option<ClusterSecret
     let scrape = metrics_router(metrics, args.metrics_token.as_deref());
     let http_opts = HttpOptions {
         secure_cookies: args.secure_cookies,
+        trusted_proxies: args.trusted_proxy.clone(),
+    };
+    let limits = ListenLimits {
+        read_timeout: Duration::from_secs(args.http_read_timeout_s),
+        max_connections: args.http_max_connections as usize,
     };
     let mut router = match args.ui {
         true => app(state, http_opts),
@@ -245,7 +256,7 @@ async fn run(args: &ServeArgs, database: &Database, secret: Option<ClusterSecret
             router = router.merge(scrape);
             None
         }
-        Some(at) => Some(serve_metrics_apart(at, scrape).await?),
+        Some(at) => Some(serve_metrics_apart(at, scrape, limits).await?),
     };
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
@@ -258,19 +269,14 @@ async fn run(args: &ServeArgs, database: &Database, secret: Option<ClusterSecret
         true => tracing::info!("gpuq listening on http://{addr}"),
         false => tracing::info!("gpuq agent listening on http://{addr} (no UI, no API)"),
     }
-    let served = axum::serve(
-        listener,
-        router.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(shutdown_signal())
-    .await;
+    listen::serve(listener, router, limits, shutdown_signal()).await;
     sweeper.abort();
     if let Some(m) = metrics_server {
         m.abort();
     }
     let _ = stop_tx.send(true);
     while tasks.join_next().await.is_some() {}
-    served.context("serving HTTP")
+    Ok(())
 }
 
 /// Registers this process's node (a new epoch, held until a heartbeat is refused).
@@ -294,16 +300,18 @@ async fn register_node(
 async fn serve_metrics_apart(
     at: SocketAddr,
     scrape: axum::Router,
+    limits: ListenLimits,
 ) -> Result<tokio::task::JoinHandle<()>> {
     let listener = tokio::net::TcpListener::bind(at)
         .await
         .with_context(|| format!("--metrics-listen: listening on {at}"))?;
     tracing::info!("metrics on http://{}/metrics", listener.local_addr()?);
-    Ok(tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, scrape).await {
-            tracing::error!(error = %e, "metrics listener failed");
-        }
-    }))
+    Ok(tokio::spawn(listen::serve(
+        listener,
+        scrape,
+        limits,
+        std::future::pending(),
+    )))
 }
 
 /// The uid range jobs' users are allocated from, or an error naming the flag.

@@ -4,6 +4,7 @@
 use crate::server::admission::PassConfig;
 use crate::server::auth::password::HashGate;
 use crate::server::jobs::live::StreamSlots;
+use crate::server::jobs::rate::SubmitRate;
 use crate::server::notifier::Notifier;
 use crate::server::peers::Peers;
 use crate::server::runner::DockerHealth;
@@ -32,6 +33,12 @@ pub struct AppState {
     pub streams: StreamSlots,
     /// The bound on concurrent password checks of sign-ins.
     pub hashing: HashGate,
+    /// How often each user may submit and preview jobs (`--submit-rate-per-min`,
+    /// `--preview-rate-per-min`).
+    pub submit_rate: SubmitRate,
+    /// A browser session ends this long after its sign-in, however active it is
+    /// (`--session-lifetime-h`).
+    pub session_lifetime: chrono::TimeDelta,
     /// Where the browser bundle is served from.
     pub site: SiteSource,
     /// This process's node and how it reaches the others (`gpuq serve`); `None` reads every log
@@ -72,6 +79,10 @@ impl AppState {
             docker: None,
             streams: StreamSlots::default(),
             hashing: HashGate::per_core(),
+            submit_rate: SubmitRate::default(),
+            session_lifetime: chrono::TimeDelta::hours(
+                crate::server::auth::DEFAULT_SESSION_LIFETIME_H,
+            ),
             site: SiteSource::Dir,
             peers: None,
         }

@@ -147,17 +147,17 @@ async fn every_bad_spec_is_refused_naming_its_field(pool: PgPool) {
         .await;
     assert_eq!(not_json.status, 400);
     assert_eq!(not_json.json()["field"], "body");
-    // Jobs that can never fit are kept as `rejected` with the reason, not queued.
-    let rejected: Vec<(String, Option<String>)> =
-        sqlx::query_as("SELECT status, status_reason FROM jobs ORDER BY seq")
-            .fetch_all(&app.pool)
-            .await
-            .unwrap();
-    assert!(!rejected.is_empty());
-    assert!(
-        rejected.iter().all(|(s, r)| s == "rejected" && r.is_some()),
-        "{rejected:?}"
-    );
+    // Refused submissions, jobs that can never fit included, store nothing and leave no event.
+    let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(stored, 0, "refused submissions were stored");
+    let events: i64 = sqlx::query_scalar("SELECT count(*) FROM job_events")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(events, 0, "refused submissions left events");
     assert!(app.pass().await.admitted == 0);
 }
 

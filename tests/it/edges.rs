@@ -114,6 +114,7 @@ async fn secure_cookies_use_the_host_prefix_and_hsts(pool: PgPool) {
         pool,
         HttpOptions {
             secure_cookies: true,
+            ..HttpOptions::default()
         },
     )
     .await;

@@ -21,8 +21,20 @@ pub const TOKEN_CANNOT_MINT: &str =
     "an API token cannot create tokens; create them while signed in \
      in the browser (Account page) or with your password (`gpuq login`)";
 
-/// The client address of a request (the peer's IP), or empty when unknown.
+/// How long a browser session lasts after its sign-in by default, in hours (7 days), whatever
+/// its activity (`--session-lifetime-h`).
+pub const DEFAULT_SESSION_LIFETIME_H: i64 = 7 * 24;
+
+/// The client a request comes from, as the HTTP edge worked it out: the peer's address, or the
+/// address a trusted proxy forwarded (`--trusted-proxy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientAddr(pub std::net::IpAddr);
+
+/// The client address of a request ([`ClientAddr`], else the peer's IP), or empty when unknown.
 pub fn client_address(parts: &Parts) -> String {
+    if let Some(ClientAddr(ip)) = parts.extensions.get::<ClientAddr>() {
+        return ip.to_string();
+    }
     parts
         .extensions
         .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
@@ -109,6 +121,12 @@ impl CurrentUser {
             .get(SESSION_SINCE_KEY)
             .await
             .or_internal("reading the session")?;
+        // A session lasts `session_lifetime` from its sign-in, however busy it is kept: a stolen
+        // cookie (or a shared machine left signed in) does not live on by being used.
+        let fresh = since.is_some_and(|t| chrono::Utc::now() < t + state.session_lifetime);
+        if !fresh {
+            return Ok(None);
+        }
         let row = users::active_by_id(&state.pool, id)
             .await
             .or_internal("looking up the session's user")?;

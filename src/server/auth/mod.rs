@@ -7,5 +7,6 @@ pub mod service;
 pub mod tokens;
 
 pub use current::{
-    client_address, CurrentUser, SESSION_SINCE_KEY, SESSION_USER_KEY, TOKEN_CANNOT_MINT,
+    client_address, ClientAddr, CurrentUser, DEFAULT_SESSION_LIFETIME_H, SESSION_SINCE_KEY,
+    SESSION_USER_KEY, TOKEN_CANNOT_MINT,
 };

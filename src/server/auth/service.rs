@@ -12,9 +12,14 @@ use serde_json::json;
 use sqlx::PgPool;
 use uuid::Uuid;
 
-/// Failed sign-ins per name within [`THROTTLE_WINDOW_MIN`] that are checked without delay; past
-/// them, each further check waits an exponentially growing delay ([`backoff_s`]).
+/// Failed sign-ins per (name, client) within [`THROTTLE_WINDOW_MIN`] that are checked without
+/// delay; past them, each further check from that client waits an exponentially growing delay
+/// ([`backoff_s`]).
 pub const MAX_FAILURES: i64 = 5;
+/// Failed sign-ins on one name from all clients together within the window past which a client
+/// that has itself failed on that name waits a growing delay too (guessing from many addresses). A
+/// client that has not failed on the name is never held back by others' failures.
+pub const NAME_MAX_FAILURES: i64 = 20;
 /// How long a failure counts, in minutes.
 pub const THROTTLE_WINDOW_MIN: i64 = 15;
 /// The first backoff delay, in seconds, doubled by each further failure.
@@ -33,20 +38,27 @@ pub const MAX_TOKEN_DAYS: u32 = 3650;
 /// within the window: none for the first [`MAX_FAILURES`], then [`BACKOFF_BASE_S`] doubling up to
 /// [`BACKOFF_MAX_S`].
 pub fn backoff_s(failures: i64) -> i64 {
-    if failures < MAX_FAILURES {
+    backoff_past(failures, MAX_FAILURES)
+}
+
+/// The delay after `failures` of which the first `free` cost nothing.
+fn backoff_past(failures: i64, free: i64) -> i64 {
+    if failures < free {
         return 0;
     }
-    let doublings = (failures - MAX_FAILURES).min(16) as u32;
+    let doublings = (failures - free).min(16) as u32;
     (BACKOFF_BASE_S << doublings).min(BACKOFF_MAX_S)
 }
 
 /// Checks a name and password from the client address `client` (empty when unknown).
 ///
 /// The attempt is recorded *before* anything is checked, and then the other recent attempts are
-/// counted; so of any number of parallel guesses, only those that find fewer than
-/// [`MAX_FAILURES`] others (or whose backoff has passed) reach the password check. A refused
-/// attempt is taken back, so refusals never prolong the backoff. Password checks go through the
-/// global [`HashGate`] (503 when full). Checked attempts are audited.
+/// counted; so of any number of parallel guesses from one client, only those that find fewer than
+/// [`MAX_FAILURES`] others on the name (or whose backoff has passed) reach the password check. A
+/// refused attempt is taken back, so refusals never prolong the backoff. One client gets
+/// [`CLIENT_MAX_FAILURES`] over all names; past [`NAME_MAX_FAILURES`] on one name from everywhere,
+/// clients that failed on it back off too. Password checks go through the global [`HashGate`]
+/// (503 when full). Checked attempts are audited.
 pub async fn login(
     pool: &PgPool,
     gate: &HashGate,
@@ -63,7 +75,7 @@ pub async fn login(
     let result = check_attempt(pool, gate, id, &key, password, &client, now).await;
     let audit = match &result {
         Ok(user) => {
-            logins::succeeded(pool, id, &key, now - Duration::days(1))
+            logins::succeeded(pool, id, &key, &client, now - Duration::days(1))
                 .await
                 .or_internal("recording a sign-in")?;
             Some((
@@ -115,8 +127,17 @@ async fn check_attempt(
         let until = standing.client_oldest.unwrap_or(now) + window;
         return Err(throttled(until, now));
     }
-    let delay = backoff_s(standing.name_failures);
+    // This client's own failures on this name.
+    let delay = backoff_s(standing.pair_failures);
     if delay > 0 {
+        let until = standing.pair_last.unwrap_or(now) + Duration::seconds(delay);
+        if until > now {
+            return Err(throttled(until, now));
+        }
+    }
+    // Guessing from many clients: only those that have failed on the name wait for the others.
+    let delay = backoff_past(standing.name_failures, NAME_MAX_FAILURES);
+    if standing.pair_failures > 0 && delay > 0 {
         let until = standing.name_last.unwrap_or(now) + Duration::seconds(delay);
         if until > now {
             return Err(throttled(until, now));
@@ -375,5 +396,10 @@ mod tests {
         assert_eq!(backoff_s(MAX_FAILURES), BACKOFF_BASE_S);
         assert_eq!(backoff_s(MAX_FAILURES + 1), 2 * BACKOFF_BASE_S);
         assert_eq!(backoff_s(1_000_000), BACKOFF_MAX_S);
+        assert_eq!(backoff_past(NAME_MAX_FAILURES - 1, NAME_MAX_FAILURES), 0);
+        assert_eq!(
+            backoff_past(NAME_MAX_FAILURES, NAME_MAX_FAILURES),
+            BACKOFF_BASE_S
+        );
     }
 }

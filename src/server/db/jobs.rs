@@ -115,9 +115,39 @@ pub async fn get(db: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<Option<JobRo
     .await
 }
 
+/// A row of a job list: only what a list shows, with what the viewer may not read left unloaded
+/// (never the whole stored spec: each can be up to the spec payload limit, and a page holds 500).
+#[derive(Debug, Clone, FromRow)]
+pub struct ListRow {
+    /// Owner.
+    pub owner_id: Uuid,
+    /// The spec's `env`, for viewers who read it; else NULL.
+    pub env: Option<Value>,
+    /// The spec's `volumes`, for viewers who read the job's details; else NULL.
+    pub volumes: Option<Value>,
+    /// Every other column, under the API's names (the command line and status details empty for
+    /// viewers who may not read them).
+    #[sqlx(flatten)]
+    pub job: JobView,
+}
+
+/// Who a list is for: their own jobs show in full; `all_details` (managers and admins) reads
+/// everyone's command line, volumes and status details, `all_env` (admins) everyone's env.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ListViewer {
+    /// The viewer's user id.
+    pub id: Uuid,
+    /// Reads every job's details.
+    pub all_details: bool,
+    /// Reads every job's env.
+    pub all_env: bool,
+}
+
 /// Filter of the job list.
 #[derive(Debug, Clone, Default)]
 pub struct JobFilter {
+    /// Who the list is for (what of each job is loaded).
+    pub viewer: ListViewer,
     /// Any of these statuses (empty: all).
     pub statuses: Vec<String>,
     /// Owner's login name.
@@ -180,11 +210,32 @@ fn push_where(q: &mut QueryBuilder<'_, sqlx::Postgres>, f: &JobFilter) {
     }
 }
 
+/// Pushes `(j.owner_id = viewer OR everyone)`: whether the viewer reads this row's field.
+fn push_sees(q: &mut QueryBuilder<'_, sqlx::Postgres>, viewer: Uuid, everyone: bool) {
+    q.push("(j.owner_id = ")
+        .push_bind(viewer)
+        .push(" OR ")
+        .push_bind(everyone)
+        .push(")");
+}
+
 /// A page of jobs in the asked order, and the number matching.
-pub async fn list(db: &mut sqlx::PgConnection, f: &JobFilter) -> sqlx::Result<(Vec<JobRow>, i64)> {
-    let mut q = QueryBuilder::new(format!(
-        "SELECT {COLUMNS} FROM jobs j JOIN users u ON u.id = j.owner_id"
-    ));
+pub async fn list(db: &mut sqlx::PgConnection, f: &JobFilter) -> sqlx::Result<(Vec<ListRow>, i64)> {
+    let v = f.viewer;
+    let mut q = QueryBuilder::new(
+        "SELECT j.id, j.seq, j.owner_id, u.username AS owner, j.name, j.image, j.gpu_count, \
+           j.workload, j.min_vram_mib, j.exclusive, j.priority, j.timeout_s, j.status, j.node, \
+           j.exit_code, j.created_at, j.admitted_at, j.started_at, j.finished_at, j.released_at, \
+           CASE WHEN ",
+    );
+    push_sees(&mut q, v.id, v.all_details);
+    q.push(" THEN j.command ELSE '{}'::text[] END AS command, CASE WHEN ");
+    push_sees(&mut q, v.id, v.all_details);
+    q.push(" THEN j.status_reason END AS status_reason, CASE WHEN ");
+    push_sees(&mut q, v.id, v.all_details);
+    q.push(" THEN j.spec -> 'volumes' END AS volumes, CASE WHEN ");
+    push_sees(&mut q, v.id, v.all_env);
+    q.push(" THEN j.spec -> 'env' END AS env FROM jobs j JOIN users u ON u.id = j.owner_id");
     push_where(&mut q, f);
     q.push(" ORDER BY ")
         .push(f.sort.order_by())
@@ -192,7 +243,7 @@ pub async fn list(db: &mut sqlx::PgConnection, f: &JobFilter) -> sqlx::Result<(V
         .push_bind(f.limit)
         .push(" OFFSET ")
         .push_bind(f.offset);
-    let rows = q.build_query_as::<JobRow>().fetch_all(&mut *db).await?;
+    let rows = q.build_query_as::<ListRow>().fetch_all(&mut *db).await?;
     let mut c = QueryBuilder::new("SELECT count(*) FROM jobs j JOIN users u ON u.id = j.owner_id");
     push_where(&mut c, f);
     let total: i64 = c.build_query_scalar().fetch_one(&mut *db).await?;

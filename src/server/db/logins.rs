@@ -1,6 +1,6 @@
 //! Repository for sign-in attempts (`login_attempts`). An attempt is recorded *before* its password
 //! is checked, so parallel guesses see each other; a refused attempt is taken back, a proved one is
-//! marked `ok`.
+//! marked `ok`. Attempts are counted per (name, client), per name and per client.
 
 use chrono::{DateTime, Utc};
 use sqlx::{FromRow, PgExecutor};
@@ -8,7 +8,13 @@ use sqlx::{FromRow, PgExecutor};
 /// What the other recent attempts say about one new attempt.
 #[derive(Debug, Clone, Copy, FromRow)]
 pub struct Standing {
-    /// Failed (or still unproved) attempts on this name since the window start, this one excluded.
+    /// Failed (or still unproved) attempts on this name from this client since the window start,
+    /// this one excluded.
+    pub pair_failures: i64,
+    /// The newest of them.
+    pub pair_last: Option<DateTime<Utc>>,
+    /// Failed (or still unproved) attempts on this name from any client since the window start,
+    /// this one excluded.
     pub name_failures: i64,
     /// The newest of them.
     pub name_last: Option<DateTime<Utc>>,
@@ -30,6 +36,7 @@ pub async fn record(db: impl PgExecutor<'_>, username: &str, client: &str) -> sq
 }
 
 /// The other attempts on this name and from this client since `since` that are not proved right.
+/// With an unknown client (empty) the pair is the name.
 pub async fn standing(
     db: impl PgExecutor<'_>,
     id: i64,
@@ -38,7 +45,9 @@ pub async fn standing(
     since: DateTime<Utc>,
 ) -> sqlx::Result<Standing> {
     sqlx::query_as(
-        "SELECT count(*) FILTER (WHERE username = $2) AS name_failures, \
+        "SELECT count(*) FILTER (WHERE username = $2 AND client = $3) AS pair_failures, \
+                max(at) FILTER (WHERE username = $2 AND client = $3) AS pair_last, \
+                count(*) FILTER (WHERE username = $2) AS name_failures, \
                 max(at) FILTER (WHERE username = $2) AS name_last, \
                 count(*) FILTER (WHERE client = $3) AS client_failures, \
                 min(at) FILTER (WHERE client = $3) AS client_oldest \
@@ -63,22 +72,25 @@ pub async fn withdraw(db: impl PgExecutor<'_>, id: i64) -> sqlx::Result<()> {
     Ok(())
 }
 
-/// Marks an attempt as proved right and forgets the name's earlier failures (the backoff starts
-/// over); also prunes rows older than `older_than`.
+/// Marks an attempt as proved right and forgets this client's earlier failures on the name (its
+/// backoff starts over; other clients' failures stand, so the owner signing in does not reset an
+/// attacker's backoff); also prunes rows older than `older_than`.
 pub async fn succeeded(
     db: impl PgExecutor<'_>,
     id: i64,
     username: &str,
+    client: &str,
     older_than: DateTime<Utc>,
 ) -> sqlx::Result<()> {
     sqlx::query(
         "WITH mark AS (UPDATE login_attempts SET ok = true WHERE id = $1) \
          DELETE FROM login_attempts \
-         WHERE id <> $1 AND ((username = $2 AND NOT ok) OR at < $3)",
+         WHERE id <> $1 AND ((username = $2 AND client = $4 AND NOT ok) OR at < $3)",
     )
     .bind(id)
     .bind(username)
     .bind(older_than)
+    .bind(client)
     .execute(db)
     .await?;
     Ok(())

@@ -3,8 +3,10 @@
 //! Session cookies are `SameSite=Strict`, but Leptos server functions carry no CSRF token of their own,
 //! so every state-changing request that a browser could send with our cookie (any request with a
 //! cookie, and every server-function call) must prove it comes from our own pages: `Sec-Fetch-Site:
-//! same-origin`, or failing that an `Origin` equal to the host it was sent to. Requests authenticated
-//! by a bearer token are exempt: browsers never attach those on their own.
+//! same-origin`, or failing that an `Origin` equal to the host it was sent to. A request that carries
+//! an `Authorization` header and no cookie is exempt: browsers never attach that header on their
+//! own, and without a cookie there is no session to ride on. An `Authorization` header next to a
+//! cookie exempts nothing (`Bearer junk` plus the victim's cookie is checked like the cookie alone).
 
 use crate::model::AppError;
 use crate::server::http::ApiError;
@@ -26,11 +28,12 @@ fn needs_check(method: &Method, path: &str, headers: &HeaderMap) -> bool {
     if matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS) {
         return false;
     }
-    if headers.contains_key(header::AUTHORIZATION) {
+    let cookie = headers.contains_key(header::COOKIE);
+    if headers.contains_key(header::AUTHORIZATION) && !cookie {
         return false;
     }
     let server_fn = path.starts_with("/api/") && !path.starts_with("/api/v1/");
-    server_fn || headers.contains_key(header::COOKIE)
+    server_fn || cookie
 }
 
 fn same_origin(headers: &HeaderMap) -> bool {
@@ -66,8 +69,13 @@ mod tests {
     fn reads_and_bearer_calls_are_not_checked() {
         let cookie = headers(&[("cookie", "gpuq_session=x")]);
         assert!(!needs_check(&Method::GET, "/api/v1/me", &cookie));
-        let bearer = headers(&[("authorization", "Bearer t"), ("cookie", "a=b")]);
+        let bearer = headers(&[("authorization", "Bearer t")]);
         assert!(!needs_check(&Method::POST, "/api/v1/jobs", &bearer));
+        assert!(!needs_check(&Method::POST, "/api/logout", &bearer));
+        // A bearer header rides along with a cookie: the cookie is what is checked.
+        let both = headers(&[("authorization", "Bearer junk"), ("cookie", "a=b")]);
+        assert!(needs_check(&Method::POST, "/api/v1/jobs", &both));
+        assert!(needs_check(&Method::POST, "/api/logout", &both));
         assert!(!needs_check(
             &Method::POST,
             "/api/v1/tokens",

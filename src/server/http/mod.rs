@@ -2,6 +2,7 @@
 
 mod assets;
 mod caller;
+mod client;
 mod cluster;
 mod csrf;
 mod error;
@@ -11,6 +12,7 @@ mod health;
 mod jobs;
 mod json;
 mod links;
+pub mod listen;
 mod live;
 pub mod metrics;
 mod nodes;
@@ -43,11 +45,13 @@ pub const SECURE_SESSION_COOKIE: &str = "__Host-gpuq_session";
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 
 /// Options of the HTTP layer that are not part of the shared state.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct HttpOptions {
     /// HTTPS deployments: mark the session cookie `Secure`, name it with the `__Host-` prefix and
     /// send HSTS.
     pub secure_cookies: bool,
+    /// Reverse proxies whose `X-Forwarded-For` names the client (`--trusted-proxy`).
+    pub trusted_proxies: Vec<ipnet::IpNet>,
 }
 
 /// The router of an agent (`gpuq serve --ui false`): probes and what other nodes ask of it
@@ -141,6 +145,10 @@ pub fn app(state: AppState, opts: HttpOptions) -> Router {
         .layer(axum::middleware::from_fn(error::server_fn_status))
         .layer(sessions)
         .layer(axum::middleware::from_fn(csrf::same_origin_only))
+        .layer(axum::middleware::from_fn_with_state(
+            client::TrustedProxies::new(&opts.trusted_proxies),
+            client::client_addr,
+        ))
         .layer(RequestBodyLimitLayer::new(MAX_BODY_BYTES))
         .layer(axum::middleware::from_fn_with_state(
             header_opts,

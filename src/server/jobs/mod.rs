@@ -4,6 +4,7 @@ pub mod access;
 mod detail;
 pub mod live;
 pub mod logs;
+pub mod rate;
 pub mod retention;
 pub mod views;
 pub mod volumes;
@@ -197,6 +198,7 @@ pub async fn preview(
     user: &CurrentUser,
     body: &str,
 ) -> Result<Preview, AppError> {
+    state.submit_rate.take(user, rate::Action::Preview)?;
     let Checked {
         spec, need, never, ..
     } = check(state, user, body).await?;
@@ -242,9 +244,12 @@ pub async fn preview(
     Ok(Preview::WouldWait(format!("would wait: {reason}")))
 }
 
-/// Parses, checks against policy and capacity, and queues a job. A job that could never run here
-/// is recorded as `rejected` and refused with the reason.
+/// Parses, checks against policy and capacity, and queues a job. A refused submission (bad input,
+/// over a cap, or a job that could never run here) stores nothing and announces nothing: only a
+/// queued job costs a row, and those are bounded by `max_queued_per_user`. Every submission first
+/// takes a token of the caller's [`rate::SubmitRate`] bucket.
 pub async fn submit(state: &AppState, user: &CurrentUser, body: &str) -> Result<JobAck, AppError> {
+    state.submit_rate.take(user, rate::Action::Submit)?;
     let Checked {
         spec,
         field,
@@ -252,19 +257,19 @@ pub async fn submit(state: &AppState, user: &CurrentUser, body: &str) -> Result<
         policy,
         ..
     } = check(state, user, body).await?;
+    if let Some(reason) = never {
+        return Err(AppError::invalid(
+            field,
+            format!("this job can never run here: {reason}"),
+        ));
+    }
     let mut tx = state
         .pool
         .begin()
         .await
         .or_internal("beginning a submission")?;
-    if never.is_none() {
-        check_queued_cap(&mut tx, user, &policy).await?;
-    }
-    let status = if never.is_some() {
-        JobStatus::Rejected
-    } else {
-        JobStatus::Queued
-    };
+    check_queued_cap(&mut tx, user, &policy).await?;
+    let status = JobStatus::Queued;
     let (workload, min_vram) = match spec.vram() {
         VramNeed::Workload(w) => (Some(w.as_str()), None),
         VramNeed::PerCard(m) => (None, Some(i64::from(*m))),
@@ -285,39 +290,28 @@ pub async fn submit(state: &AppState, user: &CurrentUser, body: &str) -> Result<
             priority: spec.priority(),
             timeout_s: spec.timeout_s() as i64,
             status: status.as_str(),
-            status_reason: never.as_deref(),
+            status_reason: None,
         },
     )
     .await
     .or_internal("storing a job")?;
-    let detail = match &never {
-        Some(reason) => json!({ "reason": reason }),
-        None => json!({}),
-    };
-    let kind = if never.is_some() {
-        JobEventKind::Rejected
-    } else {
-        JobEventKind::Submitted
-    };
-    events::job_event(&mut *tx, id, &user.username, kind, detail)
+    events::job_event(
+        &mut *tx,
+        id,
+        &user.username,
+        JobEventKind::Submitted,
+        json!({}),
+    )
+    .await
+    .or_internal("recording a submission")?;
+    events::wake(&mut *tx, "submit")
         .await
-        .or_internal("recording a submission")?;
-    if never.is_none() {
-        events::wake(&mut *tx, "submit")
-            .await
-            .or_internal("waking the scheduler")?;
-    }
+        .or_internal("waking the scheduler")?;
     events::job_changed(&mut *tx, id, status)
         .await
         .or_internal("announcing a submission")?;
     tx.commit().await.or_internal("committing a submission")?;
-    match never {
-        Some(reason) => Err(AppError::invalid(
-            field,
-            format!("this job can never run here: {reason}"),
-        )),
-        None => Ok(JobAck { job_id: id, status }),
-    }
+    Ok(JobAck { job_id: id, status })
 }
 
 /// Job `id`'s row, or a 404 that names it.

@@ -1,11 +1,10 @@
 //! The read side: jobs as views, with queue positions and plain-words wait reasons computed by a
 //! dry run of the planner over the current state.
 
-use crate::model::spec::RawJobSpec;
-use crate::model::{queue_key, AppError, JobPage, JobStatus, JobView};
+use crate::model::{queue_key, AppError, JobPage, JobStatus, JobView, Role};
 use crate::server::admission::pass;
 use crate::server::auth::CurrentUser;
-use crate::server::db::jobs::{self, GrantRow, JobFilter, JobRow, JobSort};
+use crate::server::db::jobs::{self, GrantRow, JobFilter, JobSort, ListRow, ListViewer};
 use crate::server::error::OrInternal;
 use crate::server::AppState;
 use serde::Deserialize;
@@ -77,6 +76,11 @@ pub async fn list(
     let sort = JobSort::parse(q.sort.as_deref().unwrap_or_default())
         .map_err(|e| AppError::invalid("sort", e))?;
     let filter = JobFilter {
+        viewer: ListViewer {
+            id: viewer.id,
+            all_details: viewer.role.at_least(Role::Manager),
+            all_env: viewer.role.at_least(Role::Admin),
+        },
         sort,
         statuses,
         owner,
@@ -104,6 +108,12 @@ pub async fn list(
 /// One job.
 pub async fn get(state: &AppState, viewer: &CurrentUser, id: Uuid) -> Result<JobView, AppError> {
     let row = super::find(&state.pool, id).await?;
+    let row = ListRow {
+        owner_id: row.owner_id,
+        env: row.spec.get("env").cloned(),
+        volumes: row.spec.get("volumes").cloned(),
+        job: row.job,
+    };
     let mut v = views(state, viewer, vec![row]).await?;
     v.pop().ok_or(AppError::Internal)
 }
@@ -111,7 +121,7 @@ pub async fn get(state: &AppState, viewer: &CurrentUser, id: Uuid) -> Result<Job
 async fn views(
     state: &AppState,
     viewer: &CurrentUser,
-    rows: Vec<JobRow>,
+    rows: Vec<ListRow>,
 ) -> Result<Vec<JobView>, AppError> {
     let ids: Vec<Uuid> = rows.iter().map(|r| r.job.id).collect();
     let grants = jobs::grants_of(&state.pool, &ids)
@@ -177,17 +187,23 @@ async fn wait_info(state: &AppState) -> Result<HashMap<Uuid, (i64, String)>, App
 }
 
 fn to_view(
-    r: JobRow,
+    r: ListRow,
     grants: Vec<GrantRow>,
     wait: Option<&(i64, String)>,
     viewer: &CurrentUser,
 ) -> Result<JobView, AppError> {
-    let raw: RawJobSpec =
-        serde_json::from_value(r.spec.clone()).or_internal("reading a stored spec")?;
+    let env: Option<std::collections::BTreeMap<String, String>> = match r.env {
+        Some(v) => serde_json::from_value(v).or_internal("reading a stored spec's env")?,
+        None => None,
+    };
+    let volumes: Option<Vec<String>> = match r.volumes {
+        Some(v) => serde_json::from_value(v).or_internal("reading a stored spec's volumes")?,
+        None => None,
+    };
     let owner_id = r.owner_id;
     let mut view = JobView {
-        env: Some(raw.env.unwrap_or_default()),
-        volumes: raw.volumes.unwrap_or_default(),
+        env: Some(env.unwrap_or_default()),
+        volumes: volumes.unwrap_or_default(),
         assigned_gpus: grants.into_iter().map(|g| g.gpu).collect(),
         queue_position: wait.map(|w| w.0),
         wait_reason: wait.map(|w| w.1.clone()),

@@ -14,11 +14,22 @@
 //!   a restart of dockerd killing jobs silently and leaving their containers.
 //! - `visibility`: reading what is not one's own (another member's command line, volumes, env,
 //!   logs and event trail, other people's details on the live stream).
+//! - `submits`: flooding with refused submits, submitting and previewing in a loop, lists that
+//!   load everyone's specs.
+//! - `lockout`: locking the admin out with others' wrong guesses; forged `X-Forwarded-For`.
+//! - `sessions`: a busy session outliving its lifetime; a junk bearer header on a cross-site post.
+//! - `listener`: slowloris (head and body), idle keep-alive connections, too many connections.
+//! - `peers`: a peer that redirects a log read (and its grant) elsewhere.
 
 mod bounds;
 mod egress;
 mod isolation;
 mod shared_docker;
+mod listener;
+mod lockout;
+mod peers;
+mod sessions;
 mod signin;
+mod submits;
 mod visibility;
 mod volumes;

@@ -21,9 +21,15 @@ async fn a_member_cannot_read_another_members_command_env_trail_or_log(pool: PgP
     let app = TestApp::with_one_card(pool, "vis").await;
     let (alice, manager, admin) = app.member_manager_admin("alice").await;
     let bob = app.bearer("bob", Role::Member).await;
-    // 30000 MiB never fits a 24 GiB card: it is rejected, and its reason is a status detail.
+    // 30000 MiB never fits a 24 GiB card: refused, and stored nowhere.
     let r = app.submit(&alice, secret_job("alice-big", 30000)).await;
     assert_eq!(r.status, 400, "{}", r.text);
+    // A cancelled job's reason ("cancelled by alice") is a status detail.
+    let cancelled = app.submit_ok(&alice, secret_job("alice-gone", 1000)).await;
+    let c = app
+        .post(&format!("/api/v1/jobs/{cancelled}/cancel"), &alice)
+        .await;
+    assert_eq!(c.status, 200, "{}", c.text);
     let waiting = app.submit_ok(&alice, secret_job("alice-wait", 1000)).await;
 
     // The job as each role sees it.
@@ -55,15 +61,17 @@ async fn a_member_cannot_read_another_members_command_env_trail_or_log(pool: PgP
     assert_eq!(list.status, 200);
     assert!(!list.text.contains(SECRET), "{}", list.text);
     assert!(list.text.contains("alice-wait"));
-    let rejected = app.get("/api/v1/jobs?status=rejected", &bob).await;
-    assert!(rejected.text.contains("alice-big"), "{}", rejected.text);
+    let rejected = app.get("/api/v1/jobs?status=rejected", &alice).await;
+    assert!(!rejected.text.contains("alice-big"), "{}", rejected.text);
+    let ended = app.get("/api/v1/jobs?status=cancelled", &bob).await;
+    assert!(ended.text.contains("alice-gone"), "{}", ended.text);
     assert!(
-        !rejected.text.contains("the largest card"),
+        !ended.text.contains("cancelled by alice"),
         "status details: {}",
-        rejected.text
+        ended.text
     );
-    let own = app.get("/api/v1/jobs?status=rejected", &alice).await;
-    assert!(own.text.contains("the largest card"), "{}", own.text);
+    let own = app.get("/api/v1/jobs?status=cancelled", &alice).await;
+    assert!(own.text.contains("cancelled by alice"), "{}", own.text);
     let log = app.get(&format!("/api/v1/jobs/{waiting}/logs"), &bob).await;
     assert_eq!(log.status, 403, "{}", log.text);
     let cookie = app.login("bob", crate::support::PASSWORD).await;

@@ -123,6 +123,19 @@ impl TestApp {
         hashing: gpuq::server::auth::password::HashGate,
         peers: Option<Peers>,
     ) -> Self {
+        Self::build_edited(pool, logs_dir, backstop, opts, hashing, |state| {
+            state.peers = peers;
+        })
+    }
+
+    fn build_edited(
+        pool: PgPool,
+        logs_dir: std::path::PathBuf,
+        backstop: std::time::Duration,
+        opts: HttpOptions,
+        hashing: gpuq::server::auth::password::HashGate,
+        edit: impl FnOnce(&mut AppState),
+    ) -> Self {
         let notifier = Notifier::new(backstop);
         let mut state = AppState::new(
             pool.clone(),
@@ -132,7 +145,10 @@ impl TestApp {
             notifier.clone(),
         );
         state.hashing = hashing.clone();
-        state.peers = peers;
+        // The tests submit in loops far faster than a person does; `attacks::submits` checks the
+        // per-user rate with an app of its own.
+        state.submit_rate = gpuq::server::jobs::rate::SubmitRate::new(0, 0);
+        edit(&mut state);
         TestApp {
             pool,
             notifier,
@@ -140,6 +156,26 @@ impl TestApp {
             hashing,
             router: app(state, opts),
         }
+    }
+
+    /// An app with these HTTP options whose state `edit` adjusts (rate limits, session lifetime).
+    pub async fn custom(pool: PgPool, opts: HttpOptions, edit: impl FnOnce(&mut AppState)) -> Self {
+        gpuq::server::db::migrate(&pool).await.expect("migrations");
+        let logs_dir =
+            std::env::temp_dir().join(format!("gpuq-test-logs-{}", uuid::Uuid::new_v4()));
+        Self::build_edited(
+            pool,
+            logs_dir,
+            std::time::Duration::from_millis(100),
+            opts,
+            gpuq::server::auth::password::HashGate::per_core(),
+            edit,
+        )
+    }
+
+    /// The router under test, to serve it some other way (`attacks::listener`).
+    pub fn router(&self) -> Router {
+        self.router.clone()
     }
 
     /// An app with these HTTP options (e.g. `secure_cookies`).
