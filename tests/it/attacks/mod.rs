@@ -6,10 +6,13 @@
 //!   setuid plant on a mounted folder) or into a neighbour's job (its open ports).
 //! - `signin`: guessing passwords in parallel, tokens minting tokens.
 //! - `bounds`: starving the box (over-cap submits, too many CPU jobs, raising one's own priority).
+//! - `logs`: logs as a weapon (parallel reads of a big log, a huge tail, a job printing without
+//!   end, filling the log folder).
 //! - `visibility`: reading what is not one's own (another member's command line, volumes, env,
 //!   logs and event trail, other people's details on the live stream).
 
 mod bounds;
 mod isolation;
+mod logs;
 mod signin;
 mod visibility;
