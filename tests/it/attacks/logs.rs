@@ -20,7 +20,8 @@ use tokio::sync::broadcast::error::TryRecvError;
 use uuid::Uuid;
 
 /// The most a server may grow by while it answers 60 whole reads of a 64 MiB log at once. Before
-/// logs were streamed, 60 such reads took it from about 80 MiB to about 3.7 GiB.
+/// logs were streamed, 60 such reads took it from 46 MiB to 4.5 GiB (`gpuq bench logs`); streamed,
+/// they grow it by about 32 MiB.
 const READS_GROWTH_MIB: f64 = 256.0;
 
 /// A finished CPU job of `bearer`'s, to hang a log on.
