@@ -32,6 +32,7 @@ async fn main() -> std::process::ExitCode {
         Command::Bench(BenchCommand::Runner(args)) => serve::bench_runner(args).await,
         Command::Bench(BenchCommand::Vram(args)) => serve::bench_vram(args).await,
         Command::Bench(BenchCommand::Failover(args)) => serve::bench_failover(args).await,
+        Command::Bench(BenchCommand::Logs(args)) => serve::bench_logs(args).await,
         Command::Bench(BenchCommand::External(args)) => {
             serve::bench_external(args, cli.conn.url, cli.conn.token).await
         }

@@ -69,7 +69,7 @@ pub async fn job_log(id: Uuid, tail: usize) -> Result<String, AppError> {
     use crate::model::Role;
 
     let (state, user) = server_fn_require(Role::Member).await?;
-    crate::server::jobs::logs::tail(&state, &user, id, Some(tail)).await
+    crate::server::jobs::logs::tail(&state, &user, id, tail).await
 }
 
 /// Cancels a job (owner or admin).

@@ -330,6 +330,7 @@ fn PolicyForm(p: LaunchPolicy, save: ServerAction<SaveLaunchPolicy>) -> impl Int
     let tmp = RwSignal::new(p.tmp_mib.to_string());
     let log_days = RwSignal::new(p.log_retention_days.to_string());
     let log_total = RwSignal::new(p.log_total_mib.to_string());
+    let log_user = RwSignal::new(p.log_user_mib.to_string());
     let network = RwSignal::new(p.network);
     let enforcement = RwSignal::new(p.vram_enforcement);
     let hints = RwSignal::new(p.framework_memory_hints);
@@ -360,6 +361,7 @@ fn PolicyForm(p: LaunchPolicy, save: ServerAction<SaveLaunchPolicy>) -> impl Int
                 tmp_mib: number("/tmp size", tmp)?,
                 log_retention_days: small("log retention", log_days)?,
                 log_total_mib: number("log folder cap", log_total)?,
+                log_user_mib: number("logs per user", log_user)?,
                 network: network.get_untracked(),
                 vram_enforcement: enforcement.get_untracked(),
                 framework_memory_hints: hints.get_untracked(),
@@ -405,7 +407,8 @@ fn PolicyForm(p: LaunchPolicy, save: ServerAction<SaveLaunchPolicy>) -> impl Int
                 </div>
                 {number_input("policy-shm", "/dev/shm per job (MiB)", "0", shm)}
                 {number_input("policy-log-days", "Keep logs (days)", "0", log_days)}
-                {number_input("policy-log-total", "Log folder cap (MiB)", "0", log_total)}
+                {number_input("policy-log-total", "Log folder cap (MiB; 0: 10 % of its disk)", "0", log_total)}
+                {number_input("policy-log-user", "Logs per user (MiB; 0: a quarter of the cap)", "0", log_user)}
             </div>
             <div class="row">
                 {check_box("policy-read-only", "Read-only root filesystem (jobs write to /tmp, /dev/shm and their volumes, never to Docker's disk)", read_only)}

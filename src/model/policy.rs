@@ -94,8 +94,12 @@ pub struct LaunchPolicy {
     pub max_cpu_jobs_per_node: u32,
     /// Days a finished job's log is kept; 0 = forever.
     pub log_retention_days: u32,
-    /// Total size of the log folder, MiB; over it the oldest finished jobs' logs go first. 0 = no cap.
+    /// Total size of each node's log folder, MiB; over it the oldest finished jobs' logs go first.
+    /// 0 = a tenth of the filesystem holding the folder, measured on each node.
     pub log_total_mib: u64,
+    /// Size of one user's job logs in each node's log folder, MiB; over it that user's oldest
+    /// finished jobs' logs go first. 0 = a quarter of the folder's cap.
+    pub log_user_mib: u64,
     /// The network jobs join.
     pub network: JobNetwork,
     /// What happens to a job that uses more VRAM than it committed.
@@ -125,6 +129,7 @@ impl Default for LaunchPolicy {
             max_cpu_jobs_per_node: 8,
             log_retention_days: 30,
             log_total_mib: 0,
+            log_user_mib: 0,
             network: JobNetwork::Isolated,
             vram_enforcement: VramEnforcement::Stop,
             framework_memory_hints: true,
@@ -170,6 +175,16 @@ impl LaunchPolicy {
                     ));
                 }
             }
+        }
+        if self.log_total_mib > 0 && self.log_user_mib > self.log_total_mib {
+            return Err((
+                "log_user_mib".into(),
+                format!(
+                    "one user's logs ({} MiB) cannot exceed the log folder's cap \
+                     (log_total_mib = {} MiB)",
+                    self.log_user_mib, self.log_total_mib
+                ),
+            ));
         }
         if !self.cpus_per_job.is_finite() || !(0.0..=1024.0).contains(&self.cpus_per_job) {
             return Err((
@@ -280,6 +295,20 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(bad.check().unwrap_err().0, "tmp_mib");
+        let bad = LaunchPolicy {
+            log_total_mib: 100,
+            log_user_mib: 101,
+            ..Default::default()
+        };
+        assert_eq!(bad.check().unwrap_err().0, "log_user_mib");
+        let automatic_total = LaunchPolicy {
+            log_user_mib: 1 << 30,
+            ..Default::default()
+        };
+        assert!(
+            automatic_total.check().is_ok(),
+            "a tenth of the disk is known on each node only"
+        );
         let bad = LaunchPolicy {
             tmp_mib: 32 * 1024,
             ..Default::default()

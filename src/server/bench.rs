@@ -29,6 +29,7 @@ mod db;
 pub mod external;
 pub mod failover;
 pub mod launch;
+pub mod logs;
 mod node;
 mod synth;
 pub mod vram;

@@ -75,6 +75,20 @@ pub enum BenchCommand {
     /// kill -9 of a node, repeatedly: time until its cards are withdrawn, and duplicate runs
     /// (needs dockerd, the test image and a scratch database given by --database-url).
     Failover(BenchFailoverArgs),
+    /// The server's resident memory while it answers many whole-log reads and tails at once
+    /// (needs a scratch database given by --database-url; --server measures another build).
+    Logs(BenchLogsArgs),
+}
+
+/// Flags of `gpuq bench logs`.
+#[derive(Debug, Args)]
+pub struct BenchLogsArgs {
+    /// Database location (a scratch one; --database-url, which the measured server shares).
+    #[command(flatten)]
+    pub db: DbArgs,
+    /// Readers, log size and the server measured.
+    #[command(flatten)]
+    pub opts: crate::server::bench::logs::LogsBenchOptions,
 }
 
 /// Flags of `gpuq bench failover`.

@@ -97,9 +97,14 @@ pub struct ServeArgs {
     /// run as their own uid, never as root. Keep it clear of the host's real accounts.
     #[arg(long, env = "GPUQ_JOB_UID_RANGE", default_value = "200000-299999")]
     pub job_uid_range: String,
-    /// Size cap of one job's log file, in bytes.
-    #[arg(long, env = "GPUQ_LOG_MAX_BYTES", default_value_t = 64 * 1024 * 1024)]
+    /// Size cap of one job's log file, in bytes (at least 4096). Past it the runner writes one
+    /// line saying the output was cut and stops reading the job's output from Docker.
+    #[arg(long, env = "GPUQ_LOG_MAX_BYTES", default_value_t = 64 * 1024 * 1024, value_parser = clap::value_parser!(u64).range(4096..))]
     pub log_max_bytes: u64,
+    /// Job-log reads (whole logs and tails) this node serves at once; past it a read waits a few
+    /// seconds, then gets 503 with `Retry-After`. One user has at most 4 in progress.
+    #[arg(long, env = "GPUQ_LOG_READS", default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub log_reads: u64,
     /// Seconds between SIGTERM and SIGKILL when a job times out or is cancelled.
     #[arg(long, env = "GPUQ_STOP_GRACE_S", default_value_t = 10)]
     pub stop_grace_s: u64,

@@ -138,6 +138,7 @@ async fn run(args: &ServeArgs, database: &Database, secret: Option<ClusterSecret
         crate::server::http::use_embedded_site(&mut state)?;
     }
     state.leptos_options.site_addr = args.listen;
+    state.log_reads = crate::server::jobs::log_read::LogReads::new(args.log_reads as usize);
     state.peers = Some(Peers::new(&args.node, secret));
     state.submit_rate = crate::server::jobs::rate::SubmitRate::new(
         args.submit_rate_per_min,
@@ -225,7 +226,8 @@ async fn run(args: &ServeArgs, database: &Database, secret: Option<ClusterSecret
     tasks.spawn(crate::server::jobs::retention::run(
         pool.clone(),
         state.logs_dir.clone(),
-        Duration::from_secs(3600),
+        (Duration::from_secs(3600), Duration::from_secs(10)),
+        notifier.subscribe(),
         stop_rx.clone(),
     ));
     let metrics = Metrics::new(&args.node).context("setting up metrics")?;
@@ -563,6 +565,17 @@ pub async fn bench_failover(args: crate::server::cli::BenchFailoverArgs) -> Resu
     })?;
     with_database(&args.db, |pool| async move {
         crate::server::bench::failover::run(&pool, &url, &args.opts, &mut std::io::stdout()).await
+    })
+    .await
+}
+
+/// `gpuq bench logs`: a `gpuq serve`'s resident memory under many log reads at once.
+pub async fn bench_logs(args: crate::server::cli::BenchLogsArgs) -> Result<()> {
+    let url = args.db.database_url.clone().ok_or_else(|| {
+        anyhow!("gpuq bench logs needs --database-url: the server it measures shares it")
+    })?;
+    with_database(&args.db, |pool| async move {
+        crate::server::bench::logs::run(&pool, &url, &args.opts, &mut std::io::stdout()).await
     })
     .await
 }

@@ -4,6 +4,7 @@
 use crate::server::admission::PassConfig;
 use crate::server::auth::password::HashGate;
 use crate::server::jobs::live::StreamSlots;
+use crate::server::jobs::log_read::LogReads;
 use crate::server::jobs::rate::SubmitRate;
 use crate::server::notifier::Notifier;
 use crate::server::peers::Peers;
@@ -31,6 +32,8 @@ pub struct AppState {
     pub docker: Option<Arc<DockerHealth>>,
     /// Live streams open per user (bounded).
     pub streams: StreamSlots,
+    /// Log reads in progress (bounded per node and per user).
+    pub log_reads: LogReads,
     /// The bound on concurrent password checks of sign-ins.
     pub hashing: HashGate,
     /// How often each user may submit and preview jobs (`--submit-rate-per-min`,
@@ -78,6 +81,7 @@ impl AppState {
             notifier,
             docker: None,
             streams: StreamSlots::default(),
+            log_reads: LogReads::default(),
             hashing: HashGate::per_core(),
             submit_rate: SubmitRate::default(),
             session_lifetime: chrono::TimeDelta::hours(

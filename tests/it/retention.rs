@@ -42,22 +42,25 @@ async fn old_logs_go_then_the_oldest_past_the_size_cap(pool: PgPool) {
     std::fs::write(&stranger, "not a job log").unwrap();
     let gone = |i: usize| !dir.path().join(format!("{}.log", ids[i])).exists();
 
-    // Defaults: 30 days, no size cap. Only the 40-day-old log goes.
+    // Defaults: 30 days, a cap of a tenth of the disk and a quarter of that per user (far above
+    // these 5 MiB). Only the 40-day-old log goes.
     let s = sweep(&pool, dir.path(), chrono::Utc::now()).await.unwrap();
     assert_eq!(
         s,
         Swept {
             expired: 1,
             over_cap: 0,
+            over_quota: 0,
             bytes: 1024 * 1024
         }
     );
     assert!(gone(0) && !gone(1));
 
-    // A 2 MiB cap on 4 MiB of logs: the two oldest finished go, the running job's stays.
+    // A 2 MiB cap on 4 MiB of logs: the two oldest finished go, the running job's stays. (One
+    // user's share is set to the whole cap here; attacks::logs tests the share.)
     app.set_policy(
         &admin,
-        json!({ "log_retention_days": 0, "log_total_mib": 2 }),
+        json!({ "log_retention_days": 0, "log_total_mib": 2, "log_user_mib": 2 }),
     )
     .await;
     let s = sweep(&pool, dir.path(), chrono::Utc::now()).await.unwrap();
@@ -71,7 +74,7 @@ async fn old_logs_go_then_the_oldest_past_the_size_cap(pool: PgPool) {
     .unwrap();
     app.set_policy(
         &admin,
-        json!({ "log_total_mib": 1, "log_retention_days": 0 }),
+        json!({ "log_total_mib": 1, "log_user_mib": 1, "log_retention_days": 0 }),
     )
     .await;
     sweep(&pool, dir.path(), chrono::Utc::now()).await.unwrap();

@@ -87,14 +87,15 @@ pub(super) fn job_id(text: &str) -> Result<Uuid, AppError> {
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub(super) struct LogQuery {
-    /// Only the last N lines.
+    /// Only the last N lines (at most 10000, and those in the last 4 MiB of the log); without it
+    /// the whole log streams.
     pub(super) tail: Option<usize>,
     /// Keep the response open and stream new lines until the job ends.
     pub(super) follow: Option<bool>,
 }
 
 /// `GET /api/v1/jobs/{id}/logs`: plain text, one line per output line of the container.
-#[utoipa::path(get, path = "/api/v1/jobs/{id}/logs", tag = "jobs", security(("bearer" = [])), params(("id" = Uuid, Path), LogQuery), responses((status = 200, description = "the log as text/plain", content_type = "text/plain", body = String), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 503, description = "the log is on another node that is lost or cannot be reached, or the nodes share no secret", body = ErrorBody)))]
+#[utoipa::path(get, path = "/api/v1/jobs/{id}/logs", tag = "jobs", security(("bearer" = [])), params(("id" = Uuid, Path), LogQuery), responses((status = 200, description = "the log as text/plain", content_type = "text/plain", body = String), (status = 400, description = "`tail` is past 10000 lines", body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 429, description = "the caller has 4 log reads in progress already (see Retry-After)", body = ErrorBody), (status = 503, description = "the node serves its most log reads at once (see Retry-After), or the log is on another node that is lost or cannot be reached, or the nodes share no secret", body = ErrorBody)))]
 pub(super) async fn logs(
     State(state): State<AppState>,
     user: CurrentUser,
@@ -106,7 +107,7 @@ pub(super) async fn logs(
     let body = if q.follow.unwrap_or(false) {
         axum::body::Body::from_stream(jobs::logs::follow(&state, &user, id, q.tail).await?)
     } else {
-        axum::body::Body::from(jobs::logs::tail(&state, &user, id, q.tail).await?)
+        axum::body::Body::from_stream(jobs::logs::read(&state, &user, id, q.tail).await?)
     };
     Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body).into_response())
 }

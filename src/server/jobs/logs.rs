@@ -6,24 +6,21 @@
 //! the viewer's right to it and fetches it from the owning node (see [`crate::server::peers`]); a
 //! lost node's log is refused with a message saying so, never answered empty.
 
+use super::log_read::{self, check_tail, LogStream};
 use crate::model::{AppError, JobChange, LiveEvent, NodeState};
 use crate::server::auth::CurrentUser;
 use crate::server::db::{jobs, nodes};
 use crate::server::error::OrInternal;
 use crate::server::notifier::{Note, Subscription};
-use crate::server::runner::logs::{log_path, text_of};
+use crate::server::runner::logs::log_path;
 use crate::server::AppState;
 use bytes::Bytes;
-use futures_util::stream::{self, BoxStream, Stream, StreamExt};
+use futures_util::stream::{self, Stream, StreamExt};
 use sqlx::PgPool;
-use std::io::{Read, Seek, SeekFrom};
 use std::path::PathBuf;
 use std::time::SystemTime;
 use tokio::sync::broadcast;
 use uuid::Uuid;
-
-/// A log as it streams: text chunks, whole lines each (a forwarded one as the owning node sent it).
-pub type LogStream = BoxStream<'static, std::io::Result<Bytes>>;
 
 /// Where a job's log is read.
 enum Source {
@@ -33,58 +30,107 @@ enum Source {
     There { node: String, url: String },
 }
 
-/// The last `tail` lines of a job's log (all when `None`).
-pub async fn tail(
+/// A job's log as it streams: its last `tail` lines, or (`None`) the whole log read from the file
+/// a chunk at a time (see [`log_read`] for the bounds).
+pub async fn read(
     state: &AppState,
     viewer: &CurrentUser,
     id: Uuid,
     tail: Option<usize>,
-) -> Result<String, AppError> {
+) -> Result<LogStream, AppError> {
+    check_tail(tail)?;
     match source(state, viewer, id).await? {
-        Source::Here(path) => Ok(snapshot_of(path, tail).await?.0),
+        Source::Here(path) => read_here(state, viewer.id, path, tail).await,
         Source::There { node, url } => {
             let peers = state.peers.as_ref().ok_or(AppError::Internal)?;
             let answer = peers.log(&node, &url, id, viewer.id, tail, false).await?;
-            answer.text().await.map_err(|e| {
-                AppError::Unavailable(format!(
-                    "node `{node}` broke off sending job {id}'s log: {e}"
-                ))
-            })
+            Ok(relay(answer, ()))
         }
     }
 }
 
-/// The last `tail` lines of a job's log, then new lines as they come until the job has ended.
+/// The last `tail` lines of a job's log, as one text (the job's page).
+pub async fn tail(
+    state: &AppState,
+    viewer: &CurrentUser,
+    id: Uuid,
+    tail: usize,
+) -> Result<String, AppError> {
+    check_tail(Some(tail))?;
+    let mut chunks = read(state, viewer, id, Some(tail)).await?;
+    let mut text = Vec::new();
+    while let Some(chunk) = chunks.next().await {
+        let chunk = chunk.map_err(|e| {
+            AppError::Unavailable(format!("job {id}'s log broke off while being read: {e}"))
+        })?;
+        // A node answers at most a bounded tail; one that sends more is not believed.
+        if (text.len() + chunk.len()) as u64 > 2 * log_read::MAX_TAIL_BYTES {
+            return Err(AppError::Unavailable(format!(
+                "job {id}'s log came back longer than a tail may be"
+            )));
+        }
+        text.extend_from_slice(&chunk);
+    }
+    Ok(String::from_utf8_lossy(&text).into_owned())
+}
+
+/// A log in this node's folder, under the bound on reads at once.
+async fn read_here(
+    state: &AppState,
+    user: Uuid,
+    path: PathBuf,
+    tail: Option<usize>,
+) -> Result<LogStream, AppError> {
+    let place = state.log_reads.enter(user).await?;
+    match tail {
+        None => Ok(log_read::whole(path, place)),
+        Some(_) => {
+            let text = snapshot_of(path, tail).await?.0;
+            drop(place);
+            Ok(stream::once(async move { Ok(Bytes::from(text)) }).boxed())
+        }
+    }
+}
+
+/// The body of another node's answer as it comes, holding `held` (a stream slot) until it ends;
+/// an error ends the stream once told.
+fn relay<T: Send + 'static>(answer: reqwest::Response, held: T) -> LogStream {
+    stream::unfold(Some((answer, held)), |held| async move {
+        let (mut answer, held) = held?;
+        match answer.chunk().await {
+            Ok(Some(bytes)) => Some((Ok(bytes), Some((answer, held)))),
+            Ok(None) => None,
+            Err(e) => Some((Err(std::io::Error::other(e)), None)),
+        }
+    })
+    .boxed()
+}
+
+/// The last `tail` lines of a job's log (the whole log when `None`, streamed from the file), then
+/// new lines as they come until the job has ended.
 pub async fn follow(
     state: &AppState,
     viewer: &CurrentUser,
     id: Uuid,
     tail: Option<usize>,
 ) -> Result<LogStream, AppError> {
+    check_tail(tail)?;
     let source = source(state, viewer, id).await?;
     let slot = state.streams.take(viewer)?;
     match source {
-        Source::Here(path) => follow_here(state, path, id, tail, slot).await,
+        Source::Here(path) => follow_here(state, path, id, viewer.id, tail, slot).await,
         Source::There { node, url } => {
             let peers = state.peers.as_ref().ok_or(AppError::Internal)?;
             let answer = peers.log(&node, &url, id, viewer.id, tail, true).await?;
-            // The slot is held while the far node streams; an error ends the stream once told.
-            let chunks = stream::unfold(Some((answer, slot)), |held| async move {
-                let (mut answer, slot) = held?;
-                match answer.chunk().await {
-                    Ok(Some(bytes)) => Some((Ok(bytes), Some((answer, slot)))),
-                    Ok(None) => None,
-                    Err(e) => Some((Err(std::io::Error::other(e)), None)),
-                }
-            });
-            Ok(chunks.boxed())
+            // The slot is held while the far node streams.
+            Ok(relay(answer, slot))
         }
     }
 }
 
 /// A log asked for by another node for a viewer it vouches for with a grant (see
 /// [`crate::server::peers`]): only a log this node holds, never forwarded again. Without
-/// `follow`, the tail alone.
+/// `follow`, the tail (or the whole log) alone.
 pub async fn for_peer(
     state: &AppState,
     id: Uuid,
@@ -107,6 +153,7 @@ pub async fn for_peer(
         tracing::warn!(job = %id, %why, "refused a forwarded log read");
         AppError::Unauthorized
     })?;
+    check_tail(tail)?;
     let job = super::find(&state.pool, id).await?;
     if job.job.node.as_deref() != Some(peers.node.as_str()) {
         return Err(AppError::NotFound(format!(
@@ -117,10 +164,9 @@ pub async fn for_peer(
     let path = log_path(&state.logs_dir, id);
     if follow {
         let slot = state.streams.take_for(user)?;
-        follow_here(state, path, id, tail, slot).await
+        follow_here(state, path, id, user, tail, slot).await
     } else {
-        let text = snapshot_of(path, tail).await?.0;
-        Ok(stream::once(async move { Ok(Bytes::from(text)) }).boxed())
+        read_here(state, user, path, tail).await
     }
 }
 
@@ -167,18 +213,26 @@ async fn source(state: &AppState, viewer: &CurrentUser, id: Uuid) -> Result<Sour
     })
 }
 
-/// Follows a log in this node's folder from its last `tail` lines.
+/// Follows a log in this node's folder from its last `tail` lines (for `user`, who holds `slot`),
+/// or from its start.
 async fn follow_here(
     state: &AppState,
     path: PathBuf,
     id: Uuid,
+    user: Uuid,
     tail: Option<usize>,
     slot: super::live::StreamSlot,
 ) -> Result<LogStream, AppError> {
     // Listen before reading: an end announced in between is then heard, not lost.
     let notes = state.notifier.subscribe();
     let grew = state.notifier.subscribe_logs();
+    // A tail is read whole before it is sent: it takes a place under the bound on reads.
+    let place = match tail {
+        Some(_) => Some(state.log_reads.enter(user).await?),
+        None => None,
+    };
     let (text, offset) = snapshot_of(path.clone(), tail).await?;
+    drop(place);
     let st = Follow {
         pool: state.pool.clone(),
         id,
@@ -190,79 +244,23 @@ async fn follow_here(
         grew,
         _slot: slot,
     };
-    let first = stream::once(async move { Ok::<_, std::io::Error>(text) });
+    let first = stream::iter((!text.is_empty()).then_some(Ok::<_, std::io::Error>(text)));
     Ok(first
         .chain(follow_stream(st))
         .map(|chunk| chunk.map(Bytes::from))
         .boxed())
 }
 
+/// The last `tail` lines and where following continues; nothing (and the start) without a tail,
+/// which a follow then reads from the file a chunk at a time.
 async fn snapshot_of(path: PathBuf, tail: Option<usize>) -> Result<(String, u64), AppError> {
-    tokio::task::spawn_blocking(move || snapshot(&path, tail))
+    let Some(n) = tail else {
+        return Ok((String::new(), 0));
+    };
+    tokio::task::spawn_blocking(move || log_read::tail_of(&path, n))
         .await
         .or_internal("reading a log")?
         .or_internal("reading a log")
-}
-
-/// The text of the last `tail` whole lines, and the byte offset where following continues. A tail
-/// reads the file backwards from its end, a block at a time, so its cost follows the lines asked
-/// for, not the size of the log.
-fn snapshot(path: &PathBuf, tail: Option<usize>) -> std::io::Result<(String, u64)> {
-    let mut f = match std::fs::File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((String::new(), 0)),
-        Err(e) => return Err(e),
-    };
-    let len = f.metadata()?.len();
-    let (start, bytes) = match tail {
-        None => {
-            let mut bytes = Vec::new();
-            f.read_to_end(&mut bytes)?;
-            (0, bytes)
-        }
-        Some(n) => read_last_lines(&mut f, len, n)?,
-    };
-    let whole = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
-    // Read from the middle of the file, the first line is cut: it is not one of the last `n`.
-    let first = if start > 0 {
-        bytes
-            .iter()
-            .position(|b| *b == b'\n')
-            .map_or(whole, |i| i + 1)
-            .min(whole)
-    } else {
-        0
-    };
-    let text = String::from_utf8_lossy(&bytes[first..whole]);
-    let lines: Vec<&str> = text.lines().collect();
-    let skip = tail.map_or(0, |n| lines.len().saturating_sub(n));
-    let mut out = String::new();
-    for l in &lines[skip..] {
-        out.push_str(text_of(l));
-        out.push('\n');
-    }
-    Ok((out, start + whole as u64))
-}
-
-/// Reads whole blocks backwards from the end until the bytes hold more than `n` line ends (so at
-/// least `n` whole lines after the first, possibly cut, one) or the file's start. Returns where
-/// the bytes start in the file.
-fn read_last_lines(f: &mut std::fs::File, len: u64, n: usize) -> std::io::Result<(u64, Vec<u8>)> {
-    const BLOCK: u64 = 64 * 1024;
-    let mut pos = len;
-    let mut bytes: Vec<u8> = Vec::new();
-    let mut ends = 0usize;
-    while pos > 0 && ends <= n {
-        let step = BLOCK.min(pos);
-        pos -= step;
-        f.seek(SeekFrom::Start(pos))?;
-        let mut block = vec![0u8; step as usize];
-        f.read_exact(&mut block)?;
-        ends += block.iter().filter(|b| **b == b'\n').count();
-        block.extend_from_slice(&bytes);
-        bytes = block;
-    }
-    Ok((pos, bytes))
 }
 
 struct Follow {
@@ -346,83 +344,18 @@ async fn job_ended(pool: &PgPool, id: Uuid) -> bool {
         .is_none_or(|j| j.job.released_at.is_some() || j.job.finished_at.is_some())
 }
 
-/// The most a follow reads from the log at once.
-const FOLLOW_CHUNK: u64 = 1 << 20;
-
-/// New whole lines since the offset, as text, or `None` when there are none.
+/// New whole lines since the offset, at most a chunk of them, as text, or `None` when there are
+/// none.
 async fn read_from(st: &mut Follow) -> Option<String> {
     let path = st.path.clone();
     let offset = st.offset;
-    let (text, consumed) =
-        tokio::task::spawn_blocking(move || -> std::io::Result<(String, u64)> {
-            let mut f = std::fs::File::open(&path)?;
-            f.seek(SeekFrom::Start(offset))?;
-            // At most a chunk per read, so a log that grew by gigabytes streams in pieces.
-            let mut bytes = Vec::new();
-            f.take(FOLLOW_CHUNK).read_to_end(&mut bytes)?;
-            let mut whole = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
-            if whole == 0 && bytes.len() as u64 == FOLLOW_CHUNK {
-                // One line longer than a chunk: pass it on in pieces rather than stall.
-                whole = bytes.len();
-            }
-            let mut out = String::new();
-            for l in String::from_utf8_lossy(&bytes[..whole]).lines() {
-                out.push_str(text_of(l));
-                out.push('\n');
-            }
-            Ok((out, whole as u64))
-        })
-        .await
-        .ok()?
-        .ok()?;
+    let (text, consumed) = tokio::task::spawn_blocking(move || {
+        let mut f = std::fs::File::open(&path)?;
+        log_read::next_lines(&mut f, offset, u64::MAX)
+    })
+    .await
+    .ok()?
+    .ok()?;
     st.offset += consumed;
     (!text.is_empty()).then_some(text)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::io::Write;
-
-    fn log_of(lines: usize, partial: bool) -> (tempfile::TempDir, PathBuf, u64) {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("job.log");
-        let mut f = std::fs::File::create(&path).unwrap();
-        for i in 0..lines {
-            writeln!(f, "2026-12-01T00:00:00Z out line {i:07}").unwrap();
-        }
-        let whole = f.metadata().unwrap().len();
-        if partial {
-            write!(f, "2026-12-01T00:00:00Z out half-writ").unwrap();
-        }
-        (dir, path, whole)
-    }
-
-    #[test]
-    fn a_tail_is_the_last_whole_lines_from_anywhere_in_the_file() {
-        // 200,000 lines (about 7 MiB): the tail crosses many 64 KiB blocks only when asked to.
-        let (_d, path, whole) = log_of(200_000, true);
-        for n in [0usize, 1, 3, 1_000, 1_900, 5_000] {
-            let (text, offset) = snapshot(&path, Some(n)).unwrap();
-            let want: String = (200_000 - n..200_000)
-                .map(|i| format!("line {i:07}\n"))
-                .collect();
-            assert_eq!(text, want, "tail {n}");
-            assert_eq!(offset, whole, "following resumes after the last whole line");
-        }
-        let (all, offset) = snapshot(&path, None).unwrap();
-        assert_eq!(all.lines().count(), 200_000);
-        assert_eq!(offset, whole);
-    }
-
-    #[test]
-    fn a_tail_longer_than_the_log_is_the_whole_log() {
-        let (_d, path, whole) = log_of(10, false);
-        let (text, offset) = snapshot(&path, Some(50)).unwrap();
-        assert_eq!(text.lines().count(), 10);
-        assert!(text.starts_with("line 0000000\n"));
-        assert_eq!(offset, whole);
-        let missing = path.with_file_name("none.log");
-        assert_eq!(snapshot(&missing, Some(5)).unwrap(), (String::new(), 0));
-    }
 }

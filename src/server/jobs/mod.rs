@@ -3,6 +3,7 @@
 pub mod access;
 mod detail;
 pub mod live;
+pub mod log_read;
 pub mod logs;
 pub mod rate;
 pub mod retention;

@@ -5,10 +5,11 @@
 
 use crate::server::runtime::{LogLine, LogStream};
 use std::collections::HashSet;
-use std::io::Write;
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-/// Appends a container's lines to its log file, up to a size cap.
+/// Appends a container's lines to its log file, up to a size cap that the file, the line saying
+/// the output was cut included, never passes.
 pub struct LogWriter {
     file: std::fs::File,
     written: u64,
@@ -18,29 +19,39 @@ pub struct LogWriter {
     /// Lines already in the file that dockerd will send again (those of `last_at`'s second and
     /// later, as `"<at> <stream>"`): each is skipped once.
     resent: HashSet<String>,
-    truncated: bool,
+    cut: bool,
 }
 
 impl LogWriter {
     /// Opens (or continues) a job's log. A partial last line left by a crash is cut off, so the file
-    /// always ends on a whole line, and the last timestamp tells where to resume.
+    /// always ends on a whole line, and the last timestamp tells where to resume. Only the end of
+    /// the file is read (a re-adopting runner opens every running job's log at once).
     pub fn open(path: &Path, cap: u64) -> std::io::Result<Self> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;
         }
-        let existing = std::fs::read(path).unwrap_or_default();
-        let whole = existing
-            .iter()
-            .rposition(|b| *b == b'\n')
-            .map_or(0, |i| i + 1);
         let file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(path)?;
-        file.set_len(whole as u64)?;
+        let (from, end) = read_end(path)?;
+        let mut whole = end.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+        if from > 0 && whole == 0 {
+            // No line end in the window: a line longer than it was being written. Keep it.
+            whole = end.len();
+        }
+        file.set_len(from + whole as u64)?;
+        // Read from the middle of the file, the first line of the window may be cut: skip it.
+        let first = match from {
+            0 => 0,
+            _ => end[..whole]
+                .iter()
+                .position(|b| *b == b'\n')
+                .map_or(whole, |i| i + 1),
+        };
         // dockerd writes stdout and stderr from two copiers, so a file's lines are not always in
         // timestamp order: the latest one is the maximum, not the last line.
-        let kept: Vec<&str> = existing[..whole]
+        let kept: Vec<&str> = end[first..whole]
             .split(|b| *b == b'\n')
             .filter_map(|l| std::str::from_utf8(l).ok())
             .filter(|l| !l.is_empty())
@@ -63,14 +74,16 @@ impl LogWriter {
             }
             None => HashSet::new(),
         };
-        let truncated = existing[..whole].ends_with(TRUNCATED.as_bytes());
+        let cut = kept
+            .last()
+            .is_some_and(|l| text_of(l).starts_with(CUT_PREFIX));
         Ok(LogWriter {
             file,
-            written: whole as u64,
+            written: from + whole as u64,
             cap,
             last_at,
             resent,
-            truncated,
+            cut,
         })
     }
 
@@ -79,10 +92,16 @@ impl LogWriter {
         self.last_at.as_deref()
     }
 
+    /// Whether the log reached its cap: it says so in its last line, takes no more lines, and the
+    /// job's output need not be read any further.
+    pub fn is_cut(&self) -> bool {
+        self.cut
+    }
+
     /// Appends one line unless the file already held it when opened (dockerd resends the whole
-    /// second it resumes from) or the cap is reached (then a single marker line says so). Lines are
-    /// kept in the order dockerd sends them, even when a stderr line arrives after a later-stamped
-    /// stdout line.
+    /// second it resumes from) or the cap is reached (then a single line says the output was cut,
+    /// within the cap). Lines are kept in the order dockerd sends them, even when a stderr line
+    /// arrives after a later-stamped stdout line.
     pub fn push(&mut self, line: &LogLine) -> std::io::Result<()> {
         let stream = match line.stream {
             LogStream::Stdout => 'o',
@@ -91,21 +110,45 @@ impl LogWriter {
         if !self.resent.is_empty() && self.resent.remove(&resent_key(&line.at, stream)) {
             return Ok(());
         }
-        if self.truncated {
+        if self.cut {
             return Ok(());
         }
         let text = line.text.trim_end_matches(['\n', '\r']);
         let record = format!("{} {stream} {text}\n", line.at);
-        if self.written + record.len() as u64 > self.cap {
-            self.truncated = true;
-            let marker = format!("{} e {TRUNCATED}\n", line.at);
+        // Room is kept for the line saying the output was cut, so the file never passes the cap.
+        if self.written + record.len() as u64 + CUT_ROOM > self.cap {
+            self.cut = true;
+            let marker = format!(
+                "{} e {CUT_PREFIX} of {} bytes reached (--log-max-bytes): the rest of this \
+                 job's output was cut and not read]\n",
+                line.at, self.cap
+            );
             self.file.write_all(marker.as_bytes())?;
+            self.written += marker.len() as u64;
             return Ok(());
         }
         self.file.write_all(record.as_bytes())?;
         self.written += record.len() as u64;
         Ok(())
     }
+}
+
+/// How much of a log's end [`LogWriter::open`] reads to find where to resume.
+const RESUME_WINDOW: u64 = 1 << 20;
+
+/// Where the last [`RESUME_WINDOW`] bytes of the file start, and those bytes (none when there is
+/// no file).
+fn read_end(path: &Path) -> std::io::Result<(u64, Vec<u8>)> {
+    let mut f = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((0, Vec::new())),
+        Err(e) => return Err(e),
+    };
+    let from = f.metadata()?.len().saturating_sub(RESUME_WINDOW);
+    f.seek(SeekFrom::Start(from))?;
+    let mut bytes = Vec::new();
+    f.take(RESUME_WINDOW).read_to_end(&mut bytes)?;
+    Ok((from, bytes))
 }
 
 /// How a line already in the file is known again when dockerd resends it: its stamp and stream.
@@ -116,7 +159,11 @@ fn resent_key(at: &str, stream: impl std::fmt::Display) -> String {
 /// Length of a docker timestamp's whole-second prefix (`2026-01-01T00:00:01`).
 const SECOND: usize = 19;
 
-const TRUNCATED: &str = "[gpuq: log size limit reached; later lines were dropped]";
+/// How the line saying a log reached its cap begins (its earlier wording began the same way).
+const CUT_PREFIX: &str = "[gpuq: log size limit";
+
+/// Room kept under the cap for that line: its stamp, stream and words with the cap's digits.
+const CUT_ROOM: u64 = 256;
 
 /// The whole-second Unix time of a docker timestamp, for dockerd's (inclusive) `since`.
 pub fn since_unix(at: &str) -> Option<i64> {
@@ -231,5 +278,52 @@ mod tests {
         let text = std::fs::read_to_string(&p).unwrap();
         assert!(text.lines().count() < 10);
         assert_eq!(text.matches("log size limit").count(), 1);
+    }
+
+    #[test]
+    fn a_cut_log_stays_within_its_cap_says_so_and_stays_cut_when_reopened() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("j.log");
+        let cap = 4096;
+        let mut w = LogWriter::open(&p, cap).unwrap();
+        let mut i = 0;
+        while !w.is_cut() {
+            i += 1;
+            let at = format!("2026-01-01T00:00:01.{i:09}Z");
+            w.push(&line(&at, &"x".repeat(i % 97))).unwrap();
+        }
+        drop(w);
+        let text = std::fs::read_to_string(&p).unwrap();
+        assert!(text.len() as u64 <= cap, "{} bytes", text.len());
+        let last = text.lines().last().map(text_of).unwrap();
+        assert!(
+            last.contains("of 4096 bytes reached") && last.contains("cut"),
+            "{last}"
+        );
+        let mut w = LogWriter::open(&p, cap).unwrap();
+        assert!(w.is_cut(), "a re-adopted job's cut log is not read again");
+        w.push(&line("2026-01-01T00:00:09Z", "more")).unwrap();
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), text);
+    }
+
+    #[test]
+    fn resuming_a_long_log_reads_only_its_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("j.log");
+        let mut w = LogWriter::open(&p, 64 << 20).unwrap();
+        for i in 0..100_000u32 {
+            let at = format!("2026-01-01T00:{:02}:{:02}.{i:09}Z", i / 6000, i / 100 % 60);
+            w.push(&line(&at, "a line of some length")).unwrap();
+        }
+        drop(w);
+        assert!(std::fs::metadata(&p).unwrap().len() > 2 * RESUME_WINDOW);
+        let w = LogWriter::open(&p, 64 << 20).unwrap();
+        assert_eq!(w.last_at(), Some("2026-01-01T00:16:39.000099999Z"));
+        assert_eq!(
+            w.resent.len(),
+            100,
+            "the lines of the last second are known again"
+        );
+        assert!(!w.is_cut());
     }
 }

@@ -5,7 +5,7 @@ use super::Runner;
 use crate::model::JobStatus;
 use crate::server::db::runs::{self, Ending};
 use crate::server::db::vram;
-use crate::server::runtime::{ContainerFacts, RuntimeError};
+use crate::server::runtime::{ContainerFacts, LogLine, RuntimeError};
 use chrono::{DateTime, Utc};
 use futures_util::StreamExt;
 use std::sync::Arc;
@@ -278,7 +278,9 @@ fn signal_exit(facts: &ContainerFacts) -> Option<i64> {
 /// Appends a container's output to its job's log file, resuming after the last line already kept,
 /// and tells this process's log followers each time the file grew. A stream broken by Docker going
 /// away is taken up again once it answers: the container may have outlived a restart of the daemon
-/// (`live-restore`), or have written its last lines while the stream was down.
+/// (`live-restore`), or have written its last lines while the stream was down. Once the log
+/// reaches its cap the output is no longer read from Docker at all (dockerd keeps only its own
+/// capped copy).
 pub(super) async fn follow_logs(runner: Arc<Runner>, job: Uuid, container: String) {
     let path = super::logs::log_path(&runner.cfg.logs_dir, job);
     let mut follow = true;
@@ -291,25 +293,30 @@ pub(super) async fn follow_logs(runner: Arc<Runner>, job: Uuid, container: Strin
                 return;
             }
         };
-        let since = writer.last_at().and_then(since_unix);
-        let mut lines = runner.docker.logs(&container, since, follow);
-        let mut broken = false;
-        while let Some(item) = lines.next().await {
-            match item {
-                Ok(line) => {
-                    if let Err(e) = writer.push(&line) {
-                        tracing::error!(path = %path.display(), error = %e, "writing a job log failed");
-                        return;
-                    }
-                    runner.notifier.log_grew(job);
-                }
-                Err(e) => {
-                    tracing::warn!(%container, error = %e, "log stream ended with an error");
-                    broken = matches!(e, RuntimeError::Unreachable(_));
-                    break;
-                }
-            }
+        if writer.is_cut() {
+            return;
         }
+        let since = writer.last_at().and_then(since_unix);
+        let lines = runner.docker.logs(&container, since, follow);
+        let broken = match copy_lines(lines, &mut writer, || runner.notifier.log_grew(job)).await {
+            Ok(Copied::Cut) => {
+                tracing::info!(
+                    %job,
+                    cap = runner.cfg.log_max_bytes,
+                    "a job's log reached its cap; its output is no longer read"
+                );
+                return;
+            }
+            Ok(Copied::Ended) => false,
+            Err(CopyError::Write(e)) => {
+                tracing::error!(path = %path.display(), error = %e, "writing a job log failed");
+                return;
+            }
+            Err(CopyError::Read(e)) => {
+                tracing::warn!(%container, error = %e, "log stream ended with an error");
+                matches!(e, RuntimeError::Unreachable(_))
+            }
+        };
         if !broken || !follow {
             return;
         }
@@ -334,9 +341,67 @@ async fn still_running(runner: &Runner, container: &str) -> Option<bool> {
     }
 }
 
+/// How copying a container's output ended.
+#[derive(Debug, PartialEq, Eq)]
+enum Copied {
+    /// The output ended (the container stopped).
+    Ended,
+    /// The log reached its cap; the rest of the output was left unread.
+    Cut,
+}
+
+#[derive(Debug)]
+enum CopyError {
+    Write(std::io::Error),
+    Read(RuntimeError),
+}
+
+/// Writes `lines` to `writer`, calling `grew` after each, until they end or the log is cut: then
+/// the stream is dropped unread.
+async fn copy_lines(
+    mut lines: impl futures_util::Stream<Item = Result<LogLine, RuntimeError>> + Unpin,
+    writer: &mut LogWriter,
+    grew: impl Fn(),
+) -> Result<Copied, CopyError> {
+    while let Some(item) = lines.next().await {
+        writer
+            .push(&item.map_err(CopyError::Read)?)
+            .map_err(CopyError::Write)?;
+        grew();
+        if writer.is_cut() {
+            return Ok(Copied::Cut);
+        }
+    }
+    Ok(Copied::Ended)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::server::runtime::LogStream;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[tokio::test]
+    async fn output_past_the_cap_is_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j.log");
+        let mut writer = LogWriter::open(&path, 64 * 1024).unwrap();
+        let read = AtomicUsize::new(0);
+        // A job that never stops printing.
+        let endless = futures_util::stream::iter(0u64..).map(|i| {
+            read.fetch_add(1, Ordering::Relaxed);
+            Ok(LogLine {
+                stream: LogStream::Stdout,
+                at: format!("2026-01-01T00:00:01.{i:09}Z"),
+                text: "y".repeat(100),
+            })
+        });
+        let copied = copy_lines(Box::pin(endless), &mut writer, || {}).await;
+        assert_eq!(copied.unwrap(), Copied::Cut);
+        let read = read.load(Ordering::Relaxed);
+        assert!(read < 1_000, "{read} lines were read for a 64 KiB log");
+        assert!(std::fs::metadata(&path).unwrap().len() <= 64 * 1024);
+    }
 
     fn ended(code: i64, started: &str, finished: &str) -> ContainerFacts {
         ContainerFacts {

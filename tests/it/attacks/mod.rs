@@ -12,6 +12,8 @@
 //!   inside ones a member can change, allowlist rules others can change, the most specific rule.
 //! - `shared_docker`: a second installation on the same dockerd settling the first one's jobs;
 //!   a restart of dockerd killing jobs silently and leaving their containers.
+//! - `logs`: logs as a weapon (parallel reads of a big log, a huge tail, a job printing without
+//!   end, filling the log folder).
 //! - `visibility`: reading what is not one's own (another member's command line, volumes, env,
 //!   logs and event trail, other people's details on the live stream).
 //! - `submits`: flooding with refused submits, submitting and previewing in a loop, lists that
@@ -24,11 +26,12 @@
 mod bounds;
 mod egress;
 mod isolation;
-mod shared_docker;
 mod listener;
 mod lockout;
+mod logs;
 mod peers;
 mod sessions;
+mod shared_docker;
 mod signin;
 mod submits;
 mod visibility;
