@@ -93,7 +93,7 @@ pub async fn update_user(
 /// Sets the uid and/or gid a user's jobs run as (admins), e.g. to match the site's Unix
 /// accounts so that files jobs write on shared folders belong to the right person. Uid 0 is
 /// refused (images that need root are allowed by the policy's `root_images`), and so is a uid
-/// another user already has.
+/// another user has or had (see `db::job_uids::set`, which also says when the gid moves along).
 pub async fn set_job_ids(
     state: &AppState,
     admin: &CurrentUser,
@@ -123,7 +123,9 @@ pub async fn set_job_ids(
     job_uids::set(&mut tx, id, uid, gid)
         .await
         .map_err(|e| match e {
-            job_uids::SetError::Taken { .. } => AppError::Conflict(format!("job_uid: {e}")),
+            job_uids::SetError::Taken { .. } | job_uids::SetError::GivenBefore { .. } => {
+                AppError::Conflict(format!("job_uid: {e}"))
+            }
             job_uids::SetError::Db(e) => {
                 tracing::error!(error = %e, "setting a job uid failed");
                 AppError::Internal

@@ -2,6 +2,7 @@
 //! run from a member account against the real server, Postgres and dockerd, and shows it refused.
 //! The README's "Security model" section says what these cover and what the host's admin must do.
 //!
+//! - `accounts`: inheriting a moved user's job uid.
 //! - `isolation`: getting out of a job onto the host (symlink swap of a queued job's volume, a
 //!   setuid plant on a mounted folder) or into a neighbour's job (its open ports).
 //! - `signin`: guessing passwords in parallel, tokens minting tokens.
@@ -9,6 +10,7 @@
 //! - `visibility`: reading what is not one's own (another member's command line, volumes, env,
 //!   logs and event trail, other people's details on the live stream).
 
+mod accounts;
 mod bounds;
 mod isolation;
 mod signin;
