@@ -46,7 +46,9 @@ pub fn backoff_s(failures: i64) -> i64 {
 /// counted; so of any number of parallel guesses, only those that find fewer than
 /// [`MAX_FAILURES`] others (or whose backoff has passed) reach the password check. A refused
 /// attempt is taken back, so refusals never prolong the backoff. Password checks go through the
-/// global [`HashGate`] (503 when full). Checked attempts are audited.
+/// global [`HashGate`] (503 when full). Checked attempts are audited. A disabled account's right
+/// password is answered exactly as a wrong one (and counts as a failure), so the sign-in page does
+/// not tell a stranger that the account exists; only the audit trail says why.
 pub async fn login(
     pool: &PgPool,
     gate: &HashGate,
@@ -94,7 +96,11 @@ pub async fn login(
             .await
             .or_internal("auditing a sign-in")?;
     }
-    result
+    // `check_attempt` refuses with `Forbidden` only a disabled account's right password.
+    result.map_err(|e| match e {
+        AppError::Forbidden(_) => AppError::BadCredentials,
+        e => e,
+    })
 }
 
 /// The refusals and the password check of one recorded attempt.
@@ -137,6 +143,7 @@ async fn check_attempt(
     match user {
         Some(user) if ok => {
             if user.disabled_at.is_some() {
+                // Answered as a wrong password by `login`, once audited as `disabled`.
                 return Err(AppError::Forbidden("this account is disabled".into()));
             }
             Ok(user)

@@ -1,9 +1,10 @@
-//! What follows an account: its job uid.
+//! What follows an account: its job uid and its sign-in.
 //!
-//! The attacker is a new member who would inherit a moved user's job uid (and so their files).
+//! The attacker is a new member who would inherit a moved user's job uid (and so their files), and
+//! a stranger probing which accounts exist and are disabled.
 
 use crate::support::isolation::{job, job_ids_of, log, IsoNode};
-use crate::support::{wait_status, TestApp};
+use crate::support::{wait_status, TestApp, PASSWORD};
 use gpuq::model::Role;
 use gpuq::server::db::job_uids::JobUidRange;
 use serde_json::json;
@@ -85,4 +86,42 @@ async fn a_job_uid_once_given_is_never_given_again(pool: PgPool) {
         .await;
     assert!(erase.is_err(), "the record of given uids was erased");
     node.stop().await;
+}
+
+/// A stranger who knows a password (a former colleague's) must not learn that the account
+/// exists and is disabled: its right password is answered exactly as a wrong one, by the API and
+/// by the sign-in page. Only the audit trail says why. (Before: 403 "this account is disabled".)
+#[sqlx::test(migrations = false)]
+async fn a_disabled_accounts_right_password_answers_like_a_wrong_one(pool: PgPool) {
+    let app = TestApp::new(pool).await;
+    let admin = app.bearer("root", Role::Admin).await;
+    let gone = app.add_user("gone", Role::Member).await;
+    let r = app
+        .update_user(&admin, gone, json!({ "disabled": true }))
+        .await;
+    assert_eq!(r.status, 204, "{}", r.text);
+
+    let right = app.token("gone", PASSWORD).await;
+    let wrong = app.token("gone", "not the password").await;
+    let unknown = app.token("nobody", PASSWORD).await;
+    assert_eq!(right.status, 401, "{}", right.text);
+    assert_eq!(right.status, wrong.status);
+    assert_eq!(right.text, wrong.text);
+    assert_eq!(right.text, unknown.text);
+
+    let page_right = app.login_reply("gone", PASSWORD, None).await;
+    let page_wrong = app.login_reply("gone", "not the password", None).await;
+    assert_eq!(page_right.status, page_wrong.status);
+    assert_eq!(page_right.text, page_wrong.text);
+    assert!(page_right.session_cookie().is_none());
+
+    let sql = "SELECT count(*) FROM audit_events \
+               WHERE kind = 'auth.sign_in_failed' AND detail->>'reason' = $1";
+    let disabled: i64 = app.scalar_of(sql, "disabled").await;
+    assert_eq!(disabled, 2, "the trail tells the admin why");
+
+    // Enabled again, the same password works.
+    app.update_user(&admin, gone, json!({ "disabled": false }))
+        .await;
+    assert_eq!(app.token("gone", PASSWORD).await.status, 201);
 }

@@ -2,7 +2,8 @@
 //! run from a member account against the real server, Postgres and dockerd, and shows it refused.
 //! The README's "Security model" section says what these cover and what the host's admin must do.
 //!
-//! - `accounts`: inheriting a moved user's job uid.
+//! - `accounts`: inheriting a moved user's job uid, telling a disabled account from a wrong
+//!   password.
 //! - `isolation`: getting out of a job onto the host (symlink swap of a queued job's volume, a
 //!   setuid plant on a mounted folder) or into a neighbour's job (its open ports).
 //! - `signin`: guessing passwords in parallel, tokens minting tokens.
