@@ -1,10 +1,11 @@
-//! What follows an account: its job uid and its sign-in.
+//! What follows an account: its job uid, its sign-in and its live stream.
 //!
-//! The attacker is a new member who would inherit a moved user's job uid (and so their files), and
-//! a stranger probing which accounts exist and are disabled.
+//! The attacker is a new member who would inherit a moved user's job uid (and so their files), a
+//! stranger probing which accounts exist and are disabled, a member reading other users' edits off
+//! the live stream, and a demoted manager whose open stream would keep carrying everyone's jobs.
 
 use crate::support::isolation::{job, job_ids_of, log, IsoNode};
-use crate::support::{wait_status, TestApp, PASSWORD};
+use crate::support::{read_stream_until, true_job, wait_status, TestApp, PASSWORD};
 use gpuq::model::Role;
 use gpuq::server::db::job_uids::JobUidRange;
 use serde_json::json;
@@ -124,4 +125,69 @@ async fn a_disabled_accounts_right_password_answers_like_a_wrong_one(pool: PgPoo
     app.update_user(&admin, gone, json!({ "disabled": false }))
         .await;
     assert_eq!(app.token("gone", PASSWORD).await.status, 201);
+}
+
+/// An admin edits alice (role, disabling, job uid). Bob, a member, must not read that off his
+/// live stream; the admins' streams carry it.
+#[sqlx::test(migrations = false)]
+async fn a_members_stream_does_not_carry_other_users_edits(pool: PgPool) {
+    let app = TestApp::with_one_card(pool, "acct-edits").await;
+    let admin = app.bearer("root", Role::Admin).await;
+    let bob = app.bearer("bob", Role::Member).await;
+    let alice = app.add_user("alice", Role::Member).await;
+    let (stop, notifier) = app.start_notifier();
+    let mut bobs = app.live_stream(&bob).await;
+    let mut admins = app.live_stream(&admin).await;
+    for edit in [
+        json!({ "role": "manager" }),
+        json!({ "disabled": true }),
+        json!({ "job_uid": 5151 }),
+    ] {
+        let r = app.update_user(&admin, alice, edit).await;
+        assert_eq!(r.status, 204, "{}", r.text);
+    }
+    let heard = read_stream_until(&mut admins, "alice", 10).await;
+    assert!(heard.contains("user.update"), "{heard}");
+    // Bob's own job is the probe: every edit was announced before it.
+    let his = app.submit_ok(&bob, true_job(1000)).await;
+    let seen = read_stream_until(&mut bobs, &his.to_string(), 10).await;
+    assert!(
+        !seen.contains("alice") && !seen.contains("user."),
+        "another user's edit on a member's stream: {seen}"
+    );
+    stop.send(true).unwrap();
+    notifier.await.unwrap();
+}
+
+/// Mel, a manager, has her live stream open and sees alice's jobs. An admin demotes her to
+/// member: from then on the same open stream carries only `queue` for alice's jobs.
+#[sqlx::test(migrations = false)]
+async fn a_demoted_managers_open_stream_stops_carrying_others_jobs(pool: PgPool) {
+    let app = TestApp::with_one_card(pool, "acct-demote").await;
+    let admin = app.bearer("root", Role::Admin).await;
+    let alice = app.bearer("alice", Role::Member).await;
+    let mel = app.bearer("mel", Role::Manager).await;
+    let (stop, notifier) = app.start_notifier();
+    let mut mels = app.live_stream(&mel).await;
+    let first = app.submit_ok(&alice, true_job(1000)).await;
+    read_stream_until(&mut mels, &first.to_string(), 10).await;
+
+    let m = user_id(&app, "mel").await;
+    let r = app
+        .update_user(&admin, m, json!({ "role": "member" }))
+        .await;
+    assert_eq!(r.status, 204, "{}", r.text);
+    // Her own edit reaches her (her pages refetch what a member sees).
+    read_stream_until(&mut mels, "user.update", 10).await;
+
+    let second = app.submit_ok(&alice, true_job(1000)).await;
+    let seen = read_stream_until(&mut mels, "event: queue", 10).await;
+    let own = app.submit_ok(&mel, true_job(1000)).await;
+    let seen = seen + &read_stream_until(&mut mels, &own.to_string(), 10).await;
+    assert!(
+        !seen.contains(&second.to_string()),
+        "a demoted manager's stream carried another member's job: {seen}"
+    );
+    stop.send(true).unwrap();
+    notifier.await.unwrap();
 }
