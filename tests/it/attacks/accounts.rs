@@ -1,15 +1,20 @@
-//! What follows an account: its job uid, its sign-in and its live stream.
+//! What follows an account: its job uid, its disabling, its sign-in and its live stream.
 //!
 //! The attacker is a new member who would inherit a moved user's job uid (and so their files), a
-//! stranger probing which accounts exist and are disabled, a member reading other users' edits off
-//! the live stream, and a demoted manager whose open stream would keep carrying everyone's jobs.
+//! disabled member whose jobs would keep running, a stranger probing which accounts exist and are
+//! disabled, a member reading other users' edits off the live stream, and a demoted manager whose
+//! open stream would keep carrying everyone's jobs.
 
-use crate::support::isolation::{job, job_ids_of, log, IsoNode};
+use crate::support::isolation::{container_of, job, job_ids_of, log, IsoNode};
 use crate::support::{read_stream_until, true_job, wait_status, TestApp, PASSWORD};
+use axum::body::Body;
 use gpuq::model::Role;
 use gpuq::server::db::job_uids::JobUidRange;
+use gpuq::server::runtime::{Docker, RuntimeError};
+use http_body_util::BodyExt;
 use serde_json::json;
 use sqlx::PgPool;
+use std::time::Duration;
 
 async fn user_id(app: &TestApp, name: &str) -> uuid::Uuid {
     app.scalar_of("SELECT id FROM users WHERE username = $1", name)
@@ -22,6 +27,27 @@ async fn run_ok(app: &TestApp, bearer: &str, script: &str) -> String {
     let v = wait_status(app, bearer, id, &["succeeded", "failed"], 60).await;
     assert_eq!(v["status"], "succeeded", "{v}");
     log(app, bearer, id).await
+}
+
+/// Reads a live stream until it ends (panics if it is still open after `secs`); returns what it
+/// carried meanwhile.
+async fn read_until_closed(body: &mut Body, secs: u64) -> String {
+    let mut seen = String::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+    loop {
+        let frame = tokio::time::timeout_at(deadline, body.frame())
+            .await
+            .unwrap_or_else(|_| panic!("the stream is still open after {secs} s; got: {seen}"));
+        match frame {
+            None => return seen,
+            Some(Ok(f)) => {
+                if let Ok(data) = f.into_data() {
+                    seen.push_str(&String::from_utf8_lossy(&data));
+                }
+            }
+            Some(Err(e)) => panic!("the stream failed instead of ending: {e}"),
+        }
+    }
 }
 
 /// Alice's jobs ran as a uid of the range; an admin moves her to her site uid. The next new user
@@ -87,6 +113,125 @@ async fn a_job_uid_once_given_is_never_given_again(pool: PgPool) {
         .await;
     assert!(erase.is_err(), "the record of given uids was erased");
     node.stop().await;
+}
+
+/// A member has a job running in a container and another waiting; an admin disables her. Her
+/// running job is stopped and ends with reason `user_disabled`, its container is removed, her
+/// waiting job is held (no pass admits it, and it says why), and her open live stream ends.
+/// Enabling her again lets the held job run. (Before: the job kept running.)
+#[sqlx::test(migrations = false)]
+async fn disabling_a_member_stops_her_jobs_holds_her_queue_and_ends_her_stream(pool: PgPool) {
+    let (app, admin, member) = TestApp::with_admin_and_member(pool, "dora").await;
+    // One job without GPUs at a time on the node, so the second waits for the first.
+    app.set_policy(&admin, json!({ "max_cpu_jobs_per_node": 1 }))
+        .await;
+    let node = IsoNode::start(&app, "acct-disable", vec![], Default::default()).await;
+    let running = app
+        .submit_ok(&member, job("echo started; sleep 600", &[]))
+        .await;
+    wait_status(&app, &admin, running, &["running"], 60).await;
+    let waiting = app.submit_ok(&member, job("echo second", &[])).await;
+    let container = container_of(&app, running).await.expect("a container");
+    let mut stream = app.live_stream(&member).await;
+
+    let dora = user_id(&app, "dora").await;
+    let r = app
+        .update_user(&admin, dora, json!({ "disabled": true }))
+        .await;
+    assert_eq!(r.status, 204, "{}", r.text);
+
+    read_until_closed(&mut stream, 20).await;
+    let ended = wait_status(
+        &app,
+        &admin,
+        running,
+        &["succeeded", "failed", "cancelled"],
+        30,
+    )
+    .await;
+    assert_eq!(ended["status"], "failed", "{ended}");
+    assert_eq!(ended["status_reason"], "user_disabled", "{ended}");
+    let docker = Docker::connect().await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        match docker.inspect(&container).await {
+            Err(RuntimeError::NotFound(_)) => break,
+            other => assert!(
+                tokio::time::Instant::now() < deadline,
+                "the container is still there: {other:?}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // The node's place is free now; several passes later the held job still waits, saying why.
+    let passes: i64 = app.scalar("SELECT passes FROM scheduler_state").await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while app
+        .scalar::<i64>("SELECT passes FROM scheduler_state")
+        .await
+        < passes + 3
+    {
+        assert!(tokio::time::Instant::now() < deadline, "no pass ran");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let held = app.job(&admin, waiting).await;
+    assert_eq!(held["status"], "queued", "{held}");
+    assert!(
+        held["wait_reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("user_disabled")),
+        "{held}"
+    );
+    let kinds: Vec<String> = app
+        .column_of(
+            "SELECT kind FROM job_events WHERE job_id = $1 ORDER BY id",
+            waiting,
+        )
+        .await;
+    assert!(kinds.contains(&"held".to_owned()), "{kinds:?}");
+
+    let r = app
+        .update_user(&admin, dora, json!({ "disabled": false }))
+        .await;
+    assert_eq!(r.status, 204, "{}", r.text);
+    let done = wait_status(&app, &admin, waiting, &["succeeded", "failed"], 60).await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+    node.stop().await;
+}
+
+/// A job admitted (its cards reserved) but not yet started when its owner is disabled goes back
+/// to the queue with its cards released, and no pass admits it until the owner is enabled.
+#[sqlx::test(migrations = false)]
+async fn a_disabled_members_admitted_job_gives_its_card_back_and_waits(pool: PgPool) {
+    let app = TestApp::with_one_card(pool, "acct-admitted").await;
+    let (admin, member) = app.admin_and_member("ezra").await;
+    let id = app.submit_ok(&member, true_job(1000)).await;
+    app.pass().await;
+    assert_eq!(app.job(&admin, id).await["status"], "admitted");
+    let ezra = user_id(&app, "ezra").await;
+    let r = app
+        .update_user(&admin, ezra, json!({ "disabled": true }))
+        .await;
+    assert_eq!(r.status, 204, "{}", r.text);
+    let v = app.job(&admin, id).await;
+    assert_eq!(v["status"], "queued", "{v}");
+    assert!(crate::support::ledger_violations(&app.pool)
+        .await
+        .is_empty());
+    let reserved: i64 = app
+        .scalar("SELECT sum(reserved_mib)::bigint FROM gpus")
+        .await;
+    assert_eq!(reserved, 0, "the card was given back");
+    app.pass().await;
+    assert_eq!(app.job(&admin, id).await["status"], "queued");
+    app.update_user(&admin, ezra, json!({ "disabled": false }))
+        .await;
+    app.pass().await;
+    assert_eq!(app.job(&admin, id).await["status"], "admitted");
+    assert!(crate::support::ledger_violations(&app.pool)
+        .await
+        .is_empty());
 }
 
 /// A stranger who knows a password (a former colleague's) must not learn that the account
