@@ -136,35 +136,45 @@ pub async fn for_job(pool: &PgPool, job: Uuid, range: JobUidRange) -> sqlx::Resu
     }
 }
 
-/// A uid of `range` never given to anyone: above the highest given so far (so uids are handed out
-/// in order), else the lowest gap, else `None`. The caller holds [`JOB_UID_LOCK`].
+/// A uid of `range` never given to anyone: the one above the highest given so far (so uids are
+/// handed out in order, and finding one costs two index lookups), else the lowest gap, else
+/// `None`. The caller holds [`JOB_UID_LOCK`].
 async fn never_given(tx: &mut sqlx::PgConnection, range: JobUidRange) -> sqlx::Result<Option<i32>> {
     let (first, last) = (range.first as i32, range.last as i32);
-    let above: Option<i32> =
-        sqlx::query_scalar("SELECT max(uid) + 1 FROM job_uids_issued WHERE uid BETWEEN $1 AND $2")
-            .bind(first)
-            .bind(last)
-            .fetch_one(&mut *tx)
+    // As bigint: the range may end at the largest integer.
+    let above: Option<i64> = sqlx::query_scalar(
+        "SELECT max(uid)::bigint + 1 FROM job_uids_issued WHERE uid BETWEEN $1 AND $2",
+    )
+    .bind(first)
+    .bind(last)
+    .fetch_one(&mut *tx)
+    .await?;
+    if let Ok(next) = i32::try_from(above.unwrap_or(i64::from(first))) {
+        let sql = format!("SELECT $1::integer WHERE {}", free("$1::integer"));
+        let found: Option<i32> = sqlx::query_scalar(&sql)
+            .bind(next)
+            .fetch_optional(&mut *tx)
             .await?;
-    for from in [above.unwrap_or(first).max(first), first] {
-        if from > last {
-            continue;
-        }
-        let free: Option<i32> = sqlx::query_scalar(
-            "SELECT s FROM generate_series($1::integer, $2::integer) s
-             WHERE NOT EXISTS (SELECT 1 FROM job_uids_issued i WHERE i.uid = s)
-               AND NOT EXISTS (SELECT 1 FROM users u WHERE u.job_uid = s)
-             ORDER BY s LIMIT 1",
-        )
-        .bind(from)
-        .bind(last)
-        .fetch_optional(&mut *tx)
-        .await?;
-        if free.is_some() {
-            return Ok(free);
+        if found.is_some_and(|uid| uid <= last) {
+            return Ok(found);
         }
     }
-    Ok(None)
+    sqlx::query_scalar(&format!(
+        "SELECT s FROM generate_series($1::integer, $2::integer) s WHERE {} ORDER BY s LIMIT 1",
+        free("s")
+    ))
+    .bind(first)
+    .bind(last)
+    .fetch_optional(&mut *tx)
+    .await
+}
+
+/// The SQL condition that the uid `uid` (an SQL expression) was never given and no user holds it.
+fn free(uid: &str) -> String {
+    format!(
+        "NOT EXISTS (SELECT 1 FROM job_uids_issued i WHERE i.uid = {uid}) \
+         AND NOT EXISTS (SELECT 1 FROM users u WHERE u.job_uid = {uid})"
+    )
 }
 
 /// Records that `uid` was given to `user` (once: a uid is recorded with its first holder).
