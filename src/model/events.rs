@@ -31,9 +31,15 @@ vocabulary! {
         LaunchDeferred = "launch_deferred",
         /// A restarted runner took its running container back.
         Readopted = "readopted",
-        /// Its node was lost and it had asked for `requeue_on_node_loss`: back in the queue, its
-        /// cards released (`detail`: reason, node, attempt).
+        /// Back in the queue, its cards released (`detail.reason`): its node was lost and it had
+        /// asked for `requeue_on_node_loss` (`node_lost`, with node and attempt), or its owner was
+        /// disabled before it started (`user_disabled`).
         Requeued = "requeued",
+        /// Its owner was disabled: it stays in the queue, and no pass admits it until an admin
+        /// enables the owner again (`detail.reason`: `user_disabled`).
+        Held = "held",
+        /// Its owner was enabled again: it waits for cards like any queued job.
+        Unheld = "unheld",
         /// Its owner or an admin asked a running job to stop.
         CancelRequested = "cancel_requested",
         /// Exited 0.

@@ -6,11 +6,12 @@ use crate::model::{
     AppError, AuditEntry, AuditKind, JobEventKind, LaunchPolicy, ManifestState, Role, StatusView,
     UserView, WorkloadView,
 };
+use crate::server::admission::pass;
 use crate::server::auth::{password, service, CurrentUser};
 use crate::server::db::users::{self, UserRow};
 use crate::server::db::{events, job_uids, settings};
 use crate::server::error::OrInternal;
-use crate::server::jobs::volumes;
+use crate::server::jobs::{held, volumes};
 use crate::server::manifest::{self, check_name};
 use crate::server::AppState;
 use serde_json::{json, Value};
@@ -53,7 +54,9 @@ pub async fn create_user(
 }
 
 /// Changes a user's role and/or disables or re-enables them (admins). An admin cannot demote or
-/// disable themselves, so there is always someone left to undo a mistake.
+/// disable themselves, so there is always someone left to undo a mistake. Disabling also holds the
+/// user's unstarted jobs and stops their started ones (`jobs::held`); enabling lets the held jobs
+/// run again. Open live streams of the user end, or follow the new role (`jobs::live`).
 pub async fn update_user(
     state: &AppState,
     admin: &CurrentUser,
@@ -73,15 +76,13 @@ pub async fn update_user(
         }
     }
     let (mut tx, before) = user_for_edit(state, id, "beginning a user edit").await?;
+    if let Some(disabled) = disabled {
+        set_disabled(&mut tx, id, disabled, &admin.username).await?;
+    }
     if let Some(role) = role {
         users::set_role(&mut *tx, id, role)
             .await
             .or_internal("changing a role")?;
-    }
-    if let Some(disabled) = disabled {
-        users::set_disabled(&mut *tx, id, disabled)
-            .await
-            .or_internal("disabling a user")?;
     }
     let detail = json!({ "role": role, "disabled": disabled });
     record_user_edit(tx, admin, &before.username, detail).await?;
@@ -91,10 +92,43 @@ pub async fn update_user(
     Ok(view)
 }
 
+/// Disables or enables user `id` in `tx`, and holds and stops their jobs, or lets the held ones
+/// go, when that changes whether they are disabled.
+async fn set_disabled(
+    tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
+    id: Uuid,
+    disabled: bool,
+    actor: &str,
+) -> Result<(), AppError> {
+    // Under the admission lock: a pass that read the user as enabled has committed (and what it
+    // admitted is put back below), and the next one reads them disabled. Taken before any row.
+    pass::lock(tx)
+        .await
+        .or_internal("taking the admission lock")?;
+    let was = users::by_id(&mut **tx, id)
+        .await
+        .or_internal("reading a user")?
+        .is_some_and(|u| u.disabled_at.is_some());
+    users::set_disabled(&mut **tx, id, disabled)
+        .await
+        .or_internal("disabling a user")?;
+    if disabled && !was {
+        let held = held::hold_and_stop(tx, id, actor)
+            .await
+            .or_internal("holding and stopping a disabled user's jobs")?;
+        tracing::info!(user = %id, held = held.held.len(), stopping = held.stopping.len(), "disabled a user: jobs held and stopped");
+    } else if !disabled && was {
+        held::unhold(tx, id, actor)
+            .await
+            .or_internal("letting an enabled user's jobs go")?;
+    }
+    Ok(())
+}
+
 /// Sets the uid and/or gid a user's jobs run as (admins), e.g. to match the site's Unix
 /// accounts so that files jobs write on shared folders belong to the right person. Uid 0 is
 /// refused (images that need root are allowed by the policy's `root_images`), and so is a uid
-/// another user already has.
+/// another user has or had (see `db::job_uids::set`, which also says when the gid moves along).
 pub async fn set_job_ids(
     state: &AppState,
     admin: &CurrentUser,
@@ -124,7 +158,9 @@ pub async fn set_job_ids(
     job_uids::set(&mut tx, id, uid, gid)
         .await
         .map_err(|e| match e {
-            job_uids::SetError::Taken { .. } => AppError::Conflict(format!("job_uid: {e}")),
+            job_uids::SetError::Taken { .. } | job_uids::SetError::GivenBefore { .. } => {
+                AppError::Conflict(format!("job_uid: {e}"))
+            }
             job_uids::SetError::Db(e) => {
                 tracing::error!(error = %e, "setting a job uid failed");
                 AppError::Internal

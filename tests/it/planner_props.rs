@@ -325,10 +325,10 @@ fn check_plan(inp: &PlanInput, p: &Plan) -> Result<(), TestCaseError> {
                     prop_assert_eq!(*gpu_count as usize, g)
                 }
                 WaitReason::HoldingCards { .. } => prop_assert!(false, "nested hold"),
-                WaitReason::OverCap { .. } => {
+                WaitReason::OverCap { .. } | WaitReason::OwnerDisabled => {
                     prop_assert!(
                         false,
-                        "caps are applied before planning, never by the planner"
+                        "caps and holds are applied before planning, never by the planner"
                     )
                 }
             }

@@ -216,6 +216,8 @@ struct Caps {
     /// Admins, whose jobs are not capped (read once a pass: a join per queued job cost the pass
     /// about as much as reading the queue itself).
     admins: HashSet<Uuid>,
+    /// Disabled users, whose queued jobs are held (see `jobs::held`).
+    disabled: HashSet<Uuid>,
 }
 
 impl Caps {
@@ -242,17 +244,26 @@ impl Caps {
             .fetch_all(&mut **tx)
             .await
             .context("reading who is an admin")?;
+        let disabled: Vec<Uuid> =
+            sqlx::query_scalar("SELECT id FROM users WHERE disabled_at IS NOT NULL")
+                .fetch_all(&mut **tx)
+                .await
+                .context("reading who is disabled")?;
         Ok(Caps {
             max_running_per_user: policy.max_running_per_user,
             max_cpu_jobs: policy.max_cpu_jobs_per_node,
             running: running.into_iter().map(|(o, n)| (o, n as u32)).collect(),
             cpu_running: cpu_running as u32,
             admins: admins.into_iter().collect(),
+            disabled: disabled.into_iter().collect(),
         })
     }
 
     /// Takes a place for `q` under every cap, or names the cap that holds it back.
     fn admit(&mut self, q: &QueueRow) -> Option<WaitReason> {
+        if self.disabled.contains(&q.owner_id) {
+            return Some(WaitReason::OwnerDisabled);
+        }
         if q.gpu_count == 0 && self.max_cpu_jobs > 0 && self.cpu_running >= self.max_cpu_jobs {
             return Some(WaitReason::OverCap {
                 cap: "max_cpu_jobs_per_node".into(),

@@ -58,7 +58,9 @@ fn backoff_past(failures: i64, free: i64) -> i64 {
 /// refused attempt is taken back, so refusals never prolong the backoff. One client gets
 /// [`CLIENT_MAX_FAILURES`] over all names; past [`NAME_MAX_FAILURES`] on one name from everywhere,
 /// clients that failed on it back off too. Password checks go through the global [`HashGate`]
-/// (503 when full). Checked attempts are audited.
+/// (503 when full). Checked attempts are audited. A disabled account's right password is answered
+/// exactly as a wrong one (and counts as a failure), so the sign-in page does not tell a stranger
+/// that the account exists; only the audit trail says why.
 pub async fn login(
     pool: &PgPool,
     gate: &HashGate,
@@ -106,7 +108,11 @@ pub async fn login(
             .await
             .or_internal("auditing a sign-in")?;
     }
-    result
+    // `check_attempt` refuses with `Forbidden` only a disabled account's right password.
+    result.map_err(|e| match e {
+        AppError::Forbidden(_) => AppError::BadCredentials,
+        e => e,
+    })
 }
 
 /// The refusals and the password check of one recorded attempt.
@@ -158,6 +164,7 @@ async fn check_attempt(
     match user {
         Some(user) if ok => {
             if user.disabled_at.is_some() {
+                // Answered as a wrong password by `login`, once audited as `disabled`.
                 return Err(AppError::Forbidden("this account is disabled".into()));
             }
             Ok(user)

@@ -1,6 +1,9 @@
 //! The numeric uid/gid each user's jobs run as. Admins may set them (to match the site's Unix
 //! accounts); otherwise one is allocated from the configured range when the user's first job
-//! launches. Two users never share a uid (a unique index says so, and allocation takes a lock).
+//! launches. Two users never share a uid (a unique index says so, and allocation takes a lock),
+//! and a uid once given is never given to anyone else: every uid a user ever held is recorded in
+//! the append-only `job_uids_issued`, because the files its jobs wrote still belong to it after an
+//! admin moves the user to another uid.
 
 use sqlx::{PgExecutor, PgPool};
 use std::fmt;
@@ -77,13 +80,25 @@ pub enum SetError {
         /// Who has it.
         owner: String,
     },
+    /// The uid was another user's job uid before: files their jobs wrote still belong to it.
+    #[error(
+        "uid {uid} was the job uid of `{owner}` before, and files their jobs wrote still belong \
+         to it; a job uid is never given to anyone else"
+    )]
+    GivenBefore {
+        /// The uid asked for.
+        uid: u32,
+        /// Who had it.
+        owner: String,
+    },
     /// The database failed.
     #[error(transparent)]
     Db(#[from] sqlx::Error),
 }
 
 /// The ids the owner of `job` runs as, allocating a uid from `range` (gid = uid) if the owner has
-/// none yet. `Ok(None)` when the range is exhausted.
+/// none yet: the lowest uid above every uid of the range given so far, else the lowest one never
+/// given. `Ok(None)` when every uid of the range has been given.
 pub async fn for_job(pool: &PgPool, job: Uuid, range: JobUidRange) -> sqlx::Result<Option<JobIds>> {
     let owner: Uuid = sqlx::query_scalar("SELECT owner_id FROM jobs WHERE id = $1")
         .bind(job)
@@ -97,26 +112,81 @@ pub async fn for_job(pool: &PgPool, job: Uuid, range: JobUidRange) -> sqlx::Resu
         .bind(JOB_UID_LOCK)
         .execute(&mut *tx)
         .await?;
-    // The lowest free uid of the range; an admin-set gid is kept.
+    let Some(uid) = never_given(&mut tx, range).await? else {
+        tx.commit().await?;
+        return of_user(pool, owner).await;
+    };
+    // An admin-set gid is kept.
     let row: Option<(i32, i32)> = sqlx::query_as(
-        "UPDATE users SET job_uid = free.uid, job_gid = coalesce(users.job_gid, free.uid)
-         FROM (SELECT s AS uid FROM generate_series($2::integer, $3::integer) s
-               WHERE NOT EXISTS (SELECT 1 FROM users u WHERE u.job_uid = s)
-               ORDER BY s LIMIT 1) free
-         WHERE users.id = $1 AND users.job_uid IS NULL
-         RETURNING users.job_uid, users.job_gid",
+        "UPDATE users SET job_uid = $2, job_gid = coalesce(job_gid, $2)
+         WHERE id = $1 AND job_uid IS NULL RETURNING job_uid, job_gid",
     )
     .bind(owner)
-    .bind(range.first as i32)
-    .bind(range.last as i32)
+    .bind(uid)
     .fetch_optional(&mut *tx)
     .await?;
+    if row.is_some() {
+        record_issued(&mut tx, owner, uid).await?;
+    }
     tx.commit().await?;
     match row {
         Some((uid, gid)) => Ok(Some(ids(uid, gid))),
-        // Either the range is full, or someone set the uid meanwhile: read again.
+        // Someone set the uid meanwhile: read again.
         None => of_user(pool, owner).await,
     }
+}
+
+/// A uid of `range` never given to anyone: the one above the highest given so far (so uids are
+/// handed out in order, and finding one costs two index lookups), else the lowest gap, else
+/// `None`. The caller holds [`JOB_UID_LOCK`].
+async fn never_given(tx: &mut sqlx::PgConnection, range: JobUidRange) -> sqlx::Result<Option<i32>> {
+    let (first, last) = (range.first as i32, range.last as i32);
+    // As bigint: the range may end at the largest integer.
+    let above: Option<i64> = sqlx::query_scalar(
+        "SELECT max(uid)::bigint + 1 FROM job_uids_issued WHERE uid BETWEEN $1 AND $2",
+    )
+    .bind(first)
+    .bind(last)
+    .fetch_one(&mut *tx)
+    .await?;
+    if let Ok(next) = i32::try_from(above.unwrap_or(i64::from(first))) {
+        let sql = format!("SELECT $1::integer WHERE {}", free("$1::integer"));
+        let found: Option<i32> = sqlx::query_scalar(&sql)
+            .bind(next)
+            .fetch_optional(&mut *tx)
+            .await?;
+        if found.is_some_and(|uid| uid <= last) {
+            return Ok(found);
+        }
+    }
+    sqlx::query_scalar(&format!(
+        "SELECT s FROM generate_series($1::integer, $2::integer) s WHERE {} ORDER BY s LIMIT 1",
+        free("s")
+    ))
+    .bind(first)
+    .bind(last)
+    .fetch_optional(&mut *tx)
+    .await
+}
+
+/// The SQL condition that the uid `uid` (an SQL expression) was never given and no user holds it.
+fn free(uid: &str) -> String {
+    format!(
+        "NOT EXISTS (SELECT 1 FROM job_uids_issued i WHERE i.uid = {uid}) \
+         AND NOT EXISTS (SELECT 1 FROM users u WHERE u.job_uid = {uid})"
+    )
+}
+
+/// Records that `uid` was given to `user` (once: a uid is recorded with its first holder).
+async fn record_issued(tx: &mut sqlx::PgConnection, user: Uuid, uid: i32) -> sqlx::Result<()> {
+    sqlx::query(
+        "INSERT INTO job_uids_issued (uid, user_id) VALUES ($1, $2) ON CONFLICT (uid) DO NOTHING",
+    )
+    .bind(uid)
+    .bind(user)
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
 }
 
 /// The ids a user's jobs run as, if they have a uid yet (gid defaults to the uid).
@@ -133,7 +203,10 @@ pub async fn of_user(db: impl PgExecutor<'_>, user: Uuid) -> sqlx::Result<Option
 }
 
 /// Sets a user's uid and/or gid (an admin's choice). A gid given without a uid needs the user to
-/// have a uid already, or it is kept for when one is allocated.
+/// have a uid already, or it is kept for when one is allocated. A new uid without a gid takes the
+/// gid along when the gid was the old uid's (the default pairing), so the old gid is left to no one;
+/// a gid the admin set apart from the uid stays. A uid another user holds, or held before, is
+/// refused.
 pub async fn set(
     tx: &mut sqlx::PgConnection,
     user: Uuid,
@@ -154,9 +227,23 @@ pub async fn set(
         if let Some(owner) = owner {
             return Err(SetError::Taken { uid, owner });
         }
+        let before: Option<String> = sqlx::query_scalar(
+            "SELECT u.username FROM job_uids_issued i JOIN users u ON u.id = i.user_id
+             WHERE i.uid = $1 AND i.user_id <> $2",
+        )
+        .bind(uid as i32)
+        .bind(user)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if let Some(owner) = before {
+            return Err(SetError::GivenBefore { uid, owner });
+        }
     }
     sqlx::query(
-        "UPDATE users SET job_uid = coalesce($2, job_uid), job_gid = coalesce($3, job_gid)
+        "UPDATE users SET job_uid = coalesce($2, job_uid),
+           job_gid = CASE WHEN $3::integer IS NOT NULL THEN $3
+                          WHEN $2::integer IS NOT NULL AND job_gid = job_uid THEN $2
+                          ELSE job_gid END
          WHERE id = $1",
     )
     .bind(user)
@@ -164,6 +251,9 @@ pub async fn set(
     .bind(gid.map(|g| g as i32))
     .execute(&mut *tx)
     .await?;
+    if let Some(uid) = uid {
+        record_issued(tx, user, uid as i32).await?;
+    }
     Ok(())
 }
 

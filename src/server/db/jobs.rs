@@ -295,6 +295,67 @@ pub async fn cancel_unstarted(
     .await
 }
 
+/// Locks `owner`'s admitted, starting and running jobs for the rest of the caller's transaction,
+/// so that no runner claims or ends one meanwhile (a runner that holds one is waited for).
+pub async fn lock_placed_of(db: impl PgExecutor<'_>, owner: Uuid) -> sqlx::Result<()> {
+    sqlx::query(
+        "SELECT id FROM jobs WHERE owner_id = $1 AND status IN ('admitted', 'starting', 'running') \
+         ORDER BY id FOR UPDATE",
+    )
+    .bind(owner)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// Puts `owner`'s admitted jobs (cards reserved, not claimed by a runner) back in the queue, their
+/// cards released through the runner's release path. Returns the jobs moved.
+pub async fn requeue_admitted_of(
+    db: &mut sqlx::PgConnection,
+    owner: Uuid,
+) -> sqlx::Result<Vec<Uuid>> {
+    let moved: Vec<Uuid> = sqlx::query_scalar(
+        "UPDATE jobs SET status = 'queued', node = NULL, admitted_at = NULL \
+         WHERE owner_id = $1 AND status = 'admitted' RETURNING id",
+    )
+    .bind(owner)
+    .fetch_all(&mut *db)
+    .await?;
+    for &job in &moved {
+        super::runs::release_cards(&mut *db, job).await?;
+    }
+    Ok(moved)
+}
+
+/// `owner`'s queued jobs, in queue order.
+pub async fn queued_of(db: impl PgExecutor<'_>, owner: Uuid) -> sqlx::Result<Vec<Uuid>> {
+    sqlx::query_scalar(&format!(
+        "SELECT id FROM jobs WHERE owner_id = $1 AND status = 'queued' ORDER BY {QUEUE_ORDER_SQL}"
+    ))
+    .bind(owner)
+    .fetch_all(db)
+    .await
+}
+
+/// Asks the runners to stop every started job of `owner` with `reason`: the job ends `failed` with
+/// it, as a VRAM stop does (a job already asked to stop is left to that request). Returns the jobs
+/// asked.
+pub async fn request_stop_of(
+    db: impl PgExecutor<'_>,
+    owner: Uuid,
+    reason: &str,
+) -> sqlx::Result<Vec<Uuid>> {
+    sqlx::query_scalar(
+        "UPDATE jobs SET cancel_requested_at = now(), stop_reason = $2 \
+         WHERE owner_id = $1 AND status IN ('starting', 'running') \
+           AND cancel_requested_at IS NULL RETURNING id",
+    )
+    .bind(owner)
+    .bind(reason)
+    .fetch_all(db)
+    .await
+}
+
 /// Asks the runner to stop a started job. Returns whether the request was recorded.
 pub async fn request_cancel(db: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<bool> {
     let res = sqlx::query(

@@ -71,9 +71,11 @@ fn describe(kind: JobEventKind, detail: &serde_json::Value) -> String {
             (_, Some(r)) => r.to_owned(),
             _ => String::new(),
         },
-        JobEventKind::Rejected | JobEventKind::LaunchDeferred => {
-            detail["reason"].as_str().unwrap_or_default().to_owned()
-        }
+        JobEventKind::Rejected
+        | JobEventKind::LaunchDeferred
+        | JobEventKind::Requeued
+        | JobEventKind::Held
+        | JobEventKind::CancelRequested => detail["reason"].as_str().unwrap_or_default().to_owned(),
         _ => String::new(),
     }
 }

@@ -2,6 +2,7 @@
 
 pub mod access;
 mod detail;
+pub mod held;
 pub mod live;
 pub mod log_read;
 pub mod logs;

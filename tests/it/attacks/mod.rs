@@ -2,6 +2,9 @@
 //! run from a member account against the real server, Postgres and dockerd, and shows it refused.
 //! The README's "Security model" section says what these cover and what the host's admin must do.
 //!
+//! - `accounts`: inheriting a moved user's job uid, a disabled member's jobs running on, telling
+//!   a disabled account from a wrong password, other users' edits and a demoted manager's view
+//!   on the live stream.
 //! - `isolation`: getting out of a job onto the host (symlink swap of a queued job's volume, a
 //!   setuid plant on a mounted folder) or into a neighbour's job (its open ports).
 //! - `egress`: a job reading a host service through its network's gateway (the host firewall's
@@ -23,6 +26,7 @@
 //! - `listener`: slowloris (head and body), idle keep-alive connections, too many connections.
 //! - `peers`: a peer that redirects a log read (and its grant) elsewhere.
 
+mod accounts;
 mod bounds;
 mod egress;
 mod isolation;

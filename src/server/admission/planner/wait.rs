@@ -87,6 +87,8 @@ pub enum WaitReason {
         /// Its value.
         limit: u32,
     },
+    /// Its owner's account is disabled: held until an admin enables it again.
+    OwnerDisabled,
 }
 
 impl WaitReason {
@@ -165,6 +167,9 @@ impl WaitReason {
                 "its owner already has {limit} jobs running, the most the launch policy allows \
                  ({cap})"
             ),
+            WaitReason::OwnerDisabled => "held: its owner's account is disabled (user_disabled); \
+                                          it runs once an admin enables the account again"
+                .to_string(),
         }
     }
 
