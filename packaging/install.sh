@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs gpuq as a systemd service on this host: the binary, the unit, the `gpuq` system user (in
-# the `docker` group), /etc/gpuq/gpuq.env (kept if it exists) and Docker's live-restore. Run as root from a checkout or an
+# the `docker` group), /etc/gpuq/gpuq.env (kept if it exists), Docker's live-restore and the job
+# network's firewall (gpuq-firewall.service). Run as root from a checkout or an
 # unpacked release, after scripts/release.sh built target/release/gpuq:
 #   sudo packaging/install.sh [path/to/gpuq]
 # Then edit /etc/gpuq/gpuq.env and `systemctl enable --now gpuq`. Running it again upgrades the
@@ -25,6 +26,7 @@ usermod -aG docker gpuq
 install -m 0755 "$bin" /usr/local/bin/gpuq.new
 mv -f /usr/local/bin/gpuq.new /usr/local/bin/gpuq
 install -m 0644 "$here/systemd/gpuq.service" /etc/systemd/system/gpuq.service
+install -m 0644 "$here/systemd/gpuq-firewall.service" /etc/systemd/system/gpuq-firewall.service
 install -d -m 0755 /usr/local/share/doc/gpuq
 [ -f "$here/../README.md" ] && install -m 0644 "$here/../README.md" /usr/local/share/doc/gpuq/README.md
 install -d -m 0750 -o root -g gpuq /etc/gpuq
@@ -66,6 +68,13 @@ else
 fi
 
 systemctl daemon-reload
+# The job network's firewall (root): jobs reach neither this host nor the private ranges.
+systemctl enable gpuq-firewall >/dev/null 2>&1 || true
+if systemctl restart gpuq-firewall; then
+  echo "gpuq-firewall: $(/usr/local/bin/gpuq firewall check 2>&1 || true)"
+else
+  echo "gpuq-firewall did not apply: see journalctl -u gpuq-firewall" >&2
+fi
 if systemctl is-active --quiet gpuq; then
   systemctl restart gpuq
   echo "restarted gpuq with the new binary"

@@ -177,12 +177,14 @@ async fn the_policys_limits_user_and_network_are_what_docker_runs(pool: PgPool) 
     assert_eq!(facts.memory_swap, facts.memory);
     assert_eq!(facts.pids_limit, 4096);
     assert!(facts.readonly_rootfs);
+    let (uid, gid) = job_ids_of(&app, "alice").await;
+    let (uid, gid) = (uid.unwrap(), gid.unwrap());
+    // The job's uid owns its /tmp, whatever mode the image's own /tmp has.
     assert_eq!(
         facts.tmpfs.get("/tmp").map(String::as_str),
-        Some("rw,exec,nosuid,nodev,size=4096m")
+        Some(format!("rw,exec,nosuid,nodev,size=4096m,mode=1777,uid={uid},gid={gid}").as_str())
     );
-    let (uid, gid) = job_ids_of(&app, "alice").await;
-    assert_eq!(facts.user, format!("{}:{}", uid.unwrap(), gid.unwrap()));
+    assert_eq!(facts.user, format!("{uid}:{gid}"));
     assert_eq!(facts.networks, [JOB_NETWORK]);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     loop {
