@@ -495,6 +495,7 @@ pub async fn doctor(args: crate::server::config::DoctorArgs) -> Result<()> {
         listen: s.listen,
         secure_cookies: s.secure_cookies,
         smoke_image: args.smoke_image.clone(),
+        job_uid_range: job_uid_range(s)?,
         egress_allow: crate::server::firewall::parse_allow(&args.egress_allow)
             .map_err(|e| anyhow!(e))?,
     };

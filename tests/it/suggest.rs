@@ -1,9 +1,11 @@
-//! The learning manifest: finished jobs' observed peaks per workload type × GPU model (and per
-//! image for raw-declared jobs), the suggested need, and applying it as an audited manifest edit.
+//! The learning manifest: succeeded jobs' observed peaks per workload type × GPU model (and per
+//! image for raw-declared jobs), one figure per user, the suggested need, and applying it as an
+//! audited manifest edit.
 //! Jobs are submitted through the API, then finished and given `job_vram` records in SQL (what
 //! the runner and the sampler would have written).
 
 use crate::support::{Reply, TestApp, PASSWORD};
+use gpuq::model::Role;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 use uuid::Uuid;
@@ -38,17 +40,18 @@ async fn setup(pool: PgPool) -> Learn {
 }
 
 impl Learn {
-    /// A job submitted with `spec`, then recorded as ended with `status` and one `job_vram` record
-    /// on `card`: the sampler's `peak` and NVML accounting's `accounting` peak.
+    /// A job submitted by `by` with `spec`, then recorded as ended with `status` and one
+    /// `job_vram` record on `card`: the sampler's `peak` and NVML accounting's `accounting` peak.
     async fn observed(
         &self,
+        by: &str,
         spec: Value,
         status: &str,
         card: Uuid,
         peak: i64,
         accounting: Option<i64>,
     ) -> Uuid {
-        let id = self.app.submit_ok(&self.admin, spec).await;
+        let id = self.app.submit_ok(by, spec).await;
         let finished = status != "running";
         sqlx::query(
             "UPDATE jobs SET status = $2, \
@@ -98,15 +101,25 @@ fn raw(mib: i64) -> Value {
     json!({ "image": IMAGE, "command": ["true"], "min_vram_mb": mib })
 }
 
-/// 20 finished llm jobs on the RTX peaking at 1000, 2000, … 20000 MiB, the last one's NVML
-/// accounting peak (30000) above the sampler's; the statuses cycle through every finished one.
-async fn twenty_llm_runs(l: &Learn) {
-    let statuses = ["succeeded", "failed", "timed_out", "cancelled"];
-    for i in 1..=20i64 {
+/// Members `name0`, `name1`, … (`count` of them).
+async fn members(l: &Learn, name: &str, count: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    for i in 0..count {
+        out.push(l.app.bearer(&format!("{name}{i}"), Role::Member).await);
+    }
+    out
+}
+
+/// 20 succeeded llm jobs on the RTX, one each of 20 members, peaking at 1000, 2000, … 20000 MiB,
+/// the last one's NVML accounting peak (30000) above the sampler's.
+async fn twenty_llm_runs(l: &Learn) -> Vec<String> {
+    let users = members(l, "u", 20).await;
+    for (i, by) in (1..=20i64).zip(&users) {
         let accounting = (i == 20).then_some(30000);
-        l.observed(llm(), statuses[i as usize % 4], l.rtx, i * 1000, accounting)
+        l.observed(by, llm(), "succeeded", l.rtx, i * 1000, accounting)
             .await;
     }
+    users
 }
 
 fn pair<'a>(s: &'a Value, workload: &str, model: &str) -> &'a Value {
@@ -121,12 +134,26 @@ fn pair<'a>(s: &'a Value, workload: &str, model: &str) -> &'a Value {
 #[sqlx::test(migrations = false)]
 async fn figures_and_the_rounded_suggestion_per_workload_and_model(pool: PgPool) {
     let l = setup(pool).await;
-    twenty_llm_runs(&l).await;
-    // Not finished: a running job's peak so far does not count.
-    l.observed(llm(), "running", l.rtx, 60000, None).await;
+    let users = twenty_llm_runs(&l).await;
+    // Not finished: a running job's peak so far does not count; nor do jobs that did not succeed
+    // (cancelled early, failed, timed out: they say little of what the work needs).
+    l.observed(&users[0], llm(), "running", l.rtx, 60000, None)
+        .await;
+    for status in ["failed", "timed_out", "cancelled"] {
+        l.observed(&users[1], llm(), status, l.rtx, 50000, None)
+            .await;
+        l.observed(&users[2], llm(), status, l.rtx, 10, None).await;
+    }
+    // One member runs 30 tiny jobs of the type: they count as jobs, but as one figure (her
+    // highest), so she cannot drag the percentiles down.
+    for _ in 0..30 {
+        l.observed(&l.member, llm(), "succeeded", l.rtx, 100, None)
+            .await;
+    }
     // Two finished runs on the A100: too few for a suggestion.
-    l.observed(llm(), "succeeded", l.a100, 9000, None).await;
-    l.observed(llm(), "succeeded", l.a100, 12000, Some(11000))
+    l.observed(&l.admin, llm(), "succeeded", l.a100, 9000, None)
+        .await;
+    l.observed(&l.admin, llm(), "succeeded", l.a100, 12000, Some(11000))
         .await;
 
     // Members read it like the manifest.
@@ -139,8 +166,9 @@ async fn figures_and_the_rounded_suggestion_per_workload_and_model(pool: PgPool)
     assert_eq!(rtx["declared_mib"], 8000);
     assert_eq!(
         rtx["stats"],
-        json!({ "n": 20, "p50_mib": 10000, "p95_mib": 19000, "max_mib": 30000 }),
-        "p50 and p95 are observed peaks (percentile_disc); max takes NVML accounting's peak"
+        json!({ "n": 50, "p50_mib": 10000, "p95_mib": 19000, "max_mib": 30000 }),
+        "n counts the 50 succeeded jobs; p50 and p95 are observed peaks (percentile_disc) over \
+         one figure per user; max takes NVML accounting's peak"
     );
     // 19000 × 1.10 = 20900 → rounded up to 82 × 256 = 20992.
     assert_eq!(rtx["suggested_mib"], 20992);
@@ -162,11 +190,17 @@ async fn figures_and_the_rounded_suggestion_per_workload_and_model(pool: PgPool)
 #[sqlx::test(migrations = false)]
 async fn raw_declared_jobs_are_grouped_per_image(pool: PgPool) {
     let l = setup(pool).await;
-    l.observed(raw(5000), "succeeded", l.rtx, 3000, None).await;
-    l.observed(raw(4000), "failed", l.rtx, 3500, None).await;
-    l.observed(raw(4500), "succeeded", l.rtx, 2000, Some(4000))
+    let r = members(&l, "r", 3).await;
+    l.observed(&r[0], raw(5000), "succeeded", l.rtx, 3000, None)
         .await;
-    l.observed(raw(4500), "succeeded", l.a100, 2000, None).await;
+    l.observed(&r[1], raw(6000), "failed", l.rtx, 9000, None)
+        .await;
+    l.observed(&r[1], raw(4500), "succeeded", l.rtx, 2000, Some(4000))
+        .await;
+    l.observed(&r[2], raw(4000), "succeeded", l.rtx, 3500, None)
+        .await;
+    l.observed(&r[0], raw(4500), "succeeded", l.a100, 2000, None)
+        .await;
     let s = l.suggestions(&l.admin).await;
     assert_eq!(s["workloads"], json!([]), "{s}");
     let images = s["images"].as_array().unwrap();
@@ -210,7 +244,8 @@ async fn an_applied_suggestion_is_an_audited_manifest_edit_and_members_cannot_ap
     );
 
     // No suggestion from two records, and none for a pair never observed: 400 naming the field.
-    l.observed(llm(), "succeeded", l.a100, 9000, None).await;
+    l.observed(&l.admin, llm(), "succeeded", l.a100, 9000, None)
+        .await;
     for model in [A100, "NVIDIA H100"] {
         let r = l.apply(&l.admin, "llm", model).await;
         assert_eq!(r.status, 400, "{}", r.text);
@@ -252,8 +287,10 @@ async fn an_applied_suggestion_is_an_audited_manifest_edit_and_members_cannot_ap
 async fn gpuq_manifest_suggest_prints_the_table(pool: PgPool) {
     let l = setup(pool).await;
     twenty_llm_runs(&l).await;
-    for peak in [3000, 3500, 4000] {
-        l.observed(raw(5000), "succeeded", l.rtx, peak, None).await;
+    let r = members(&l, "r", 3).await;
+    for (peak, by) in [3000, 3500, 4000].into_iter().zip(&r) {
+        l.observed(by, raw(5000), "succeeded", l.rtx, peak, None)
+            .await;
     }
     let serve = crate::support::Serve::new(&l.app.pool, &[]);
     let _server = serve.start("server.log").await;

@@ -6,6 +6,7 @@
 mod egress;
 mod gpu;
 mod host;
+mod uids;
 
 use serde::Serialize;
 use std::net::SocketAddr;
@@ -108,6 +109,8 @@ pub struct DoctorOptions {
     pub secure_cookies: bool,
     /// Image for the fenced smoke container.
     pub smoke_image: Option<String>,
+    /// The uids gpuq gives jobs (`--job-uid-range`).
+    pub job_uid_range: crate::server::db::job_uids::JobUidRange,
     /// Destinations jobs may reach besides the internet (as `gpuq firewall apply` was given).
     pub egress_allow: Vec<crate::server::runtime::egress::Allow>,
 }
@@ -123,6 +126,9 @@ pub async fn run(opts: &DoctorOptions) -> Vec<Check> {
     checks.extend(host::storage(opts, docker.root_dir.as_deref()));
     checks.extend(host::database(opts, docker.root_dir.as_deref(), &cards.vram()).await);
     checks.push(host::listen(opts));
+    if opts.runner {
+        checks.push(uids::job_uids(opts.job_uid_range));
+    }
     checks.push(egress::egress(opts).await);
     checks
 }

@@ -322,3 +322,39 @@ async fn an_images_tmp_and_declared_volume_are_bounded_tmpfs_the_job_can_write(p
     crate::support::cancel_and_wait(&app, &member, id).await;
     node.stop().await;
 }
+
+/// Docker's data root is often moved off `/var/lib/docker` (to `/data/docker`, say), where an
+/// admin may allowlist the tree around it. A member asks for it: submit cannot know this node's
+/// Docker, but the runner, which reads `DockerRootDir` when it starts, refuses the launch.
+#[sqlx::test(migrations = false)]
+async fn a_moved_docker_data_root_is_never_mounted(pool: PgPool) {
+    let dockerd = crate::support::nvml::NvidiaDocker::start();
+    let tree = dockerd.socket().parent().unwrap().to_path_buf();
+    let data_root = tree.join("data");
+    assert!(data_root.join("image").exists(), "{}", data_root.display());
+    let app = TestApp::with_sim_devices(pool, 2).await;
+    let (admin, member) = app.admin_and_member("mallory").await;
+    let allow = json!({
+        "volume_allowlist": [{ "path": tree.to_str().unwrap() }],
+        "network": "none",
+    });
+    app.set_policy(&admin, allow).await;
+    let id = app
+        .submit_ok(
+            &member,
+            job("ls /d/volumes", &[format!("{}:/d", data_root.display())]),
+        )
+        .await;
+    let socket = dockerd.socket().display().to_string();
+    let serve =
+        crate::support::Serve::runner(&app.pool, "moved-root", &["--docker-socket", &socket]);
+    let _server = serve.start("a.log").await;
+    let v = wait_status(&app, &member, id, &["failed", "succeeded"], 60).await;
+    assert_eq!(v["status"], "failed", "Docker's data root was mounted: {v}");
+    let reason = v["status_reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("never mount") && reason.contains(data_root.to_str().unwrap()),
+        "{reason}"
+    );
+    assert_eq!(container_of(&app, id).await, None);
+}
