@@ -35,6 +35,16 @@ mod synth;
 pub mod vram;
 
 use crate::server::admission::planner::plan;
+
+/// A `gpuq serve` child of a benchmark, killed (and reaped) when dropped.
+pub(crate) struct ServeChild(pub std::process::Child);
+
+impl Drop for ServeChild {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
 use anyhow::Result;
 use sqlx::PgPool;
 use std::io::Write;

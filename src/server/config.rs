@@ -243,7 +243,17 @@ pub struct DoctorArgs {
     /// check is skipped with a warning.
     #[arg(long, env = "GPUQ_DOCTOR_IMAGE")]
     pub smoke_image: Option<String>,
-    /// Destinations jobs may reach besides the internet, as `gpuq firewall apply` was given them.
+    /// The destinations jobs may reach, as `gpuq firewall apply` was given them.
+    #[command(flatten)]
+    pub egress: EgressArgs,
+}
+
+/// Destinations jobs on the job network may reach besides the internet (`gpuq firewall`, and
+/// `gpuq doctor`, which checks the rules made with them).
+#[derive(Debug, Clone, Args)]
+pub struct EgressArgs {
+    /// `CIDR[:PORT]`, comma-separated (e.g. `10.0.5.20/32:3128` for a proxy, `192.168.7.0/24`
+    /// for a NAS).
     #[arg(
         long = "egress-allow",
         env = "GPUQ_EGRESS_ALLOW",
@@ -262,14 +272,9 @@ pub struct FirewallArgs {
     /// dockerd's unix socket (local default when unset).
     #[arg(long, env = "GPUQ_DOCKER_SOCKET")]
     pub docker_socket: Option<String>,
-    /// Destinations jobs on the job network may reach besides the internet: `CIDR[:PORT]`,
-    /// comma-separated (e.g. `10.0.5.20/32:3128` for a proxy, `192.168.7.0/24` for a NAS).
-    #[arg(
-        long = "egress-allow",
-        env = "GPUQ_EGRESS_ALLOW",
-        value_delimiter = ','
-    )]
-    pub egress_allow: Vec<String>,
+    /// Destinations jobs may reach besides the internet.
+    #[command(flatten)]
+    pub egress: EgressArgs,
 }
 
 /// What `gpuq firewall` does.

@@ -468,7 +468,7 @@ pub async fn firewall(args: crate::server::config::FirewallArgs) -> Result<()> {
     use crate::server::firewall::{self, Action, FirewallOptions};
     let opts = FirewallOptions {
         docker_socket: args.docker_socket,
-        allow: firewall::parse_allow(&args.egress_allow).map_err(|e| anyhow!(e))?,
+        allow: firewall::parse_allow(&args.egress.egress_allow).map_err(|e| anyhow!(e))?,
     };
     let action = match args.action {
         FirewallAction::Apply => Action::Apply,
@@ -496,7 +496,7 @@ pub async fn doctor(args: crate::server::config::DoctorArgs) -> Result<()> {
         secure_cookies: s.secure_cookies,
         smoke_image: args.smoke_image.clone(),
         job_uid_range: job_uid_range(s)?,
-        egress_allow: crate::server::firewall::parse_allow(&args.egress_allow)
+        egress_allow: crate::server::firewall::parse_allow(&args.egress.egress_allow)
             .map_err(|e| anyhow!(e))?,
     };
     let checks = doctor::run(&opts).await;

@@ -10,6 +10,7 @@
 //! succeeded with exactly one `started` event and one attempt: a duplicate run fails the bench.
 
 use super::ms;
+use super::ServeChild;
 use crate::server::admission::PassConfig;
 use crate::server::auth::CurrentUser;
 use crate::server::db::nodes;
@@ -42,16 +43,6 @@ pub struct FailoverBenchOptions {
     /// A local image with `sleep` (nothing is pulled).
     #[arg(long, default_value = "gpuq-test/busybox:latest")]
     pub image: String,
-}
-
-/// One `gpuq serve` child, killed when dropped.
-struct Victim(std::process::Child);
-
-impl Drop for Victim {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// Runs the failover benchmark against the scratch database at `url` and prints its figures.
@@ -149,7 +140,7 @@ async fn start(
     data: &std::path::Path,
     opts: &FailoverBenchOptions,
     log: &str,
-) -> Result<Victim> {
+) -> Result<ServeChild> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port();
@@ -181,7 +172,7 @@ async fn start(
         .stderr(std::fs::File::create(data.join(log))?)
         .spawn()
         .context("starting gpuq serve")?;
-    let victim = Victim(child);
+    let victim = ServeChild(child);
     let client = reqwest::Client::new();
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
@@ -202,7 +193,7 @@ async fn start(
     }
 }
 
-fn kill9(victim: Victim) {
+fn kill9(victim: ServeChild) {
     let pid = nix::unistd::Pid::from_raw(victim.0.id() as i32);
     let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
     drop(victim);

@@ -9,6 +9,7 @@
 //! each wave prints the resident size before it and its peak, the answers by status, and the
 //! bytes each complete answer carried (status 0: no whole answer within two minutes).
 
+use super::ServeChild;
 use crate::model::Role;
 use crate::server::auth::service::create_token;
 use crate::server::db::users;
@@ -173,16 +174,6 @@ async fn read(client: &reqwest::Client, url: &str, bearer: &str) -> (u16, bool, 
     }
 }
 
-/// A `gpuq serve` child, killed when dropped.
-struct Child(std::process::Child);
-
-impl Drop for Child {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Runs the bench against the scratch database at `url` and prints its figures.
 pub async fn run(
     pool: &PgPool,
@@ -297,7 +288,12 @@ async fn measure(
 
 /// Starts `exe serve` on the database at `url` and the folder `data`; answers it and its base URL
 /// once it is ready.
-async fn start(exe: &Path, url: &str, data: &Path, extra: &[String]) -> Result<(Child, String)> {
+async fn start(
+    exe: &Path,
+    url: &str,
+    data: &Path,
+    extra: &[String],
+) -> Result<(ServeChild, String)> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port();
@@ -324,7 +320,7 @@ async fn start(exe: &Path, url: &str, data: &Path, extra: &[String]) -> Result<(
         .stderr(std::fs::File::create(&log)?)
         .spawn()
         .with_context(|| format!("starting {} serve", exe.display()))?;
-    let child = Child(child);
+    let child = ServeChild(child);
     let base = format!("http://127.0.0.1:{port}");
     let client = reqwest::Client::new();
     let deadline = Instant::now() + Duration::from_secs(60);
