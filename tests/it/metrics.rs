@@ -232,13 +232,10 @@ async fn metrics_agree_with_the_ledger_while_a_job_runs(pool: PgPool) {
             assert!(allowed.contains(k.as_str()), "label {k} on {}", x.metric);
         }
     }
-    // Cancel the long jobs so their containers do not outlive the test by long.
+    // Cancel the long jobs, and wait until they are: a server dropped before its runner stopped
+    // them left their containers behind on the host's dockerd.
     for id in [a, b, c] {
-        let _ = client
-            .post(format!("http://127.0.0.1:{port}/api/v1/jobs/{id}/cancel"))
-            .header("authorization", &bearer)
-            .send()
-            .await;
+        crate::support::cancel_and_wait(&app, &bearer, id).await;
     }
 }
 
