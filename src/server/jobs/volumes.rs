@@ -52,8 +52,6 @@ pub struct ResolvedVolume {
     pub container: String,
     /// Whether the job may only read it.
     pub read_only: bool,
-    /// Device and inode of the resolved folder, to compare with what the container got.
-    pub identity: (u64, u64),
 }
 
 /// Checks every volume of a spec against the allowlist at submit time. `field` names come from
@@ -157,16 +155,11 @@ fn resolve_one(
             "mounts from {} must be read-only: add `:ro`",
             r.path
         )),
-        Some(_) => {
-            let meta = std::fs::metadata(&resolved)
-                .map_err(|e| format!("host path {} cannot be used: {e}", v.host()))?;
-            Ok(ResolvedVolume {
-                host: resolved,
-                container: v.container().to_owned(),
-                read_only: v.read_only(),
-                identity: (meta.dev(), meta.ino()),
-            })
-        }
+        Some(_) => Ok(ResolvedVolume {
+            host: resolved,
+            container: v.container().to_owned(),
+            read_only: v.read_only(),
+        }),
     }
 }
 

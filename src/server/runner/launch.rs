@@ -285,13 +285,8 @@ impl Runner {
         never.extend(self.runtime_roots.get().into_iter().flatten().cloned());
         let resolved = tokio::task::spawn_blocking(move || {
             let resolved = volumes::resolve_for_mount(&volumes, &allow, &never)?;
-            resolved
-                .into_iter()
-                .map(|v| {
-                    let origin = mountinfo::origin_of(&v.host)?;
-                    Ok((v, origin))
-                })
-                .collect::<Result<Vec<_>, String>>()
+            let origins = mountinfo::origins_of(resolved.iter().map(|v| v.host.as_path()))?;
+            Ok::<_, String>(resolved.into_iter().zip(origins).collect::<Vec<_>>())
         })
         .await
         .map_err(|e| NotLaunched::Retry(format!("resolving volumes: {e}")))?

@@ -107,12 +107,19 @@ pub fn mounted_at(table: &str, destination: &str) -> Option<FolderOrigin> {
         })
 }
 
-/// Where `path` lives, from this process's own mount table.
-pub fn origin_of(path: &Path) -> Result<FolderOrigin, String> {
+/// Where each of `paths` lives, from this process's own mount table (read once).
+pub fn origins_of<'a>(
+    paths: impl IntoIterator<Item = &'a Path>,
+) -> Result<Vec<FolderOrigin>, String> {
     let table = std::fs::read_to_string("/proc/self/mountinfo")
         .map_err(|e| format!("reading /proc/self/mountinfo: {e}"))?;
-    origin_in(&table, path)
-        .ok_or_else(|| format!("{} is on no mount this process sees", path.display()))
+    paths
+        .into_iter()
+        .map(|path| {
+            origin_in(&table, path)
+                .ok_or_else(|| format!("{} is on no mount this process sees", path.display()))
+        })
+        .collect()
 }
 
 /// Why a container's binds could not be confirmed.
