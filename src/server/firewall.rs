@@ -41,11 +41,9 @@ pub fn parse_allow(entries: &[String]) -> Result<Vec<Allow>, String> {
 
 /// The plan for this host's job network; with `create`, the network is made first if missing.
 pub async fn plan(opts: &FirewallOptions, create: bool) -> Result<Option<(Plan, bool)>, String> {
-    let docker = match &opts.docker_socket {
-        Some(s) => Docker::connect_socket(s).await,
-        None => Docker::connect().await,
-    }
-    .map_err(|e| format!("Docker: {e}"))?;
+    let docker = Docker::connect_to(opts.docker_socket.as_deref())
+        .await
+        .map_err(|e| format!("Docker: {e}"))?;
     if create {
         docker
             .ensure_job_network()

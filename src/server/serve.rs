@@ -413,10 +413,7 @@ async fn run_node(
     // The runner's subscription starts now: what is announced during re-adoption still reaches it.
     let notes = notifier.subscribe();
     let docker = loop {
-        let connected = match &socket {
-            Some(path) => Docker::connect_socket(path).await,
-            None => Docker::connect().await,
-        };
+        let connected = Docker::connect_to(socket.as_deref()).await;
         match connected {
             Ok(d) => break d,
             Err(e) => {

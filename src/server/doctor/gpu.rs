@@ -240,10 +240,7 @@ pub(super) async fn docker(opts: &DoctorOptions) -> DockerSide {
         .as_deref()
         .unwrap_or("the default socket");
     let connect = async {
-        let d = match &opts.docker_socket {
-            Some(s) => Docker::connect_socket(s).await?,
-            None => Docker::connect().await?,
-        };
+        let d = Docker::connect_to(opts.docker_socket.as_deref()).await?;
         let facts = d.host_facts().await?;
         Ok::<_, crate::server::runtime::RuntimeError>((d, facts))
     };

@@ -56,10 +56,7 @@ impl OwnPids {
         let docker = match cached.as_ref() {
             Some(d) => d.clone(),
             None => {
-                let connected = match socket {
-                    Some(path) => Docker::connect_socket(path).await,
-                    None => Docker::connect().await,
-                };
+                let connected = Docker::connect_to(socket.as_deref()).await;
                 match connected {
                     Ok(d) => cached.insert(d).clone(),
                     Err(e) => {

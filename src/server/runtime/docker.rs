@@ -69,6 +69,14 @@ impl Docker {
         Self::negotiate(inner, Some(path.into())).await
     }
 
+    /// [`Docker::connect_socket`] for `Some` socket path, [`Docker::connect`] for `None`.
+    pub async fn connect_to(socket: Option<&str>) -> Result<Self, RuntimeError> {
+        match socket {
+            Some(path) => Self::connect_socket(path).await,
+            None => Self::connect().await,
+        }
+    }
+
     async fn negotiate(
         inner: bollard::Docker,
         socket: Option<std::path::PathBuf>,
