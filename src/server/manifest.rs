@@ -5,7 +5,7 @@ use crate::model::{AppError, AuditKind, ManifestView, WorkloadView};
 use crate::server::auth::CurrentUser;
 use crate::server::db::{events, gpus, manifest};
 use crate::server::error::OrInternal;
-use crate::server::AppState;
+use crate::server::Ctx;
 use serde::Deserialize;
 use serde_json::json;
 use sqlx::pool::PoolConnection;
@@ -29,10 +29,8 @@ pub struct WorkloadPut {
 }
 
 /// A connection from the pool, and the manifest as read on it.
-async fn load(
-    state: &AppState,
-) -> Result<(PoolConnection<Postgres>, manifest::Manifest), AppError> {
-    let mut conn = state
+async fn load(ctx: &Ctx) -> Result<(PoolConnection<Postgres>, manifest::Manifest), AppError> {
+    let mut conn = ctx
         .pool
         .acquire()
         .await
@@ -44,8 +42,8 @@ async fn load(
 }
 
 /// The whole manifest and the models of the cards gpuq knows.
-pub async fn view(state: &AppState) -> Result<ManifestView, AppError> {
-    let (mut conn, m) = load(state).await?;
+pub async fn view(ctx: &Ctx) -> Result<ManifestView, AppError> {
+    let (mut conn, m) = load(ctx).await?;
     let cards = gpus::list(&mut *conn).await.or_internal("reading cards")?;
     let models: BTreeSet<String> = cards.into_iter().map(|g| g.model).collect();
     Ok(ManifestView {
@@ -64,7 +62,7 @@ pub async fn view(state: &AppState) -> Result<ManifestView, AppError> {
 
 /// Creates or replaces a workload type (admins; the caller checks the role).
 pub async fn put(
-    state: &AppState,
+    ctx: &Ctx,
     user: &CurrentUser,
     name: &str,
     body: &WorkloadPut,
@@ -97,7 +95,7 @@ pub async fn put(
             ));
         }
     }
-    let mut tx = state
+    let mut tx = ctx
         .pool
         .begin()
         .await
@@ -122,8 +120,8 @@ pub async fn put(
 }
 
 /// Deletes a workload type. Queued jobs of that type then wait with the reason shown.
-pub async fn delete(state: &AppState, user: &CurrentUser, name: &str) -> Result<(), AppError> {
-    let mut tx = state
+pub async fn delete(ctx: &Ctx, user: &CurrentUser, name: &str) -> Result<(), AppError> {
+    let mut tx = ctx
         .pool
         .begin()
         .await

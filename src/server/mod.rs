@@ -22,6 +22,7 @@ pub mod auth;
 pub mod bench;
 pub mod cli;
 pub mod config;
+pub mod context;
 pub mod db;
 pub mod doctor;
 pub mod error;
@@ -42,4 +43,5 @@ pub mod state;
 pub mod usage;
 pub mod vram;
 
+pub use context::Ctx;
 pub use state::AppState;

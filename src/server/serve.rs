@@ -15,7 +15,7 @@ use crate::server::notifier::Notifier;
 use crate::server::peers::{ClusterSecret, Peers};
 use crate::server::runner::{DockerHealth, Runner, RunnerConfig};
 use crate::server::runtime::{ensure_sim_devices, Docker, LaunchMode};
-use crate::server::AppState;
+use crate::server::{AppState, Ctx};
 use anyhow::{anyhow, Context, Result};
 use std::io::BufRead;
 use std::net::SocketAddr;
@@ -123,28 +123,19 @@ async fn run(args: &ServeArgs, database: &Database, secret: Option<ClusterSecret
         .await
         .context("first GPU inventory refresh")?;
     let notifier = Notifier::new(Duration::from_millis(args.pass_interval_ms.max(50)));
-    let mut state = AppState::new(
+    let mut ctx = Ctx::new(
         pool.clone(),
-        &args
-            .site_root
-            .as_deref()
-            .map(|dir| dir.to_string_lossy())
-            .unwrap_or_default(),
         pass.clone(),
         args.db.data_dir.join("logs"),
         notifier.clone(),
     );
-    if args.site_root.is_none() {
-        crate::server::http::use_embedded_site(&mut state)?;
-    }
-    state.leptos_options.site_addr = args.listen;
-    state.log_reads = crate::server::jobs::log_read::LogReads::new(args.log_reads as usize);
-    state.peers = Some(Peers::new(&args.node, secret));
-    state.submit_rate = crate::server::jobs::rate::SubmitRate::new(
+    ctx.log_reads = crate::server::jobs::log_read::LogReads::new(args.log_reads as usize);
+    ctx.peers = Some(Peers::new(&args.node, secret));
+    ctx.submit_rate = crate::server::jobs::rate::SubmitRate::new(
         args.submit_rate_per_min,
         args.preview_rate_per_min,
     );
-    state.session_lifetime = chrono::TimeDelta::hours(i64::from(args.session_lifetime_h));
+    ctx.session_lifetime = chrono::TimeDelta::hours(i64::from(args.session_lifetime_h));
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut tasks = JoinSet::new();
     let node = register_node(&pool, args).await?;
@@ -165,7 +156,7 @@ async fn run(args: &ServeArgs, database: &Database, secret: Option<ClusterSecret
         prepare_sim_devices(&inventory)?;
         let launch = RunnerConfig {
             node: args.node.clone(),
-            logs_dir: state.logs_dir.clone(),
+            logs_dir: ctx.logs_dir.clone(),
             log_max_bytes: args.log_max_bytes,
             stop_grace: Duration::from_secs(args.stop_grace_s),
             mode: LaunchMode::Fenced,
@@ -184,7 +175,7 @@ async fn run(args: &ServeArgs, database: &Database, secret: Option<ClusterSecret
             sched,
             stop_rx.clone(),
         ));
-        state.docker = Some(health);
+        ctx.docker = Some(health);
     } else {
         tasks.spawn(sched);
     }
@@ -225,7 +216,7 @@ async fn run(args: &ServeArgs, database: &Database, secret: Option<ClusterSecret
     ));
     tasks.spawn(crate::server::jobs::retention::run(
         pool.clone(),
-        state.logs_dir.clone(),
+        ctx.logs_dir.clone(),
         (Duration::from_secs(3600), Duration::from_secs(10)),
         notifier.subscribe(),
         stop_rx.clone(),
@@ -249,6 +240,18 @@ async fn run(args: &ServeArgs, database: &Database, secret: Option<ClusterSecret
         read_timeout: Duration::from_secs(args.http_read_timeout_s),
         max_connections: args.http_max_connections as usize,
     };
+    let mut state = AppState::new(
+        ctx,
+        &args
+            .site_root
+            .as_deref()
+            .map(|dir| dir.to_string_lossy())
+            .unwrap_or_default(),
+    );
+    if args.site_root.is_none() {
+        crate::server::http::use_embedded_site(&mut state)?;
+    }
+    state.leptos_options.site_addr = args.listen;
     let mut router = match args.ui {
         true => app(state, http_opts),
         false => agent(state, http_opts),

@@ -20,7 +20,7 @@ use crate::server::db::{gpus, vram};
 use crate::server::gpu::{self, GpuInventory, GpuMode, NvmlInventory};
 use crate::server::runtime::ensure_sim_devices;
 use crate::server::vram::{Sampler, VramConfig};
-use crate::server::{jobs, AppState};
+use crate::server::{jobs, Ctx};
 use anyhow::{anyhow, bail, Context, Result};
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
@@ -74,7 +74,7 @@ pub async fn run(pool: &PgPool, opts: &VramBenchOptions, out: &mut impl Write) -
     gpu::sync::refresh(pool, &inventory, NODE).await?;
     ensure_sim_devices(CARDS)?;
     let grace = Duration::from_secs(opts.stop_grace_s);
-    let (state, node) = super::node::start(pool, NODE, 256, grace, "VRAM").await?;
+    let (ctx, node) = super::node::start(pool, NODE, 256, grace, "VRAM").await?;
     let vram_cfg = VramConfig {
         node: NODE.into(),
         every: Duration::from_millis(opts.vram_sample_ms),
@@ -90,10 +90,10 @@ pub async fn run(pool: &PgPool, opts: &VramBenchOptions, out: &mut impl Write) -
         stop_rx,
     ));
     let result = async {
-        latencies(&state, &caller, opts, out).await?;
+        latencies(&ctx, &caller, opts, out).await?;
         let _ = stop_tx.send(true);
         let _ = sampler.await;
-        cpu(&state, &caller, opts, &inventory, &vram_cfg, out).await
+        cpu(&ctx, &caller, opts, &inventory, &vram_cfg, out).await
     }
     .await;
     node.stop().await;
@@ -101,7 +101,7 @@ pub async fn run(pool: &PgPool, opts: &VramBenchOptions, out: &mut impl Write) -
 }
 
 async fn latencies(
-    state: &AppState,
+    ctx: &Ctx,
     caller: &CurrentUser,
     opts: &VramBenchOptions,
     out: &mut impl Write,
@@ -113,25 +113,25 @@ async fn latencies(
     )?;
     let (mut to_event, mut to_stop) = (Vec::new(), Vec::new());
     for _ in 0..opts.rounds {
-        let placed = start_jobs(state, caller, &opts.image).await?;
+        let placed = start_jobs(ctx, caller, &opts.image).await?;
         let t0 = Utc::now();
         for (job, gpu) in &placed {
-            vram::set_sim_usage(&state.pool, *gpu, *job, OVER).await?;
+            vram::set_sim_usage(&ctx.pool, *gpu, *job, OVER).await?;
         }
         for (job, _) in &placed {
-            let at = wait_event(&state.pool, *job).await?;
+            let at = wait_event(&ctx.pool, *job).await?;
             to_event.push(gap(t0, at));
         }
         let t1 = Utc::now();
         for (_, gpu) in &placed {
-            gpus::set_sim_external(&state.pool, *gpu, TOTAL_MIB - OVER - 200).await?;
+            gpus::set_sim_external(&ctx.pool, *gpu, TOTAL_MIB - OVER - 200).await?;
         }
         for (job, _) in &placed {
-            let at = wait_failed(&state.pool, *job).await?;
+            let at = wait_failed(&ctx.pool, *job).await?;
             to_stop.push(gap(t1, at));
         }
         for (_, gpu) in &placed {
-            gpus::set_sim_external(&state.pool, *gpu, 0).await?;
+            gpus::set_sim_external(&ctx.pool, *gpu, 0).await?;
         }
     }
     latency_row(out, "overuse → vram_over_commitment event", to_event)?;
@@ -144,7 +144,7 @@ async fn latencies(
 }
 
 async fn cpu(
-    state: &AppState,
+    ctx: &Ctx,
     caller: &CurrentUser,
     opts: &VramBenchOptions,
     inventory: &Arc<dyn GpuInventory>,
@@ -156,11 +156,11 @@ async fn cpu(
         "== The sampler's own CPU: {} rounds on {CARDS} cards with a job each ==",
         opts.cpu_rounds
     )?;
-    let placed = start_jobs(state, caller, &opts.image).await?;
+    let placed = start_jobs(ctx, caller, &opts.image).await?;
     for (job, gpu) in &placed {
-        vram::set_sim_usage(&state.pool, *gpu, *job, COMMITTED - 1000).await?;
+        vram::set_sim_usage(&ctx.pool, *gpu, *job, COMMITTED - 1000).await?;
     }
-    let mut sim = Sampler::new(state.pool.clone(), Arc::clone(inventory), cfg.clone());
+    let mut sim = Sampler::new(ctx.pool.clone(), Arc::clone(inventory), cfg.clone());
     let per = time_rounds(&mut sim, opts.cpu_rounds).await?;
     cpu_row(out, "simulated cards", per)?;
     if let Some(lib) = &opts.nvml_lib {
@@ -170,20 +170,20 @@ async fn cpu(
         std::fs::copy(lib, &copy).with_context(|| format!("copying {}", lib.display()))?;
         std::fs::write(copy.with_extension("1.state"), nvml_state(&placed)?)?;
         let nvml: Arc<dyn GpuInventory> = Arc::new(NvmlInventory::new(Some(&copy))?);
-        let mut sampler = Sampler::new(state.pool.clone(), nvml, cfg.clone());
+        let mut sampler = Sampler::new(ctx.pool.clone(), nvml, cfg.clone());
         let per = time_rounds(&mut sampler, opts.cpu_rounds).await?;
         cpu_row(out, "NVML cards, 4 processes each", per)?;
         let _ = std::fs::remove_dir_all(&dir);
     }
     for (job, _) in &placed {
-        jobs::cancel(state, caller, *job)
+        jobs::cancel(ctx, caller, *job)
             .await
             .map_err(|e| anyhow!("{e}"))?;
     }
     // The runner removes their containers as they end: wait for it before it is stopped.
     for (job, _) in &placed {
         poll(
-            &state.pool,
+            &ctx.pool,
             *job,
             "SELECT finished_at FROM jobs WHERE id = $1 AND released_at IS NOT NULL",
         )
@@ -245,16 +245,12 @@ fn cpu_row(out: &mut impl Write, what: &str, per_round: Duration) -> Result<()> 
 }
 
 /// Submits one job per card and waits until all run; returns (job, card).
-async fn start_jobs(
-    state: &AppState,
-    caller: &CurrentUser,
-    image: &str,
-) -> Result<Vec<(Uuid, Uuid)>> {
+async fn start_jobs(ctx: &Ctx, caller: &CurrentUser, image: &str) -> Result<Vec<(Uuid, Uuid)>> {
     let body = serde_json::json!({ "image": image, "command": ["sleep", "600"], "min_vram_mb": COMMITTED });
     let mut ids = Vec::new();
     for _ in 0..CARDS {
         ids.push(
-            jobs::submit(state, caller, &body.to_string())
+            jobs::submit(ctx, caller, &body.to_string())
                 .await
                 .map_err(|e| anyhow!("{e}"))?
                 .job_id,
@@ -267,7 +263,7 @@ async fn start_jobs(
              AND r.released_at IS NULL WHERE j.id = ANY($1) AND j.status = 'running'",
         )
         .bind(&ids)
-        .fetch_all(&state.pool)
+        .fetch_all(&ctx.pool)
         .await?;
         if placed.len() == ids.len() {
             return Ok(placed);
