@@ -16,7 +16,7 @@ pub async fn server_fn_caller() -> Result<(Ctx, Option<CurrentUser>), AppError> 
     let parts = leptos::prelude::use_context::<Parts>()
         .ok_or("request parts missing from the server-function context")
         .or_internal("serving a server function")?;
-    let user = CurrentUser::resolve(&parts, &state.ctx).await?;
+    let user = CurrentUser::resolve(&parts, &state.ctx.pool, state.ctx.session_lifetime).await?;
     Ok((state.ctx, user))
 }
 

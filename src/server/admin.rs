@@ -11,8 +11,9 @@ use crate::server::auth::{password, service, CurrentUser};
 use crate::server::db::users::{self, UserRow};
 use crate::server::db::{events, job_uids, settings};
 use crate::server::error::OrInternal;
-use crate::server::jobs::{held, volumes};
+use crate::server::jobs::held;
 use crate::server::manifest::{self, check_name};
+use crate::server::runtime::volumes;
 use crate::server::Ctx;
 use serde_json::{json, Value};
 use uuid::Uuid;
@@ -376,7 +377,7 @@ pub async fn rename_workload(
     )
     .await
     .or_internal("recording a rename")?;
-    manifest::view(ctx)
+    manifest::view(&ctx.pool)
         .await?
         .workloads
         .into_iter()
@@ -386,7 +387,7 @@ pub async fn rename_workload(
 
 /// The manifest, its edits (newest first) and when the last pass ran.
 pub async fn manifest_state(ctx: &Ctx) -> Result<ManifestState, AppError> {
-    let manifest = manifest::view(ctx).await?;
+    let manifest = manifest::view(&ctx.pool).await?;
     let kinds = [
         AuditKind::ManifestPut,
         AuditKind::ManifestRename,

@@ -5,10 +5,10 @@ use crate::model::{AppError, AuditKind, ManifestView, WorkloadView};
 use crate::server::auth::CurrentUser;
 use crate::server::db::{events, gpus, manifest};
 use crate::server::error::OrInternal;
-use crate::server::Ctx;
 use serde::Deserialize;
 use serde_json::json;
 use sqlx::pool::PoolConnection;
+use sqlx::PgPool;
 use sqlx::Postgres;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -29,12 +29,8 @@ pub struct WorkloadPut {
 }
 
 /// A connection from the pool, and the manifest as read on it.
-async fn load(ctx: &Ctx) -> Result<(PoolConnection<Postgres>, manifest::Manifest), AppError> {
-    let mut conn = ctx
-        .pool
-        .acquire()
-        .await
-        .or_internal("acquiring a connection")?;
+async fn load(pool: &PgPool) -> Result<(PoolConnection<Postgres>, manifest::Manifest), AppError> {
+    let mut conn = pool.acquire().await.or_internal("acquiring a connection")?;
     let m = manifest::load(&mut conn)
         .await
         .or_internal("reading the manifest")?;
@@ -42,8 +38,8 @@ async fn load(ctx: &Ctx) -> Result<(PoolConnection<Postgres>, manifest::Manifest
 }
 
 /// The whole manifest and the models of the cards gpuq knows.
-pub async fn view(ctx: &Ctx) -> Result<ManifestView, AppError> {
-    let (mut conn, m) = load(ctx).await?;
+pub async fn view(pool: &PgPool) -> Result<ManifestView, AppError> {
+    let (mut conn, m) = load(pool).await?;
     let cards = gpus::list(&mut *conn).await.or_internal("reading cards")?;
     let models: BTreeSet<String> = cards.into_iter().map(|g| g.model).collect();
     Ok(ManifestView {
@@ -62,7 +58,7 @@ pub async fn view(ctx: &Ctx) -> Result<ManifestView, AppError> {
 
 /// Creates or replaces a workload type (admins; the caller checks the role).
 pub async fn put(
-    ctx: &Ctx,
+    pool: &PgPool,
     user: &CurrentUser,
     name: &str,
     body: &WorkloadPut,
@@ -95,8 +91,7 @@ pub async fn put(
             ));
         }
     }
-    let mut tx = ctx
-        .pool
+    let mut tx = pool
         .begin()
         .await
         .or_internal("beginning a manifest edit")?;
@@ -120,9 +115,8 @@ pub async fn put(
 }
 
 /// Deletes a workload type. Queued jobs of that type then wait with the reason shown.
-pub async fn delete(ctx: &Ctx, user: &CurrentUser, name: &str) -> Result<(), AppError> {
-    let mut tx = ctx
-        .pool
+pub async fn delete(pool: &PgPool, user: &CurrentUser, name: &str) -> Result<(), AppError> {
+    let mut tx = pool
         .begin()
         .await
         .or_internal("beginning a manifest edit")?;

@@ -1,11 +1,10 @@
 //! The subcommands that run on the server side: `gpuq serve` and `gpuq user add`.
 
-use crate::model::Role;
 use crate::server::admission::{scheduler, PassConfig};
 use crate::server::auth::service;
-use crate::server::config::{DbArgs, ServeArgs, UserAddArgs};
+use crate::server::config::ServeArgs;
 use crate::server::db::job_uids::JobUidRange;
-use crate::server::db::{self, session_store, Database, DbOptions};
+use crate::server::db::{self, session_store, Database};
 use crate::server::gpu::{self, GpuInventory, GpuMode};
 use crate::server::http::listen::{self, ListenLimits};
 use crate::server::http::metrics::router as metrics_router;
@@ -17,7 +16,6 @@ use crate::server::runner::{DockerHealth, Runner, RunnerConfig};
 use crate::server::runtime::{ensure_sim_devices, Docker, LaunchMode};
 use crate::server::{AppState, Ctx};
 use anyhow::{anyhow, Context, Result};
-use std::io::BufRead;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -48,30 +46,8 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         .map(ClusterSecret::new)
         .transpose()
         .map_err(|e| anyhow!("--cluster-secret (GPUQ_CLUSTER_SECRET) {e}"))?;
-    let database = db::open(&db_options(&args.db)).await?;
+    let database = db::open(&super::commands::db_options(&args.db)).await?;
     let result = run(&args, &database, secret).await;
-    database.close().await?;
-    result
-}
-
-/// What the database flags say, for [`db::open`].
-fn db_options(args: &DbArgs) -> DbOptions {
-    DbOptions {
-        database_url: args.database_url.clone(),
-        app_database_url: args.app_database_url.clone(),
-        data_dir: args.data_dir.clone(),
-        pg_user: args.pg_user.clone(),
-        max_connections: args.db_max_connections,
-    }
-}
-
-/// Opens the database, runs `work` on it, and closes it again whatever `work` answered.
-async fn with_database<T, F>(args: &DbArgs, work: impl FnOnce(sqlx::PgPool) -> F) -> Result<T>
-where
-    F: std::future::Future<Output = Result<T>>,
-{
-    let database = db::open(&db_options(args)).await?;
-    let result = work(database.pool.clone()).await;
     database.close().await?;
     result
 }
@@ -320,7 +296,7 @@ async fn serve_metrics_apart(
 }
 
 /// The uid range jobs' users are allocated from, or an error naming the flag.
-fn job_uid_range(args: &ServeArgs) -> Result<JobUidRange> {
+pub(crate) fn job_uid_range(args: &ServeArgs) -> Result<JobUidRange> {
     args.job_uid_range
         .parse()
         .map_err(|e| anyhow!("--job-uid-range (GPUQ_JOB_UID_RANGE): {e}"))
@@ -459,134 +435,4 @@ async fn shutdown_signal() {
         _ = term => {},
     }
     tracing::info!("shutting down");
-}
-
-/// `gpuq doctor`: runs the checks, prints them (lines or JSON) and fails when any check failed.
-/// `gpuq firewall …` (see [`crate::server::firewall`]).
-pub async fn firewall(args: crate::server::config::FirewallArgs) -> Result<()> {
-    use crate::server::config::FirewallAction;
-    use crate::server::firewall::{self, Action, FirewallOptions};
-    let opts = FirewallOptions {
-        docker_socket: args.docker_socket,
-        allow: firewall::parse_allow(&args.egress.egress_allow).map_err(|e| anyhow!(e))?,
-    };
-    let action = match args.action {
-        FirewallAction::Apply => Action::Apply,
-        FirewallAction::Check => Action::Check,
-        FirewallAction::Remove => Action::Remove,
-    };
-    let said = firewall::run(action, &opts).await.map_err(|e| anyhow!(e))?;
-    println!("{said}");
-    Ok(())
-}
-
-pub async fn doctor(args: crate::server::config::DoctorArgs) -> Result<()> {
-    use crate::server::doctor;
-    let s = &args.serve;
-    let opts = doctor::DoctorOptions {
-        gpu_source: s.gpu_source().0.to_owned(),
-        sim_gpus: s.sim_gpus.clone(),
-        nvml_lib: s.nvml_lib.clone(),
-        node: s.node.clone(),
-        data_dir: s.db.data_dir.clone(),
-        database_url: s.db.database_url.clone(),
-        docker_socket: s.docker_socket.clone(),
-        runner: s.runner,
-        listen: s.listen,
-        secure_cookies: s.secure_cookies,
-        smoke_image: args.smoke_image.clone(),
-        job_uid_range: job_uid_range(s)?,
-        egress_allow: crate::server::firewall::parse_allow(&args.egress.egress_allow)
-            .map_err(|e| anyhow!(e))?,
-    };
-    let checks = doctor::run(&opts).await;
-    if args.json {
-        println!("{:#}", doctor::render_json(&checks));
-    } else {
-        print!("{}", doctor::render_text(&checks));
-    }
-    if doctor::any_failed(&checks) {
-        let failed: Vec<&str> = checks
-            .iter()
-            .filter(|c| c.status == doctor::Status::Fail)
-            .map(|c| c.name)
-            .collect();
-        return Err(anyhow!("doctor: failed checks: {}", failed.join(", ")));
-    }
-    Ok(())
-}
-
-/// `gpuq user add NAME --role ROLE`, password on standard input.
-pub async fn user_add(args: UserAddArgs) -> Result<()> {
-    let role: Role = args.role.parse().map_err(|e: String| anyhow!(e))?;
-    let mut password = String::new();
-    std::io::stdin()
-        .lock()
-        .read_line(&mut password)
-        .context("reading the password from standard input")?;
-    let password = password.trim_end_matches(['\r', '\n']);
-    let row = with_database(&args.db, |pool| async move {
-        service::add_user(&pool, &args.name, role, password)
-            .await
-            .map_err(|e| anyhow!("{e}"))
-    })
-    .await?;
-    println!("created user `{}` with role {}", row.username, role);
-    Ok(())
-}
-
-/// `gpuq bench admission`: prints planner, pass and burst figures.
-pub async fn bench_admission(args: crate::server::cli::BenchAdmissionArgs) -> Result<()> {
-    with_database(&args.db, |pool| async move {
-        crate::server::bench::admission(&pool, &args.opts, &mut std::io::stdout()).await
-    })
-    .await
-}
-
-/// `gpuq bench runner`: prints launch overhead figures.
-pub async fn bench_runner(args: crate::server::cli::BenchRunnerArgs) -> Result<()> {
-    with_database(&args.db, |pool| async move {
-        crate::server::bench::launch::runner(&pool, &args.opts, &mut std::io::stdout()).await
-    })
-    .await
-}
-
-/// `gpuq bench vram`: the VRAM policing's latencies and the sampler's cost.
-pub async fn bench_vram(args: crate::server::cli::BenchVramArgs) -> Result<()> {
-    with_database(&args.db, |pool| async move {
-        crate::server::bench::vram::run(&pool, &args.opts, &mut std::io::stdout()).await
-    })
-    .await
-}
-
-/// `gpuq bench failover`: kills and restarts a `gpuq serve` on the given external database.
-pub async fn bench_failover(args: crate::server::cli::BenchFailoverArgs) -> Result<()> {
-    let url = args.db.database_url.clone().ok_or_else(|| {
-        anyhow!("gpuq bench failover needs --database-url: the nodes it starts and kills share it")
-    })?;
-    with_database(&args.db, |pool| async move {
-        crate::server::bench::failover::run(&pool, &url, &args.opts, &mut std::io::stdout()).await
-    })
-    .await
-}
-
-/// `gpuq bench logs`: a `gpuq serve`'s resident memory under many log reads at once.
-pub async fn bench_logs(args: crate::server::cli::BenchLogsArgs) -> Result<()> {
-    let url = args.db.database_url.clone().ok_or_else(|| {
-        anyhow!("gpuq bench logs needs --database-url: the server it measures shares it")
-    })?;
-    with_database(&args.db, |pool| async move {
-        crate::server::bench::logs::run(&pool, &url, &args.opts, &mut std::io::stdout()).await
-    })
-    .await
-}
-
-/// `gpuq bench external`: measures the running server at `url` from outside. It only reads the
-/// server's database (no migration: the server may be an older build).
-pub async fn bench_external(
-    args: crate::server::cli::BenchExternalArgs,
-    url: String,
-    token: Option<crate::model::Secret>,
-) -> Result<()> {
-    crate::server::bench::external::run(&url, token, &args.opts, &mut std::io::stdout()).await
 }

@@ -8,7 +8,6 @@ mod nvml;
 mod nvml_usage;
 mod sim;
 pub mod sync;
-pub mod views;
 
 #[cfg(test)]
 mod tests;

@@ -23,7 +23,7 @@ pub async fn readyz(State(state): State<AppState>, req: Request) -> (StatusCode,
     let (status, body) = readiness(&state).await;
     let (parts, _) = req.into_parts();
     // A caller that cannot be resolved (the database is down) is shown no details.
-    let admin = CurrentUser::resolve(&parts, &state.ctx)
+    let admin = CurrentUser::resolve(&parts, &state.ctx.pool, state.ctx.session_lifetime)
         .await
         .ok()
         .flatten()

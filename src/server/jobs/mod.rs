@@ -9,7 +9,6 @@ pub mod logs;
 pub mod rate;
 pub mod retention;
 pub mod views;
-pub mod volumes;
 
 use crate::model::spec::{JobSpec, SpecError, SpecLimits, VramNeed};
 use crate::model::{
@@ -20,6 +19,7 @@ use crate::server::admission::planner::{self, never_fits, Card, Need, QueuedJob}
 use crate::server::auth::CurrentUser;
 use crate::server::db::{events, gpus, jobs, manifest, settings};
 use crate::server::error::OrInternal;
+use crate::server::runtime::volumes;
 use crate::server::Ctx;
 use serde_json::json;
 use std::collections::BTreeMap;

@@ -11,6 +11,7 @@ pub mod fence;
 pub mod hints;
 pub mod mountinfo;
 pub mod simdev;
+pub mod volumes;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -2,9 +2,9 @@
 
 use crate::model::{gpu_id, AppError, AuditKind, GpuHolder, GpuState, GpuView, SkippedGpuView};
 use crate::server::auth::CurrentUser;
+use crate::server::context::Ctx;
 use crate::server::db::{events, gpus, vram};
 use crate::server::error::OrInternal;
-use crate::server::Ctx;
 use serde_json::json;
 use std::collections::{BTreeMap, HashMap};
 use uuid::Uuid;
