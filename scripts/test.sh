@@ -43,6 +43,9 @@ lint() {
   cargo fmt --all -- --check
   step "imports go one way (scripts/check-layers.py, see docs/architecture.md)"
   python3 scripts/check-layers.py
+  step "links in the docs (scripts/check-links.py: every relative link and #anchor resolves)"
+  python3 scripts/check-links.py --self-test
+  python3 scripts/check-links.py
   step "cargo clippy (server, all targets)"
   cargo clippy --all-targets --features ssr -- -D warnings
   step "cargo clippy (browser bundle)"
