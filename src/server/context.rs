@@ -5,9 +5,7 @@
 
 use crate::server::admission::PassConfig;
 use crate::server::auth::password::HashGate;
-use crate::server::jobs::live::StreamSlots;
-use crate::server::jobs::log_read::LogReads;
-use crate::server::jobs::rate::SubmitRate;
+use crate::server::limits::{LogReads, StreamSlots, SubmitRate};
 use crate::server::notifier::Notifier;
 use crate::server::peers::Peers;
 use crate::server::runner::DockerHealth;

@@ -32,6 +32,7 @@ pub mod firewall;
 pub mod gpu;
 pub mod http;
 pub mod jobs;
+pub mod limits;
 pub mod manifest;
 pub mod metrics;
 pub mod nodes;

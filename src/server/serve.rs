@@ -105,12 +105,10 @@ async fn run(args: &ServeArgs, database: &Database, secret: Option<ClusterSecret
         args.db.data_dir.join("logs"),
         notifier.clone(),
     );
-    ctx.log_reads = crate::server::jobs::log_read::LogReads::new(args.log_reads as usize);
+    ctx.log_reads = crate::server::limits::LogReads::new(args.log_reads as usize);
     ctx.peers = Some(Peers::new(&args.node, secret));
-    ctx.submit_rate = crate::server::jobs::rate::SubmitRate::new(
-        args.submit_rate_per_min,
-        args.preview_rate_per_min,
-    );
+    ctx.submit_rate =
+        crate::server::limits::SubmitRate::new(args.submit_rate_per_min, args.preview_rate_per_min);
     ctx.session_lifetime = chrono::TimeDelta::hours(i64::from(args.session_lifetime_h));
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut tasks = JoinSet::new();

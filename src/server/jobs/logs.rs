@@ -221,7 +221,7 @@ async fn follow_here(
     id: Uuid,
     user: Uuid,
     tail: Option<usize>,
-    slot: super::live::StreamSlot,
+    slot: crate::server::limits::StreamSlot,
 ) -> Result<LogStream, AppError> {
     // Listen before reading: an end announced in between is then heard, not lost.
     let notes = ctx.notifier.subscribe();
@@ -275,7 +275,7 @@ struct Follow {
     notes: Subscription,
     grew: broadcast::Receiver<Uuid>,
     /// This follow's place under the viewer's bound on live streams, freed when it ends.
-    _slot: super::live::StreamSlot,
+    _slot: crate::server::limits::StreamSlot,
 }
 
 /// Why a follow woke up.

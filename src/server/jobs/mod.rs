@@ -6,7 +6,6 @@ pub mod held;
 pub mod live;
 pub mod log_read;
 pub mod logs;
-pub mod rate;
 pub mod retention;
 pub mod views;
 
@@ -196,7 +195,8 @@ async fn check_queued_cap(
 /// What would happen to a spec submitted now: fits at the next pass (and where), waits (and why,
 /// behind the jobs already queued), or can never run here.
 pub async fn preview(ctx: &Ctx, user: &CurrentUser, body: &str) -> Result<Preview, AppError> {
-    ctx.submit_rate.take(user, rate::Action::Preview)?;
+    ctx.submit_rate
+        .take(user, crate::server::limits::rate::Action::Preview)?;
     let Checked {
         spec, need, never, ..
     } = check(ctx, user, body).await?;
@@ -247,7 +247,8 @@ pub async fn preview(ctx: &Ctx, user: &CurrentUser, body: &str) -> Result<Previe
 /// queued job costs a row, and those are bounded by `max_queued_per_user`. Every submission first
 /// takes a token of the caller's [`rate::SubmitRate`] bucket.
 pub async fn submit(ctx: &Ctx, user: &CurrentUser, body: &str) -> Result<JobAck, AppError> {
-    ctx.submit_rate.take(user, rate::Action::Submit)?;
+    ctx.submit_rate
+        .take(user, crate::server::limits::rate::Action::Submit)?;
     let Checked {
         spec,
         field,

@@ -7,7 +7,7 @@
 use crate::support::{read_stream_until, TestApp, PASSWORD};
 use gpuq::model::Role;
 use gpuq::server::http::HttpOptions;
-use gpuq::server::jobs::rate::SubmitRate;
+use gpuq::server::limits::SubmitRate;
 use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
 use serde_json::{json, Value};
 use sqlx::PgPool;

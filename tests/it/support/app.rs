@@ -146,7 +146,7 @@ impl TestApp {
         ctx.hashing = hashing.clone();
         // The tests submit in loops far faster than a person does; `attacks::submits` checks the
         // per-user rate with an app of its own.
-        ctx.submit_rate = gpuq::server::jobs::rate::SubmitRate::new(0, 0);
+        ctx.submit_rate = gpuq::server::limits::SubmitRate::new(0, 0);
         edit(&mut ctx);
         TestApp {
             pool,
