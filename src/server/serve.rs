@@ -30,16 +30,8 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         crate::server::auth::password::check_policy(pw)
             .map_err(|e| anyhow!("GPUQ_BOOTSTRAP_ADMIN_PASSWORD: {e}"))?;
     }
+    args.validate().map_err(|e| anyhow!(e))?;
     job_uid_range(&args)?;
-    if args
-        .metrics_token
-        .as_deref()
-        .is_some_and(|t| t.trim().is_empty())
-    {
-        return Err(anyhow!(
-            "--metrics-token (GPUQ_METRICS_TOKEN) is empty: give a token, or unset it to leave /metrics open"
-        ));
-    }
     let secret = args
         .cluster_secret
         .as_deref()
