@@ -25,9 +25,12 @@
 //! - `sessions`: a busy session outliving its lifetime; a junk bearer header on a cross-site post.
 //! - `listener`: slowloris (head and body), idle keep-alive connections, too many connections.
 //! - `peers`: a peer that redirects a log read (and its grant) elsewhere.
+//! - `database`: the embedded Postgres's socket without its password (its owner account, root
+//!   past the folder, other users), and a cluster that trusted its socket before.
 
 mod accounts;
 mod bounds;
+mod database;
 mod egress;
 mod isolation;
 mod listener;
