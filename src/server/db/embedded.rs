@@ -1,6 +1,13 @@
 //! The embedded Postgres: a cluster under `<data-dir>/pg`, run with the system's `initdb`/`pg_ctl`,
 //! reachable only through a unix socket in a directory only its owner can enter.
 //!
+//! Reaching the socket is not enough to get in: every local connection authenticates with
+//! SCRAM-SHA-256 against a secret gpuq generates once and keeps in `<data-dir>/pg-password` (mode
+//! 0600, gpuq's own user), so the cluster's superuser is never open by `trust` to whoever else can
+//! reach the socket (a process of the cluster's owner, root in a container given the folder). A
+//! cluster made before the secret (trusting its socket) gets a password and the same rules at its
+//! next start.
+//!
 //! Postgres refuses to run as root, so when gpuq is root the cluster belongs to an unprivileged user
 //! (`--pg-user`). A cluster already running on the same directory (another gpuq process, or
 //! `gpuq user add` next to a running server) is attached to, not started twice.
@@ -18,12 +25,20 @@ const ROLE: &str = "gpuq";
 const PORT: u16 = 5432;
 /// Unix socket paths are limited to 107 bytes by the kernel.
 const MAX_SOCKET_PATH: usize = 100;
+/// The file, in the data directory, holding the password of the cluster's roles.
+pub const PASSWORD_FILE: &str = "pg-password";
+/// The cluster's client authentication: a password over the socket, nothing over TCP (which is not
+/// opened anyway).
+const HBA: &str =
+    "# Written by gpuq: every connection proves the password in <data-dir>/pg-password.\n\
+                   local all all scram-sha-256\n";
 
 /// A running embedded cluster and whether this process started it (and so must stop it).
 #[derive(Debug)]
 pub struct EmbeddedPg {
     cluster: PathBuf,
     socket_dir: PathBuf,
+    password: String,
     owner: Option<(Uid, Gid)>,
     started_here: bool,
     stopped: bool,
@@ -66,15 +81,18 @@ impl EmbeddedPg {
             }
         }
         set_mode(&socket_dir, 0o700)?;
+        let password = password::load_or_create(&absolute(data_dir)?.join(PASSWORD_FILE))?;
         let mut pg = EmbeddedPg {
             cluster,
             socket_dir,
+            password,
             owner,
             started_here: false,
             stopped: false,
         };
         if !pg.cluster.join("PG_VERSION").exists() {
             pg.initdb()?;
+            pg.write_hba()?;
         }
         if pg.is_running() {
             tracing::info!(cluster = %pg.cluster.display(), "attached to running embedded Postgres");
@@ -83,6 +101,10 @@ impl EmbeddedPg {
             pg.started_here = true;
             tracing::info!(cluster = %pg.cluster.display(), "started embedded Postgres");
         }
+        if !pg.hba_is_ours() {
+            pg.close_trust()?;
+        }
+        pg.ensure_database()?;
         Ok(pg)
     }
 
@@ -92,7 +114,13 @@ impl EmbeddedPg {
             .socket(&self.socket_dir)
             .port(PORT)
             .username(ROLE)
+            .password(&self.password)
             .database(database)
+    }
+
+    /// The password of the cluster's roles (`gpuq`, and the application's role gpuq makes).
+    pub fn password(&self) -> &str {
+        &self.password
     }
 
     /// Stops the cluster if this process started it. Safe to call twice.
@@ -118,7 +146,8 @@ impl EmbeddedPg {
             self.cluster.as_os_str(),
             "-U".as_ref(),
             ROLE.as_ref(),
-            "--auth-local=trust".as_ref(),
+            // Nobody gets in until the owner role has its password and gpuq's rules are written.
+            "--auth-local=reject".as_ref(),
             "--auth-host=reject".as_ref(),
             "-E".as_ref(),
             "UTF8".as_ref(),
@@ -129,7 +158,52 @@ impl EmbeddedPg {
             .args(args)
             .output()
             .context("running initdb")?;
-        check(&out, "initdb")
+        check(&out, "initdb")?;
+        self.set_password_offline()
+    }
+
+    /// Gives the owner role its password in single-user mode (the cluster stopped, no socket),
+    /// the statement on standard input: neither a command line nor a file shows it to anyone.
+    fn set_password_offline(&self) -> Result<()> {
+        let mut single = self.command("postgres")?;
+        single
+            .arg("--single")
+            .arg("-D")
+            .arg(&self.cluster)
+            .arg("postgres");
+        let sql = format!("ALTER ROLE {ROLE} PASSWORD '{}'\n", self.password);
+        let out = run_with_input(single, &sql, "postgres --single")?;
+        check(&out, "setting the embedded cluster's password")?;
+        let said = String::from_utf8_lossy(&out.stdout);
+        if said.contains("ERROR") {
+            bail!("setting the embedded cluster's password: {}", said.trim());
+        }
+        Ok(())
+    }
+
+    /// Whether the cluster's `pg_hba.conf` is gpuq's own (password only).
+    fn hba_is_ours(&self) -> bool {
+        std::fs::read_to_string(self.cluster.join("pg_hba.conf")).is_ok_and(|hba| hba == HBA)
+    }
+
+    /// Writes gpuq's `pg_hba.conf`, as the cluster's owner: gpuq running as root never writes
+    /// into a folder another user owns, where a planted link could point it anywhere.
+    fn write_hba(&self) -> Result<()> {
+        let path = self.cluster.join("pg_hba.conf");
+        let mut tee = self.command("sh")?;
+        tee.args(["-c", "cat > \"$0\""]).arg(&path);
+        let out = run_with_input(tee, HBA, "writing pg_hba.conf")?;
+        check(&out, &format!("writing {}", path.display()))
+    }
+
+    /// A cluster made before the password trusts its socket: give its owner role the password
+    /// over that trusted way in, then require it from every connection.
+    fn close_trust(&self) -> Result<()> {
+        tracing::info!(cluster = %self.cluster.display(), "embedded Postgres: requiring a password on its socket");
+        self.psql(&format!("ALTER ROLE {ROLE} PASSWORD '{}'", self.password))?;
+        self.write_hba()?;
+        self.psql("SELECT pg_reload_conf()")?;
+        Ok(())
     }
 
     fn is_running(&self) -> bool {
@@ -147,8 +221,7 @@ impl EmbeddedPg {
         let log = self.cluster.join("postgres.log");
         let log = log.to_string_lossy().into_owned();
         let out = self.pg_ctl(&["start", "-w", "-t", "60", "-l", &log, "-o", &opts])?;
-        check(&out, "pg_ctl start").with_context(|| format!("see {log}"))?;
-        self.ensure_database()
+        check(&out, "pg_ctl start").with_context(|| format!("see {log}"))
     }
 
     fn ensure_database(&self) -> Result<()> {
@@ -161,24 +234,21 @@ impl EmbeddedPg {
         Ok(())
     }
 
+    /// Runs `sql` as the cluster's owner role. The statement goes through standard input, never
+    /// the command line, which every local user can read in `ps`.
     fn psql(&self, sql: &str) -> Result<String> {
-        let out = self
-            .command("psql")?
-            .args(["-X", "-q", "-t", "-A", "-v", "ON_ERROR_STOP=1", "-h"])
+        let mut psql = self.command("psql")?;
+        psql.args(["-X", "-q", "-t", "-A", "-v", "ON_ERROR_STOP=1", "-h"])
             .arg(&self.socket_dir)
-            .args([
-                "-p",
-                &PORT.to_string(),
-                "-U",
-                ROLE,
-                "-d",
-                "postgres",
-                "-c",
-                sql,
-            ])
-            .output()
-            .context("running psql")?;
-        check(&out, "preparing the gpuq database")?;
+            .args(["-p", &PORT.to_string(), "-U", ROLE, "-d", "postgres"])
+            .env("PGPASSWORD", &self.password);
+        let out = run_with_input(psql, sql, "psql")?;
+        check(&out, "preparing the gpuq database").with_context(|| {
+            format!(
+                "the embedded cluster's password is kept in {PASSWORD_FILE} in the data directory; \
+                 if that file was removed or replaced, restore it"
+            )
+        })?;
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
@@ -220,6 +290,9 @@ pub struct EmbeddedProbe {
     pub socket_present: bool,
     /// How to connect to the `gpuq` database, if it runs.
     pub connect: PgConnectOptions,
+    /// Why the cluster's password file could not be read, if it is there and could not be (the
+    /// doctor then says so).
+    pub password_error: Option<String>,
 }
 
 /// Looks at the embedded cluster under `data_dir` without touching it.
@@ -228,15 +301,31 @@ pub fn probe(data_dir: &Path) -> Result<EmbeddedProbe> {
         .with_context(|| format!("resolving {}", data_dir.display()))?
         .join("pg");
     let socket_dir = base.join("run");
+    let mut connect = PgConnectOptions::new()
+        .socket(&socket_dir)
+        .port(PORT)
+        .username(ROLE)
+        .database(ROLE);
+    let password_file = std::path::absolute(data_dir)
+        .unwrap_or_else(|_| data_dir.to_owned())
+        .join(PASSWORD_FILE);
+    // No file: a cluster from before the password (it still trusts its socket) or none at all.
+    let password_error = match password_file.symlink_metadata() {
+        Err(_) => None,
+        Ok(_) => match password::read(&password_file) {
+            Ok(secret) => {
+                connect = connect.password(&secret);
+                None
+            }
+            Err(e) => Some(format!("{e:#}")),
+        },
+    };
     Ok(EmbeddedProbe {
         initialised: base.join("data").join("PG_VERSION").exists(),
         socket_present: socket_dir.join(format!(".s.PGSQL.{PORT}")).exists(),
         cluster: base.join("data"),
-        connect: PgConnectOptions::new()
-            .socket(&socket_dir)
-            .port(PORT)
-            .username(ROLE)
-            .database(ROLE),
+        connect,
+        password_error,
     })
 }
 
@@ -272,6 +361,26 @@ fn check(out: &Output, what: &str) -> Result<()> {
     )
 }
 
+/// Runs `cmd` with `input` on its standard input and collects its output.
+fn run_with_input(mut cmd: Command, input: &str, what: &str) -> Result<Output> {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("running {what}"))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin
+            .write_all(input.as_bytes())
+            .with_context(|| format!("feeding {what}"))?;
+    }
+    child
+        .wait_with_output()
+        .with_context(|| format!("waiting for {what}"))
+}
+
 fn absolute(path: &Path) -> Result<PathBuf> {
     std::fs::create_dir_all(path).with_context(|| format!("creating {}", path.display()))?;
     path.canonicalize()
@@ -282,4 +391,62 @@ fn set_mode(path: &Path, mode: u32) -> Result<()> {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
         .with_context(|| format!("setting permissions of {}", path.display()))
+}
+
+/// The cluster's password file: made once, readable by gpuq's user alone.
+mod password {
+    use anyhow::{bail, Context, Result};
+    use rand::RngCore;
+    use std::io::{Read, Write};
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    use std::path::Path;
+
+    /// The password kept in `path`, made (32 random bytes, hex) if there is none yet.
+    pub fn load_or_create(path: &Path) -> Result<String> {
+        if path.symlink_metadata().is_ok() {
+            return read(path);
+        }
+        let mut bytes = [0u8; 32];
+        rand::rngs::OsRng.fill_bytes(&mut bytes);
+        let secret = hex::encode(bytes);
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(nix::libc::O_NOFOLLOW)
+            .open(path)
+            .with_context(|| format!("creating {}", path.display()))?;
+        writeln!(file, "{secret}").with_context(|| format!("writing {}", path.display()))?;
+        file.sync_all()
+            .with_context(|| format!("writing {}", path.display()))?;
+        Ok(secret)
+    }
+
+    /// The password kept in `path`; its mode is set back to 0600 if it had become wider.
+    pub fn read(path: &Path) -> Result<String> {
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::libc::O_NOFOLLOW)
+            .open(path)
+            .with_context(|| {
+                format!("reading the embedded cluster's password {}", path.display())
+            })?;
+        let mode = file.metadata()?.permissions().mode();
+        if mode & 0o077 != 0 {
+            tracing::warn!(file = %path.display(), mode = format!("{:o}", mode & 0o777), "the embedded cluster's password was readable by others; restricting it to 0600");
+            file.set_permissions(std::fs::Permissions::from_mode(0o600))
+                .with_context(|| format!("restricting {}", path.display()))?;
+        }
+        let mut text = String::new();
+        file.read_to_string(&mut text)
+            .with_context(|| format!("reading {}", path.display()))?;
+        let secret = text.trim();
+        if secret.is_empty() || !secret.chars().all(|c| c.is_ascii_alphanumeric()) {
+            bail!(
+                "{} does not hold a password gpuq made (letters and digits on one line)",
+                path.display()
+            );
+        }
+        Ok(secret.to_owned())
+    }
 }

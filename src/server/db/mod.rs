@@ -102,7 +102,8 @@ pub async fn open(args: &DbOptions) -> Result<Database> {
         .connect_with(owner.clone())
         .await
         .context("connecting to Postgres")?;
-    let prepared = prepare(&owner_pool, app.as_ref(), embedded.is_some()).await;
+    let password = embedded.as_ref().map(|pg| pg.password().to_owned());
+    let prepared = prepare(&owner_pool, app.as_ref(), password.as_deref()).await;
     owner_pool.close().await;
     prepared?;
     let app = app
@@ -117,13 +118,18 @@ pub async fn open(args: &DbOptions) -> Result<Database> {
     Ok(Database { pool, embedded })
 }
 
-/// As the schema's owner: migrates, then makes (embedded) and grants the application's role.
-async fn prepare(owner: &PgPool, app: Option<&PgConnectOptions>, embedded: bool) -> Result<()> {
+/// As the schema's owner: migrates, then makes (embedded, with the cluster's `password`) and
+/// grants the application's role.
+async fn prepare(
+    owner: &PgPool,
+    app: Option<&PgConnectOptions>,
+    embedded_password: Option<&str>,
+) -> Result<()> {
     migrate(owner).await?;
     match app {
         Some(app) => {
-            if embedded {
-                create_role(owner, APP_ROLE).await?;
+            if let Some(password) = embedded_password {
+                create_role(owner, APP_ROLE, password).await?;
             }
             grant_app_role(owner, app.get_username()).await
         }
@@ -134,9 +140,13 @@ async fn prepare(owner: &PgPool, app: Option<&PgConnectOptions>, embedded: bool)
     }
 }
 
-/// Creates a login role without privileges of its own, if it does not exist yet.
-async fn create_role(owner: &PgPool, role: &str) -> Result<()> {
+/// Creates a login role without privileges of its own, if it does not exist yet, and gives it
+/// `password` (the embedded cluster lets no role in without one).
+async fn create_role(owner: &PgPool, role: &str, password: &str) -> Result<()> {
     let ident = role_ident(role)?;
+    if !password.chars().all(|c| c.is_ascii_alphanumeric()) {
+        anyhow::bail!("the password of the database role `{role}` must be letters and digits");
+    }
     sqlx::query(&format!(
         "DO $$ BEGIN
            IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{role}') THEN
@@ -147,6 +157,10 @@ async fn create_role(owner: &PgPool, role: &str) -> Result<()> {
     .execute(owner)
     .await
     .with_context(|| format!("creating the database role `{role}`"))?;
+    sqlx::query(&format!("ALTER ROLE {ident} PASSWORD '{password}'"))
+        .execute(owner)
+        .await
+        .with_context(|| format!("setting the password of the database role `{role}`"))?;
     Ok(())
 }
 

@@ -223,6 +223,13 @@ fn connect_options(opts: &DoctorOptions) -> Result<(PgConnectOptions, String), C
             "start gpuq (`systemctl start gpuq`), which starts it, then run the doctor again to check migrations and the clock",
         ));
     }
+    if let Some(e) = probe.password_error {
+        return Err(Check::fail(
+            "postgres",
+            format!("embedded cluster {where_}: {e}"),
+            "run gpuq doctor as gpuq's user or as root (the cluster's password is theirs alone)",
+        ));
+    }
     Ok((probe.connect, format!("embedded cluster {where_}")))
 }
 

@@ -1,15 +1,16 @@
-//! Reading a job's log: the last lines, or a live tail that ends when the job does. A follow
-//! wakes when this process's runner appends to the log or the job's end is announced; it never
-//! polls the file or the database on a timer of its own.
+//! Reading a job's log: the last lines, or a live tail that ends when the job does, or when its
+//! viewer may no longer read it (disabled, or demoted from manager while following another
+//! member's job). A follow wakes when this process's runner appends to the log, the job's end is
+//! announced or a user is edited; it never polls the file or the database on a timer of its own.
 //!
 //! A log lives on the disk of the node that ran the job. Asked on another node, that node checks
 //! the viewer's right to it and fetches it from the owning node (see [`crate::server::peers`]); a
 //! lost node's log is refused with a message saying so, never answered empty.
 
 use super::log_read::{self, check_tail, LogStream};
-use crate::model::{AppError, JobChange, LiveEvent, NodeState};
+use crate::model::{AppError, AuditKind, JobChange, LiveEvent, NodeState, Role};
 use crate::server::auth::CurrentUser;
-use crate::server::db::{jobs, nodes};
+use crate::server::db::{jobs, nodes, users};
 use crate::server::error::OrInternal;
 use crate::server::notifier::{Note, Subscription};
 use crate::server::runner::logs::log_path;
@@ -39,7 +40,7 @@ pub async fn read(
     tail: Option<usize>,
 ) -> Result<LogStream, AppError> {
     check_tail(tail)?;
-    match source(ctx, viewer, id).await? {
+    match source(ctx, viewer, id).await?.0 {
         Source::Here(path) => read_here(ctx, viewer.id, path, tail).await,
         Source::There { node, url } => {
             let peers = ctx.peers.as_ref().ok_or(AppError::Internal)?;
@@ -115,10 +116,16 @@ pub async fn follow(
     tail: Option<usize>,
 ) -> Result<LogStream, AppError> {
     check_tail(tail)?;
-    let source = source(ctx, viewer, id).await?;
+    let (source, owner) = source(ctx, viewer, id).await?;
     let slot = ctx.streams.take(viewer)?;
     match source {
-        Source::Here(path) => follow_here(ctx, path, id, viewer.id, tail, slot).await,
+        Source::Here(path) => {
+            let reader = Reader {
+                viewer: viewer.id,
+                owner,
+            };
+            follow_here(ctx, path, id, reader, tail, slot).await
+        }
         Source::There { node, url } => {
             let peers = ctx.peers.as_ref().ok_or(AppError::Internal)?;
             let answer = peers.log(&node, &url, id, viewer.id, tail, true).await?;
@@ -164,35 +171,40 @@ pub async fn for_peer(
     let path = log_path(&ctx.logs_dir, id);
     if follow {
         let slot = ctx.streams.take_for(user)?;
-        follow_here(ctx, path, id, user, tail, slot).await
+        let reader = Reader {
+            viewer: user,
+            owner: job.owner_id,
+        };
+        follow_here(ctx, path, id, reader, tail, slot).await
     } else {
         read_here(ctx, user, path, tail).await
     }
 }
 
-/// Where the viewer reads job `id`'s log, when they may read it: its owner, managers and admins.
-/// Here when this process is alone, ran the job, or holds its log file; otherwise on the job's
-/// node, unless that node is lost.
-async fn source(ctx: &Ctx, viewer: &CurrentUser, id: Uuid) -> Result<Source, AppError> {
+/// Where the viewer reads job `id`'s log, when they may read it (its owner, managers and
+/// admins), and the job's owner. Here when this process is alone, ran the job, or holds its log
+/// file; otherwise on the job's node, unless that node is lost.
+async fn source(ctx: &Ctx, viewer: &CurrentUser, id: Uuid) -> Result<(Source, Uuid), AppError> {
     let job = super::find(&ctx.pool, id).await?;
-    if !super::access::sees_details(viewer, job.owner_id) {
+    let owner = job.owner_id;
+    if !super::access::sees_details(viewer, owner) {
         return Err(AppError::Forbidden(
             "members read only their own jobs' logs".into(),
         ));
     }
     let path = log_path(&ctx.logs_dir, id);
     let (Some(peers), Some(node)) = (&ctx.peers, job.job.node) else {
-        return Ok(Source::Here(path));
+        return Ok((Source::Here(path), owner));
     };
     if node == peers.node || tokio::fs::try_exists(&path).await.unwrap_or(false) {
-        return Ok(Source::Here(path));
+        return Ok((Source::Here(path), owner));
     }
     let Some(row) = nodes::get(&ctx.pool, &node)
         .await
         .or_internal("reading a node")?
     else {
         // A node that never registered (a record older than nodes): what this node has.
-        return Ok(Source::Here(path));
+        return Ok((Source::Here(path), owner));
     };
     if row.state == NodeState::Lost {
         let why = match row.forgotten_at {
@@ -207,19 +219,49 @@ async fn source(ctx: &Ctx, viewer: &CurrentUser, id: Uuid) -> Result<Source, App
              and can be read again once the node is back"
         )));
     }
-    Ok(Source::There {
-        node,
-        url: row.advertise_url,
-    })
+    Ok((
+        Source::There {
+            node,
+            url: row.advertise_url,
+        },
+        owner,
+    ))
 }
 
-/// Follows a log in this node's folder from its last `tail` lines (for `user`, who holds `slot`),
-/// or from its start.
+/// Who follows a log, and whose job it is: the follow lasts only while the viewer may read it.
+#[derive(Debug, Clone, Copy)]
+struct Reader {
+    viewer: Uuid,
+    owner: Uuid,
+}
+
+impl Reader {
+    /// Whether the viewer may still read the log: their account is enabled, and they own the job
+    /// or are a manager or an admin. An account that cannot be read ends the follow (a stream is
+    /// not kept open on a guess), as it ends an event stream.
+    async fn may_read(&self, pool: &PgPool) -> bool {
+        let row = match users::active_by_id(pool, self.viewer).await {
+            Ok(Some(row)) => row,
+            Ok(None) => return false,
+            Err(e) => {
+                tracing::warn!(user = %self.viewer, error = %e, "log follow: cannot read its user again; ending it");
+                return false;
+            }
+        };
+        match row.role() {
+            Ok(role) => self.viewer == self.owner || role.at_least(Role::Manager),
+            Err(_) => false,
+        }
+    }
+}
+
+/// Follows a log in this node's folder from its last `tail` lines (for `reader`, who holds
+/// `slot`), or from its start.
 async fn follow_here(
     ctx: &Ctx,
     path: PathBuf,
     id: Uuid,
-    user: Uuid,
+    reader: Reader,
     tail: Option<usize>,
     slot: crate::server::limits::StreamSlot,
 ) -> Result<LogStream, AppError> {
@@ -228,7 +270,7 @@ async fn follow_here(
     let grew = ctx.notifier.subscribe_logs();
     // A tail is read whole before it is sent: it takes a place under the bound on reads.
     let place = match tail {
-        Some(_) => Some(ctx.log_reads.enter(user).await?),
+        Some(_) => Some(ctx.log_reads.enter(reader.viewer).await?),
         None => None,
     };
     let (text, offset) = snapshot_of(path.clone(), tail).await?;
@@ -236,6 +278,7 @@ async fn follow_here(
     let st = Follow {
         pool: ctx.pool.clone(),
         id,
+        reader,
         path,
         offset,
         ended: false,
@@ -266,6 +309,7 @@ async fn snapshot_of(path: PathBuf, tail: Option<usize>) -> Result<(String, u64)
 struct Follow {
     pool: PgPool,
     id: Uuid,
+    reader: Reader,
     path: PathBuf,
     offset: u64,
     /// The job has ended: read once more, then stop.
@@ -286,6 +330,8 @@ enum Wake {
     Ended,
     /// A notification may have been missed: ask the database.
     Check,
+    /// A user was edited: the viewer may have been disabled or demoted.
+    Viewer,
 }
 
 fn follow_stream(st: Follow) -> impl Stream<Item = std::io::Result<String>> + Send {
@@ -302,12 +348,20 @@ fn follow_stream(st: Follow) -> impl Stream<Item = std::io::Result<String>> + Se
                 // records the end.
                 st.ended = job_ended(&st.pool, st.id).await;
                 st.checked = true;
+                if !st.reader.may_read(&st.pool).await {
+                    return None;
+                }
                 continue;
             }
             match st.wait().await {
                 Wake::Read => {}
                 Wake::Ended => st.ended = true,
                 Wake::Check => st.checked = false,
+                Wake::Viewer if !st.reader.may_read(&st.pool).await => {
+                    tracing::info!(job = %st.id, user = %st.reader.viewer, "log follow ended: its viewer may no longer read the log");
+                    return None;
+                }
+                Wake::Viewer => {}
             }
         }
     })
@@ -327,6 +381,9 @@ impl Follow {
                 note = self.notes.recv() => match note {
                     Note::Event(LiveEvent::Job { job_id, status: JobChange::Status(s) })
                         if job_id == self.id && s.is_terminal() => return Wake::Ended,
+                    Note::Event(LiveEvent::Changed { what: AuditKind::UserUpdate, .. }) => {
+                        return Wake::Viewer
+                    }
                     Note::Missed | Note::Backstop => return Wake::Check,
                     Note::Wake | Note::Event(_) => {}
                 },

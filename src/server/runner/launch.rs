@@ -257,7 +257,7 @@ impl Runner {
                 .collect(),
             memory_limit_mib: policy.memory_limit_mib,
             pids_limit: policy.pids_limit,
-            log_max_bytes: self.cfg.log_max_bytes.clamp(1024, 64 * 1024 * 1024),
+            log_max_bytes: super::logs::docker_cap(self.cfg.log_max_bytes),
             run_as,
             nano_cpus: policy.nano_cpus(),
             shm_mib: policy.shm_mib,

@@ -3,17 +3,22 @@
 //! re-adopted job resume after the latest line written without writing one twice, and readers
 //! strip it.
 
-use crate::server::runtime::{LogLine, LogStream};
+use crate::server::runtime::{json_log, LogLine, LogStream};
 use std::collections::HashSet;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 /// Appends a container's lines to its log file, up to a size cap that the file, the line saying
-/// the output was cut included, never passes.
+/// the output was cut included, never passes. It also stops at the end of dockerd's first file of
+/// the job's output (see [`json_log`]): past it, dockerd may have rotated lines away unread.
 pub struct LogWriter {
     file: std::fs::File,
     written: u64,
     cap: u64,
+    /// What the lines read so far took in dockerd's file (never less than it wrote).
+    docker_written: u64,
+    /// dockerd's `max-size`: its first file ends there.
+    docker_file: u64,
     /// The latest timestamp in the file when it was opened: where dockerd resends from.
     last_at: Option<String>,
     /// Lines already in the file that dockerd will send again (those of `last_at`'s second and
@@ -77,10 +82,13 @@ impl LogWriter {
         let cut = kept
             .last()
             .is_some_and(|l| text_of(l).starts_with(CUT_PREFIX));
+        let written = from + whole as u64;
         Ok(LogWriter {
             file,
-            written: from + whole as u64,
+            written,
             cap,
+            docker_written: docker_estimate(&kept, written),
+            docker_file: json_log::file_bytes(docker_cap(cap)),
             last_at,
             resent,
             cut,
@@ -115,22 +123,59 @@ impl LogWriter {
         }
         let text = line.text.trim_end_matches(['\n', '\r']);
         let record = format!("{} {stream} {text}\n", line.at);
+        self.docker_written += json_log::line_len(&line.at, &line.text);
         // Room is kept for the line saying the output was cut, so the file never passes the cap.
         if self.written + record.len() as u64 + CUT_ROOM > self.cap {
-            self.cut = true;
             let marker = format!(
                 "{} e {CUT_PREFIX} of {} bytes reached (--log-max-bytes): the rest of this \
                  job's output was cut and not read]\n",
                 line.at, self.cap
             );
-            self.file.write_all(marker.as_bytes())?;
-            self.written += marker.len() as u64;
-            return Ok(());
+            return self.cut_with(&marker);
+        }
+        if self.docker_written > self.docker_file {
+            let marker = format!(
+                "{} e {CUT_PREFIX} reached: this job's output filled dockerd's copy ({} bytes of \
+                 JSON, many escaped characters) first; the rest was cut and not read]\n",
+                line.at, self.docker_file
+            );
+            return self.cut_with(&marker);
         }
         self.file.write_all(record.as_bytes())?;
         self.written += record.len() as u64;
         Ok(())
     }
+
+    /// Ends the log with `marker`, the line saying why the rest of the output was cut.
+    fn cut_with(&mut self, marker: &str) -> std::io::Result<()> {
+        self.cut = true;
+        self.file.write_all(marker.as_bytes())?;
+        self.written += marker.len() as u64;
+        Ok(())
+    }
+}
+
+/// The cap dockerd's copy of a job's output is sized from ([`json_log::file_bytes`]): gpuq's cap,
+/// within what a launch asks of dockerd.
+pub fn docker_cap(cap: u64) -> u64 {
+    cap.clamp(1024, 64 * 1024 * 1024)
+}
+
+/// What a log of `written` bytes whose last lines are `kept` (stored lines) took in dockerd's
+/// file: exactly, when `kept` is the whole log; else in the same proportion as those lines (a log
+/// reopened after a restart of the runner is read only at its end).
+fn docker_estimate(kept: &[&str], written: u64) -> u64 {
+    let (mut stored, mut docker) = (0u64, 0u64);
+    for line in kept {
+        let mut parts = line.splitn(3, ' ');
+        let at = parts.next().unwrap_or("");
+        stored += line.len() as u64 + 1;
+        docker += json_log::line_len(at, parts.nth(1).unwrap_or(""));
+    }
+    if stored >= written || stored == 0 {
+        return docker;
+    }
+    (docker as f64 * written as f64 / stored as f64) as u64
 }
 
 /// How much of a log's end [`LogWriter::open`] reads to find where to resume.
@@ -304,6 +349,68 @@ mod tests {
         assert!(w.is_cut(), "a re-adopted job's cut log is not read again");
         w.push(&line("2026-01-01T00:00:09Z", "more")).unwrap();
         assert_eq!(std::fs::read_to_string(&p).unwrap(), text);
+    }
+
+    #[test]
+    fn output_dockerd_escapes_heavily_is_cut_at_the_end_of_dockerds_first_file() {
+        // Lines of `<`, which dockerd writes as `\u003c`: its first file (3 × 4096 bytes) fills
+        // before gpuq's 4096 bytes do, and the log stops there, saying why.
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("j.log");
+        let cap = 4096;
+        let mut w = LogWriter::open(&p, cap).unwrap();
+        let mut docker = 0;
+        let mut i = 0;
+        while !w.is_cut() {
+            i += 1;
+            let l = line(&format!("2026-01-01T00:00:01.{i:09}Z"), &"<".repeat(60));
+            docker += json_log::line_len(&l.at, &l.text);
+            w.push(&l).unwrap();
+        }
+        assert!(
+            docker > json_log::file_bytes(cap),
+            "cut before dockerd's file was full"
+        );
+        assert!(
+            docker - json_log::line_len("2026-01-01T00:00:01.000000001Z", &"<".repeat(60))
+                <= json_log::file_bytes(cap),
+            "read past dockerd's first file"
+        );
+        drop(w);
+        let text = std::fs::read_to_string(&p).unwrap();
+        assert!(
+            text.len() < (cap - CUT_ROOM) as usize,
+            "{} bytes",
+            text.len()
+        );
+        let last = text.lines().last().map(text_of).unwrap();
+        assert!(
+            last.contains("filled dockerd's copy (12288 bytes"),
+            "{last}"
+        );
+        // Reopened, it stays cut, and counts what dockerd holds as it did.
+        let w = LogWriter::open(&p, cap).unwrap();
+        assert!(w.is_cut());
+    }
+
+    #[test]
+    fn a_reopened_log_knows_what_dockerds_file_holds() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("j.log");
+        let mut w = LogWriter::open(&p, 1 << 20).unwrap();
+        for i in 0..1000u32 {
+            w.push(&line(
+                &format!("2026-01-01T00:00:01.{i:09}Z"),
+                "a \"quoted\" line",
+            ))
+            .unwrap();
+        }
+        let counted = w.docker_written;
+        drop(w);
+        assert_eq!(
+            LogWriter::open(&p, 1 << 20).unwrap().docker_written,
+            counted
+        );
     }
 
     #[test]

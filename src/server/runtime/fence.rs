@@ -13,7 +13,7 @@ pub use checks::SIM_DEVICE_PREFIX;
 use checks::{check_bind, check_env_key, check_scalars, split_gpus};
 
 use super::{
-    ContainerFacts, LaunchMode, LaunchRequest, RuntimeError, JOB_NETWORK, LABEL_ATTEMPT,
+    json_log, ContainerFacts, LaunchMode, LaunchRequest, RuntimeError, JOB_NETWORK, LABEL_ATTEMPT,
     LABEL_INSTALLATION, LABEL_JOB_ID, LABEL_MANAGED, LABEL_NODE,
 };
 use crate::model::spec::FRAMEWORK_HINT_KEYS;
@@ -79,10 +79,14 @@ pub fn container_config(
         }),
         log_config: Some(HostConfigLogConfig {
             typ: Some("json-file".to_string()),
-            config: Some(HashMap::from([(
-                "max-size".to_string(),
-                req.log_max_bytes.to_string(),
-            )])),
+            // Sized so dockerd never rotates away output gpuq has not read (see `json_log`).
+            config: Some(HashMap::from([
+                (
+                    "max-size".to_string(),
+                    json_log::file_bytes(req.log_max_bytes).to_string(),
+                ),
+                ("max-file".to_string(), json_log::FILES.to_string()),
+            ])),
         }),
         network_mode: Some(network_mode(req.network).to_string()),
         nano_cpus: req.nano_cpus,

@@ -9,6 +9,7 @@ pub mod docker;
 pub mod egress;
 pub mod fence;
 pub mod hints;
+pub mod json_log;
 pub mod mountinfo;
 pub mod simdev;
 pub mod volumes;
@@ -97,7 +98,8 @@ pub struct LaunchRequest {
     pub memory_limit_mib: u64,
     /// Maximum number of processes, against fork bombs.
     pub pids_limit: i64,
-    /// Cap on the json-file log, so a chatty job cannot fill the disk.
+    /// gpuq's cap on the job's log: dockerd's json-file copy is sized from it
+    /// ([`json_log::file_bytes`], [`json_log::FILES`] files), so a chatty job cannot fill the disk.
     pub log_max_bytes: u64,
     /// Who the job's processes are.
     pub run_as: RunAs,

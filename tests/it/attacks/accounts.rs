@@ -2,8 +2,9 @@
 //!
 //! The attacker is a new member who would inherit a moved user's job uid (and so their files), a
 //! disabled member whose jobs would keep running, a stranger probing which accounts exist and are
-//! disabled, a member reading other users' edits off the live stream, and a demoted manager whose
-//! open stream would keep carrying everyone's jobs.
+//! disabled, a member reading other users' edits off the live stream, a demoted manager whose
+//! open stream would keep carrying everyone's jobs, and a disabled or demoted user whose open log
+//! follows would keep going.
 
 use crate::support::isolation::{container_of, job, job_ids_of, log, IsoNode};
 use crate::support::{read_stream_until, true_job, wait_status, TestApp, PASSWORD};
@@ -333,6 +334,56 @@ async fn a_demoted_managers_open_stream_stops_carrying_others_jobs(pool: PgPool)
         !seen.contains(&second.to_string()),
         "a demoted manager's stream carried another member's job: {seen}"
     );
+    stop.send(true).unwrap();
+    notifier.await.unwrap();
+}
+
+/// Opens a follow of job `id`'s log as `bearer`.
+async fn follow(app: &TestApp, bearer: &str, id: uuid::Uuid) -> Body {
+    let path = format!("/api/v1/jobs/{id}/logs?follow=true");
+    let (status, body) = app.stream(&path, bearer).await;
+    assert_eq!(status, 200, "following {id}");
+    body
+}
+
+/// Dora follows her own waiting job's log; Mel and Max, managers, follow Alice's. An admin
+/// disables Dora and Mel and demotes Max to member: each of their follows ends, while the jobs
+/// wait on and an admin's follow of the same log stays open. (Before: every follow stayed open
+/// until its job ended, and a disabled member's held job never ends.)
+#[sqlx::test(migrations = false)]
+async fn a_disabled_or_demoted_users_log_follows_end(pool: PgPool) {
+    let app = TestApp::with_one_card(pool, "acct-follow").await;
+    let admin = app.bearer("root", Role::Admin).await;
+    let alice = app.bearer("alice", Role::Member).await;
+    let dora = app.bearer("dora", Role::Member).await;
+    let mel = app.bearer("mel", Role::Manager).await;
+    let max = app.bearer("max", Role::Manager).await;
+    let (stop, notifier) = app.start_notifier();
+    // The notifier listens once a live stream hears its probe.
+    let _events = app.live_stream(&admin).await;
+    let hers = app.submit_ok(&alice, true_job(1000)).await;
+    let own = app.submit_ok(&dora, true_job(1000)).await;
+    let mut doras = follow(&app, &dora, own).await;
+    let mut mels = follow(&app, &mel, hers).await;
+    let mut maxs = follow(&app, &max, hers).await;
+    let mut admins = follow(&app, &admin, hers).await;
+
+    for (name, edit, body) in [
+        ("dora", json!({ "disabled": true }), &mut doras),
+        ("mel", json!({ "disabled": true }), &mut mels),
+        ("max", json!({ "role": "member" }), &mut maxs),
+    ] {
+        let id = user_id(&app, name).await;
+        let r = app.update_user(&admin, id, edit).await;
+        assert_eq!(r.status, 204, "{}", r.text);
+        read_until_closed(body, 10).await;
+    }
+    // The follows ended for their viewers, not because the jobs did.
+    for id in [hers, own] {
+        assert_eq!(app.job(&admin, id).await["status"], "queued");
+    }
+    let still = tokio::time::timeout(Duration::from_millis(500), admins.frame()).await;
+    assert!(still.is_err(), "the admin's follow ended too: {still:?}");
     stop.send(true).unwrap();
     notifier.await.unwrap();
 }

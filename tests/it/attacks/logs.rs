@@ -205,7 +205,7 @@ async fn a_member_over_the_log_quota_loses_their_oldest_logs(pool: PgPool) {
         stopped,
     ));
     // About 720 KB of log each (700 lines of 1000 characters): one fits the 1 MiB share, two do
-    // not. (Long lines: dockerd's own copy, capped at the same size, holds them all.)
+    // not. (Long lines: few lines, so little of JSON's per-line room in dockerd's copy.)
     let line = "s=0123456789; s=$s$s$s$s$s$s$s$s$s$s; s=$s$s$s$s$s$s$s$s$s$s";
     let chatty = job(&format!("{line}; yes $s | head -n 700"), &[]);
     let mut ids = Vec::new();
@@ -228,5 +228,43 @@ async fn a_member_over_the_log_quota_loses_their_oldest_logs(pool: PgPool) {
     assert!(kept > 500_000 && kept <= 1 << 20, "{kept}");
     stop.send(true).unwrap();
     sweeper.await.unwrap();
+    node.stop().await;
+}
+
+/// A job that prints numbered lines as fast as it can, far past the runner's cap (1 MiB here),
+/// then ends: its log keeps the first cap-worth of its output, every line from the first one on
+/// and none missing, then the line saying it was cut. (Before: dockerd's own copy, capped at the
+/// same size, held less output than gpuq's cap, because each line is larger as JSON, and rotated
+/// it away before the runner had read it: the log jumped from one number to a much later one.)
+#[sqlx::test(migrations = false)]
+async fn a_fast_printers_log_keeps_its_first_cap_of_output(pool: PgPool) {
+    let (app, _admin, member) = TestApp::with_admin_and_member(pool, "mallory").await;
+    let node = Node::start(&app, "logs-fast", LaunchMode::Fenced).await;
+    let id = app.submit_ok(&member, job("seq 1 1000000", &[])).await;
+    let v = wait_status(&app, &member, id, &["succeeded", "failed"], 60).await;
+    assert_eq!(v["status"], "succeeded", "{v}");
+    let path = log_path(&app.logs_dir, id);
+    let size = std::fs::metadata(&path).unwrap().len();
+    assert!(size <= 1 << 20, "the log is {size} bytes, past its cap");
+    assert!(
+        size > (1 << 20) - 1024,
+        "the log is {size} bytes: it stopped well short of its cap"
+    );
+    let text = log(&app, &member, id).await;
+    let (before, last) = text.trim_end().rsplit_once('\n').unwrap();
+    assert!(
+        last.contains("log size limit of 1048576 bytes") && last.contains("cut"),
+        "{last}"
+    );
+    let mut expected = 1u64;
+    for line in before.lines() {
+        assert_eq!(
+            line,
+            expected.to_string(),
+            "line {expected} of the output is missing"
+        );
+        expected += 1;
+    }
+    assert!(expected > 10_000, "only {expected} lines were kept");
     node.stop().await;
 }

@@ -4,7 +4,7 @@
 //!
 //! - `accounts`: inheriting a moved user's job uid, a disabled member's jobs running on, telling
 //!   a disabled account from a wrong password, other users' edits and a demoted manager's view
-//!   on the live stream.
+//!   on the live stream, a disabled or demoted user's open log follows.
 //! - `isolation`: getting out of a job onto the host (symlink swap of a queued job's volume, a
 //!   setuid plant on a mounted folder) or into a neighbour's job (its open ports).
 //! - `egress`: a job reading a host service through its network's gateway (the host firewall's
@@ -25,9 +25,12 @@
 //! - `sessions`: a busy session outliving its lifetime; a junk bearer header on a cross-site post.
 //! - `listener`: slowloris (head and body), idle keep-alive connections, too many connections.
 //! - `peers`: a peer that redirects a log read (and its grant) elsewhere.
+//! - `database`: the embedded Postgres's socket without its password (its owner account, root
+//!   past the folder, other users), and a cluster that trusted its socket before.
 
 mod accounts;
 mod bounds;
+mod database;
 mod egress;
 mod isolation;
 mod listener;

@@ -163,7 +163,10 @@ fn fenced_defaults_are_locked_down() {
     );
     let log = h.log_config.as_ref().unwrap();
     assert_eq!(log.typ.as_deref(), Some("json-file"));
-    assert_eq!(log.config.as_ref().unwrap()["max-size"], "1048576");
+    // Three times gpuq's 1 MiB cap in each of two files: JSON takes more room than gpuq's lines,
+    // and a full file is renamed, not truncated under the runner reading it.
+    assert_eq!(log.config.as_ref().unwrap()["max-size"], "3145728");
+    assert_eq!(log.config.as_ref().unwrap()["max-file"], "2");
     assert_eq!(h.auto_remove, Some(false));
     assert_eq!(h.network_mode.as_deref(), Some("gpuq-jobs"));
     // Nothing a job writes lands on Docker's disk: a read-only root, a bounded /tmp.
