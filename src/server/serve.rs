@@ -87,9 +87,6 @@ async fn run(args: &ServeArgs, database: &Database, secret: Option<ClusterSecret
         args.nvml_lib.as_deref(),
     )?);
     tracing::info!(node = %args.node, kind = ?inventory.kind(), "GPU inventory");
-    gpu::sync::refresh(&pool, &inventory, &args.node)
-        .await
-        .context("first GPU inventory refresh")?;
     let notifier = Notifier::new(Duration::from_millis(args.pass_interval_ms.max(50)));
     let mut ctx = Ctx::new(
         pool.clone(),
@@ -104,6 +101,8 @@ async fn run(args: &ServeArgs, database: &Database, secret: Option<ClusterSecret
     ctx.session_lifetime = chrono::TimeDelta::hours(i64::from(args.session_lifetime_h));
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut tasks = JoinSet::new();
+    let (cards, card_tasks) =
+        crate::server::card_tasks::start(&pool, card_tasks(args, inventory), &stop_rx).await?;
     let node = register_node(&pool, args).await?;
     let lease = node.lease.clone();
     tasks.spawn(crate::server::nodes::heartbeat(
@@ -119,7 +118,7 @@ async fn run(args: &ServeArgs, database: &Database, secret: Option<ClusterSecret
         health.report(Some(
             "connecting to Docker and re-adopting its containers".into(),
         ));
-        prepare_sim_devices(&inventory)?;
+        prepare_sim_devices(&cards)?;
         let launch = RunnerConfig {
             node: args.node.clone(),
             logs_dir: ctx.logs_dir.clone(),
@@ -145,41 +144,9 @@ async fn run(args: &ServeArgs, database: &Database, secret: Option<ClusterSecret
     } else {
         tasks.spawn(sched);
     }
-    // On NVML cards, the processes of gpuq's own containers are not foreign.
-    let cards = gpu::sync::NodeCards {
-        pool: pool.clone(),
-        inventory: Arc::clone(&inventory),
-        node: args.node.clone(),
-        own: if args.runner {
-            gpu::sync::OwnPids::docker(args.docker_socket.clone())
-        } else {
-            gpu::sync::OwnPids::None
-        },
-    };
-    tasks.spawn(crate::server::usage::sampler::run(
-        cards.clone(),
-        crate::server::usage::Sampling::from_flags(args.sample_every_s, args.sample_retention_h),
-        stop_rx.clone(),
-    ));
-    if args.runner {
-        tasks.spawn(crate::server::vram::run(
-            pool.clone(),
-            inventory,
-            crate::server::vram::VramConfig {
-                node: args.node.clone(),
-                every: Duration::from_millis(args.vram_sample_ms),
-                overuse_samples: args.vram_overuse_samples,
-                reserve_mib: args.vram_reserve_mib,
-                proc_root: "/proc".into(),
-            },
-            stop_rx.clone(),
-        ));
+    for task in card_tasks {
+        tasks.spawn(task);
     }
-    tasks.spawn(gpu::sync::run(
-        cards,
-        Duration::from_secs(args.gpu_refresh_s.max(1)),
-        stop_rx.clone(),
-    ));
     tasks.spawn(crate::server::jobs::retention::run(
         pool.clone(),
         ctx.logs_dir.clone(),
@@ -340,12 +307,36 @@ pub fn write_bootstrap_password(
     Ok(path)
 }
 
-fn prepare_sim_devices(inventory: &Arc<dyn GpuInventory>) -> Result<()> {
-    if inventory.kind() != gpu::InventoryKind::Simulated {
+/// The card observer and its consumers, as the flags set them.
+fn card_tasks(
+    args: &ServeArgs,
+    inventory: Arc<dyn GpuInventory>,
+) -> crate::server::card_tasks::CardTasks {
+    crate::server::card_tasks::CardTasks {
+        node: args.node.clone(),
+        inventory,
+        refresh_every: Duration::from_secs(args.gpu_refresh_s.max(1)),
+        sampling: crate::server::usage::Sampling::from_flags(
+            args.sample_every_s,
+            args.sample_retention_h,
+        ),
+        vram: args.runner.then(|| crate::server::vram::VramConfig {
+            node: args.node.clone(),
+            every: Duration::from_millis(args.vram_sample_ms),
+            overuse_samples: args.vram_overuse_samples,
+            reserve_mib: args.vram_reserve_mib,
+        }),
+        proc_root: "/proc".into(),
+    }
+}
+
+fn prepare_sim_devices(cards: &gpu::observer::Cards) -> Result<()> {
+    if cards.kind() != gpu::InventoryKind::Simulated {
         return Ok(());
     }
-    let cards = inventory.snapshot(&gpu::OurProcesses::default())?;
-    let count = cards
+    let snapshot = cards.latest();
+    let count = snapshot
+        .cards()?
         .iter()
         .map(|c| c.index as usize + 1)
         .max()

@@ -17,6 +17,7 @@
 use super::{gap, latency_row, ms};
 use crate::server::auth::CurrentUser;
 use crate::server::db::{gpus, vram};
+use crate::server::gpu::observer::{self, Cards};
 use crate::server::gpu::{self, GpuInventory, GpuMode, NvmlInventory};
 use crate::server::runtime::ensure_sim_devices;
 use crate::server::vram::{Sampler, VramConfig};
@@ -71,7 +72,8 @@ pub async fn run(pool: &PgPool, opts: &VramBenchOptions, out: &mut impl Write) -
     let spec = format!("{CARDS}x{TOTAL_MIB}:bench");
     let inventory: Arc<dyn GpuInventory> =
         Arc::from(gpu::from_config(GpuMode::Sim, Some(&spec), NODE)?);
-    gpu::sync::refresh(pool, &inventory, NODE).await?;
+    let cards = observer::spawn(source(pool, inventory), Duration::from_secs(5)).await;
+    gpu::sync::refresh(pool, NODE, &cards.latest()).await?;
     ensure_sim_devices(CARDS)?;
     let grace = Duration::from_secs(opts.stop_grace_s);
     let (ctx, node) = super::node::start(pool, NODE, 256, grace, "VRAM").await?;
@@ -80,12 +82,11 @@ pub async fn run(pool: &PgPool, opts: &VramBenchOptions, out: &mut impl Write) -
         every: Duration::from_millis(opts.vram_sample_ms),
         overuse_samples: opts.vram_overuse_samples,
         reserve_mib: 512,
-        proc_root: "/proc".into(),
     };
     let (stop_tx, stop_rx) = watch::channel(false);
     let sampler = tokio::spawn(crate::server::vram::run(
         pool.clone(),
-        Arc::clone(&inventory),
+        cards.clone(),
         vram_cfg.clone(),
         stop_rx,
     ));
@@ -93,7 +94,7 @@ pub async fn run(pool: &PgPool, opts: &VramBenchOptions, out: &mut impl Write) -
         latencies(&ctx, &caller, opts, out).await?;
         let _ = stop_tx.send(true);
         let _ = sampler.await;
-        cpu(&ctx, &caller, opts, &inventory, &vram_cfg, out).await
+        cpu(&ctx, &caller, opts, &cards, &vram_cfg, out).await
     }
     .await;
     node.stop().await;
@@ -147,7 +148,7 @@ async fn cpu(
     ctx: &Ctx,
     caller: &CurrentUser,
     opts: &VramBenchOptions,
-    inventory: &Arc<dyn GpuInventory>,
+    cards: &Cards,
     cfg: &VramConfig,
     out: &mut impl Write,
 ) -> Result<()> {
@@ -160,7 +161,7 @@ async fn cpu(
     for (job, gpu) in &placed {
         vram::set_sim_usage(&ctx.pool, *gpu, *job, COMMITTED - 1000).await?;
     }
-    let mut sim = Sampler::new(ctx.pool.clone(), Arc::clone(inventory), cfg.clone());
+    let mut sim = Sampler::new(ctx.pool.clone(), cards.clone(), cfg.clone());
     let per = time_rounds(&mut sim, opts.cpu_rounds).await?;
     cpu_row(out, "simulated cards", per)?;
     if let Some(lib) = &opts.nvml_lib {
@@ -170,6 +171,7 @@ async fn cpu(
         std::fs::copy(lib, &copy).with_context(|| format!("copying {}", lib.display()))?;
         std::fs::write(copy.with_extension("1.state"), nvml_state(&placed)?)?;
         let nvml: Arc<dyn GpuInventory> = Arc::new(NvmlInventory::new(Some(&copy))?);
+        let nvml = observer::spawn(source(&ctx.pool, nvml), Duration::from_secs(5)).await;
         let mut sampler = Sampler::new(ctx.pool.clone(), nvml, cfg.clone());
         let per = time_rounds(&mut sampler, opts.cpu_rounds).await?;
         cpu_row(out, "NVML cards, 4 processes each", per)?;
@@ -190,6 +192,16 @@ async fn cpu(
         .await?;
     }
     Ok(())
+}
+
+/// The bench node's cards, for its card observer.
+fn source(pool: &PgPool, inventory: Arc<dyn GpuInventory>) -> observer::Source {
+    observer::Source {
+        pool: pool.clone(),
+        inventory,
+        node: NODE.into(),
+        proc_root: "/proc".into(),
+    }
 }
 
 /// A fake NVML state: the bench's cards, each with 4 host processes of this machine (their

@@ -436,11 +436,16 @@ impl TestApp {
     /// Registers simulated cards of `node` (e.g. `2x24576:RTX,1x81920:A100`); returns their ids in
     /// index order.
     pub async fn sim_cards(&self, spec: &str, node: &str) -> Vec<uuid::Uuid> {
-        use gpuq::server::gpu::{self, GpuInventory, GpuMode};
-        let inv: std::sync::Arc<dyn GpuInventory> = std::sync::Arc::from(
-            gpu::from_config(GpuMode::Sim, Some(spec), node).expect("sim spec"),
-        );
-        gpu::sync::refresh(&self.pool, &inv, node)
+        use gpuq::server::gpu::{self, observer, GpuMode};
+        let source = observer::Source {
+            pool: self.pool.clone(),
+            inventory: std::sync::Arc::from(
+                gpu::from_config(GpuMode::Sim, Some(spec), node).expect("sim spec"),
+            ),
+            node: node.to_owned(),
+            proc_root: "/proc".into(),
+        };
+        gpu::sync::refresh(&self.pool, node, &source.read().await)
             .await
             .expect("inventory");
         sqlx::query_scalar("SELECT uuid FROM gpus WHERE node = $1 ORDER BY idx")
