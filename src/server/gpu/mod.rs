@@ -27,29 +27,8 @@ use std::fmt;
 use std::path::Path;
 use std::str::FromStr;
 
-/// One card as observed now; the admission logic works only from these values,
-/// so "unknown" is always `None` and never a misleading zero.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct GpuInfo {
-    /// Stable identity of the card (NVML's `GPU-…` UUID without the prefix),
-    /// used as the database key because indexes can change across reboots.
-    pub uuid: uuid::Uuid,
-    /// Driver index, kept for `CUDA_VISIBLE_DEVICES`-style device selection.
-    pub index: u32,
-    /// Marketing name, shown to users and matched by model-specific requests.
-    pub model: String,
-    /// Installed memory in MiB (rounded down so we never promise too much).
-    pub total_mib: i64,
-    /// Memory in use by anyone, in MiB (rounded up); `None` when not observed.
-    pub used_mib: Option<i64>,
-    /// Memory used by processes that are not gpuq containers, in MiB
-    /// (rounded up), so admission can subtract foreign load; `None` = unknown.
-    pub external_mib: Option<i64>,
-    /// GPU busy percentage, informational only; `None` when not observed.
-    pub utilization_pct: Option<u32>,
-    /// True for cards from `--sim-gpus`, so they are never mistaken for real ones.
-    pub simulated: bool,
-}
+/// A card as the inventory sees it (defined with the repository that stores it).
+pub use crate::server::db::gpus::GpuInfo;
 
 /// A card the inventory sees but does not offer to admission (a MIG-enabled card or a MIG
 /// device: gpuq places jobs on whole cards only), kept so it can be shown as such.
