@@ -40,6 +40,8 @@ FLOORS = [
     ["limits", "context"],
     # the services the edges call
     ["jobs", "admin", "cards"],
+    # one node's tasks, assembled by one function
+    ["node"],
 ]
 FLOOR = {name: i for i, names in enumerate(FLOORS) for name in names}
 # Names re-exported at `crate::server::…` and the module they come from.

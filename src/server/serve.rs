@@ -1,6 +1,8 @@
-//! The subcommands that run on the server side: `gpuq serve` and `gpuq user add`.
+//! `gpuq serve`: checks the flags, opens the database, builds the domain's context, starts the
+//! node's tasks ([`crate::server::node::start`]) and serves HTTP until SIGINT/SIGTERM. It only
+//! wires; the other server-side subcommands are in [`crate::server::commands`].
 
-use crate::server::admission::{scheduler, PassConfig};
+use crate::server::admission::PassConfig;
 use crate::server::auth::service;
 use crate::server::config::ServeArgs;
 use crate::server::db::job_uids::JobUidRange;
@@ -10,18 +12,17 @@ use crate::server::http::listen::{self, ListenLimits};
 use crate::server::http::metrics::router as metrics_router;
 use crate::server::http::{agent, app, HttpOptions};
 use crate::server::metrics::Metrics;
+use crate::server::node::{self, DockerAt, NodeSetup, RunnerSetup};
 use crate::server::notifier::Notifier;
 use crate::server::peers::{ClusterSecret, Peers};
-use crate::server::runner::{DockerHealth, Runner, RunnerConfig};
-use crate::server::runtime::{ensure_sim_devices, Docker, LaunchMode};
+use crate::server::runner::{DockerHealth, RunnerConfig};
+use crate::server::runtime::LaunchMode;
 use crate::server::{AppState, Ctx};
 use anyhow::{anyhow, Context, Result};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::watch;
-use tokio::task::JoinSet;
 use tower_sessions::ExpiredDeletion;
 
 /// Runs the server until SIGINT/SIGTERM, then stops what it started.
@@ -99,71 +100,42 @@ async fn run(args: &ServeArgs, database: &Database, secret: Option<ClusterSecret
     ctx.submit_rate =
         crate::server::limits::SubmitRate::new(args.submit_rate_per_min, args.preview_rate_per_min);
     ctx.session_lifetime = chrono::TimeDelta::hours(i64::from(args.session_lifetime_h));
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let mut tasks = JoinSet::new();
-    let (cards, card_tasks) =
-        crate::server::card_tasks::start(&pool, card_tasks(args, inventory), &stop_rx).await?;
-    let node = register_node(&pool, args).await?;
-    let lease = node.lease.clone();
-    tasks.spawn(crate::server::nodes::heartbeat(
-        pool.clone(),
-        node,
-        Duration::from_secs(args.heartbeat_s),
-        stop_rx.clone(),
-    ));
-    // Subscribe before the notifier runs, so nothing said at start-up is missed.
-    let sched = scheduler::run(pool.clone(), pass, notifier.subscribe(), stop_rx.clone());
-    if args.runner {
+    let registered = register_node(&pool, args).await?;
+    let lease = registered.lease.clone();
+    let runner = args.runner.then(|| {
         let health = Arc::new(DockerHealth::default());
-        health.report(Some(
-            "connecting to Docker and re-adopting its containers".into(),
-        ));
-        prepare_sim_devices(&cards)?;
-        let launch = RunnerConfig {
-            node: args.node.clone(),
-            logs_dir: ctx.logs_dir.clone(),
-            log_max_bytes: args.log_max_bytes,
-            stop_grace: Duration::from_secs(args.stop_grace_s),
-            mode: LaunchMode::Fenced,
-            job_uids,
-            never_mount: never_mount(args),
-        };
-        tasks.spawn(run_node(
-            NodeParts {
-                pool: pool.clone(),
-                socket: args.docker_socket.clone(),
-                cfg: launch,
-                health: Arc::clone(&health),
-                notifier: notifier.clone(),
-                lease,
+        ctx.docker = Some(Arc::clone(&health));
+        RunnerSetup {
+            docker: DockerAt::Socket(args.docker_socket.clone()),
+            cfg: RunnerConfig {
+                node: args.node.clone(),
+                logs_dir: ctx.logs_dir.clone(),
+                log_max_bytes: args.log_max_bytes,
+                stop_grace: Duration::from_secs(args.stop_grace_s),
+                mode: LaunchMode::Fenced,
+                job_uids,
+                never_mount: never_mount(args),
             },
-            sched,
-            stop_rx.clone(),
-        ));
-        ctx.docker = Some(health);
-    } else {
-        tasks.spawn(sched);
-    }
-    for task in card_tasks {
-        tasks.spawn(task);
-    }
-    tasks.spawn(crate::server::jobs::retention::run(
-        pool.clone(),
-        ctx.logs_dir.clone(),
-        (Duration::from_secs(3600), Duration::from_secs(10)),
-        notifier.subscribe(),
-        stop_rx.clone(),
-    ));
+            health,
+            lease: Some(lease),
+        }
+    });
     let metrics = Metrics::new(&args.node).context("setting up metrics")?;
-    crate::server::metrics::snapshot::refresh(&pool, &metrics, &args.node).await;
-    tasks.spawn(crate::server::metrics::snapshot::run(
-        pool.clone(),
-        metrics.clone(),
-        args.node.clone(),
-        Duration::from_millis(args.metrics_refresh_ms.max(100)),
-        stop_rx.clone(),
-    ));
-    tasks.spawn(notifier.run(pool.clone(), stop_rx));
+    let tasks = node::start(NodeSetup {
+        pool: pool.clone(),
+        notifier: notifier.clone(),
+        pass,
+        heartbeat: Some((registered, Duration::from_secs(args.heartbeat_s))),
+        runner,
+        cards: Some(card_tasks(args, inventory)),
+        retention: Some(ctx.logs_dir.clone()),
+        metrics: Some((
+            metrics.clone(),
+            args.node.clone(),
+            Duration::from_millis(args.metrics_refresh_ms.max(100)),
+        )),
+    })
+    .await?;
     let scrape = metrics_router(metrics, args.metrics_token.as_deref());
     let http_opts = HttpOptions {
         secure_cookies: args.secure_cookies,
@@ -212,8 +184,7 @@ async fn run(args: &ServeArgs, database: &Database, secret: Option<ClusterSecret
     if let Some(m) = metrics_server {
         m.abort();
     }
-    let _ = stop_tx.send(true);
-    while tasks.join_next().await.is_some() {}
+    tasks.stop().await;
     Ok(())
 }
 
@@ -311,8 +282,8 @@ pub fn write_bootstrap_password(
 fn card_tasks(
     args: &ServeArgs,
     inventory: Arc<dyn GpuInventory>,
-) -> crate::server::card_tasks::CardTasks {
-    crate::server::card_tasks::CardTasks {
+) -> crate::server::node::CardTasks {
+    crate::server::node::CardTasks {
         node: args.node.clone(),
         inventory,
         refresh_every: Duration::from_secs(args.gpu_refresh_s.max(1)),
@@ -328,74 +299,6 @@ fn card_tasks(
         }),
         proc_root: "/proc".into(),
     }
-}
-
-fn prepare_sim_devices(cards: &gpu::observer::Cards) -> Result<()> {
-    if cards.kind() != gpu::InventoryKind::Simulated {
-        return Ok(());
-    }
-    let snapshot = cards.latest();
-    let count = snapshot
-        .cards()?
-        .iter()
-        .map(|c| c.index as usize + 1)
-        .max()
-        .unwrap_or(0);
-    ensure_sim_devices(count).context("creating the simulated cards' device nodes")?;
-    Ok(())
-}
-
-/// What a node's Docker side is made of.
-struct NodeParts {
-    pool: sqlx::PgPool,
-    socket: Option<String>,
-    cfg: RunnerConfig,
-    health: Arc<DockerHealth>,
-    notifier: Notifier,
-    lease: crate::server::nodes::Lease,
-}
-
-/// This node's Docker side: connect (retrying while Docker is unreachable), re-adopt what Docker
-/// still runs, and only then start admitting, then launch admitted jobs until stopped.
-async fn run_node(
-    parts: NodeParts,
-    scheduler: impl std::future::Future<Output = ()> + Send + 'static,
-    mut stop: watch::Receiver<bool>,
-) {
-    let NodeParts {
-        pool,
-        socket,
-        cfg,
-        health,
-        notifier,
-        lease,
-    } = parts;
-    // The runner's subscription starts now: what is announced during re-adoption still reaches it.
-    let notes = notifier.subscribe();
-    let docker = loop {
-        let connected = Docker::connect_to(socket.as_deref()).await;
-        match connected {
-            Ok(d) => break d,
-            Err(e) => {
-                let problem = e.to_string();
-                if health.problem().as_deref() != Some(problem.as_str()) {
-                    tracing::warn!(error = %problem, "Docker unreachable: this node starts nothing until it answers");
-                }
-                health.report(Some(problem));
-            }
-        }
-        tokio::select! {
-            _ = stop.changed() => return,
-            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-        }
-    };
-    let runner = Runner::leased(pool, docker, cfg, health, notifier, lease);
-    if !runner.start_up(&mut stop).await {
-        return;
-    }
-    let scheduler = tokio::spawn(scheduler);
-    runner.run(notes, stop).await;
-    let _ = scheduler.await;
 }
 
 async fn shutdown_signal() {

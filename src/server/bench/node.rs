@@ -2,8 +2,9 @@
 //! process, fenced launches against this machine's dockerd, on cards already registered.
 
 use crate::server::admission::PassConfig;
+use crate::server::node::{self, DockerAt, NodeSetup, NodeTasks, RunnerSetup};
 use crate::server::notifier::Notifier;
-use crate::server::runner::{LocalNode, RunnerConfig};
+use crate::server::runner::RunnerConfig;
 use crate::server::runtime::{Docker, LaunchMode};
 use crate::server::Ctx;
 use anyhow::{Context, Result};
@@ -19,7 +20,7 @@ pub(super) async fn start(
     headroom_mib: i64,
     stop_grace: Duration,
     bench: &str,
-) -> Result<(Ctx, LocalNode)> {
+) -> Result<(Ctx, NodeTasks)> {
     let logs = std::env::temp_dir().join(format!("gpuq-bench-logs-{}", Uuid::new_v4()));
     let pass = PassConfig {
         headroom_mib,
@@ -40,6 +41,22 @@ pub(super) async fn start(
         mode: LaunchMode::Fenced,
         job_uids: Default::default(),
     };
-    let local = LocalNode::start(pool.clone(), docker, cfg, pass, notifier).await?;
+    let mut local = node::start(NodeSetup {
+        pool: pool.clone(),
+        notifier,
+        pass,
+        heartbeat: None,
+        runner: Some(RunnerSetup {
+            docker: DockerAt::Connected(docker),
+            cfg,
+            health: Default::default(),
+            lease: None,
+        }),
+        cards: None,
+        retention: None,
+        metrics: None,
+    })
+    .await?;
+    local.ready().await?;
     Ok((ctx, local))
 }

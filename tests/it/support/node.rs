@@ -6,7 +6,7 @@ use serde_json::Value;
 /// A node in this test process (so tests can choose the launch mode): the app's notifier, the
 /// runner and a scheduler, as `gpuq serve` runs them.
 pub struct Node {
-    inner: gpuq::server::runner::LocalNode,
+    inner: gpuq::server::node::NodeTasks,
     /// The card tasks, once started ([`Node::watch_cards`]): their stop, and the tasks.
     cards: Option<(
         tokio::sync::watch::Sender<bool>,
@@ -53,7 +53,8 @@ impl Node {
         never: Vec<std::path::PathBuf>,
         docker: gpuq::server::runtime::Docker,
     ) -> Node {
-        use gpuq::server::runner::{LocalNode, RunnerConfig};
+        use gpuq::server::node::{self, DockerAt, NodeSetup, RunnerSetup};
+        use gpuq::server::runner::RunnerConfig;
         let mut never_mount = vec![app.logs_dir.clone()];
         never_mount.extend(never);
         let cfg = RunnerConfig {
@@ -69,22 +70,37 @@ impl Node {
             cpu_node: node.to_owned(),
             ..pass_config()
         };
-        let inner = LocalNode::start(app.pool.clone(), docker, cfg, pass, app.notifier.clone())
-            .await
-            .expect("the node starts");
+        let mut inner = node::start(NodeSetup {
+            pool: app.pool.clone(),
+            notifier: app.notifier.clone(),
+            pass,
+            heartbeat: None,
+            runner: Some(RunnerSetup {
+                docker: DockerAt::Connected(docker),
+                cfg,
+                health: Default::default(),
+                lease: None,
+            }),
+            cards: None,
+            retention: None,
+            metrics: None,
+        })
+        .await
+        .expect("the node starts");
+        inner.ready().await.expect("the runner starts");
         Node { inner, cards: None }
     }
 
-    /// Starts this node's card tasks as `gpuq serve` does (`card_tasks::start`): the card
+    /// Starts this node's card tasks as `gpuq serve` does (`node::start_cards`): the card
     /// observer, the inventory sync, the usage sampler and, with `tasks.vram`, VRAM policing.
     pub async fn watch_cards(
         &mut self,
         app: &TestApp,
-        tasks: gpuq::server::card_tasks::CardTasks,
+        tasks: gpuq::server::node::CardTasks,
     ) -> gpuq::server::gpu::observer::Cards {
         assert!(self.cards.is_none(), "the card tasks run already");
         let (stop, rx) = tokio::sync::watch::channel(false);
-        let (cards, run) = gpuq::server::card_tasks::start(&app.pool, tasks, &rx)
+        let (cards, run) = gpuq::server::node::start_cards(&app.pool, tasks, &rx)
             .await
             .expect("the card tasks start");
         self.cards = Some((stop, run.into_iter().map(tokio::spawn).collect()));
