@@ -5,7 +5,7 @@
 # unpacked release, after scripts/release.sh built target/release/gpuq:
 #   sudo packaging/install.sh [path/to/gpuq]
 # Then edit /etc/gpuq/gpuq.env and `systemctl enable --now gpuq`. Running it again upgrades the
-# binary and the unit and restarts a running service (jobs keep running; see README "Upgrade").
+# binary and the unit and restarts a running service (jobs keep running; see docs/install.md "Upgrade").
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 bin=${1:-$here/../target/release/gpuq}
@@ -14,7 +14,7 @@ die() { echo "install.sh: $*" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || die "run as root (it creates a system user and writes /etc and /usr/local)"
 [ -x "$bin" ] || die "no gpuq binary at $bin: build it with scripts/release.sh or pass its path"
 command -v systemctl >/dev/null || die "systemctl not found: this installs a systemd service"
-getent group docker >/dev/null || die "no \`docker\` group: install Docker first (README \"Install\")"
+getent group docker >/dev/null || die "no \`docker\` group: install Docker first (docs/install.md)"
 
 if ! id -u gpuq >/dev/null 2>&1; then
   useradd --system --home-dir /var/lib/gpuq --no-create-home --shell /usr/sbin/nologin \
@@ -29,6 +29,11 @@ install -m 0644 "$here/systemd/gpuq.service" /etc/systemd/system/gpuq.service
 install -m 0644 "$here/systemd/gpuq-firewall.service" /etc/systemd/system/gpuq-firewall.service
 install -d -m 0755 /usr/local/share/doc/gpuq
 [ -f "$here/../README.md" ] && install -m 0644 "$here/../README.md" /usr/local/share/doc/gpuq/README.md
+if [ -d "$here/../docs" ]; then
+  install -d -m 0755 /usr/local/share/doc/gpuq/docs /usr/local/share/doc/gpuq/docs/img
+  install -m 0644 "$here"/../docs/*.md /usr/local/share/doc/gpuq/docs/
+  install -m 0644 "$here"/../docs/img/* /usr/local/share/doc/gpuq/docs/img/
+fi
 install -d -m 0750 -o root -g gpuq /etc/gpuq
 if [ ! -f /etc/gpuq/gpuq.env ]; then
   install -m 0640 -o root -g gpuq "$here/gpuq.env" /etc/gpuq/gpuq.env

@@ -41,8 +41,12 @@ export LEPTOS_OUTPUT_NAME=gpuq LEPTOS_SITE_ROOT=target/site LEPTOS_SITE_PKG_DIR=
 lint() {
   step "cargo fmt --check"
   cargo fmt --all -- --check
-  step "imports go one way (scripts/check-layers.py, see docs/architecture.md)"
+  step "imports go one way, floors inside the domain (scripts/check-layers.py, see docs/architecture.md)"
+  python3 scripts/check-layers.py --self-test
   python3 scripts/check-layers.py
+  step "links in the docs (scripts/check-links.py: every relative link and #anchor resolves)"
+  python3 scripts/check-links.py --self-test
+  python3 scripts/check-links.py
   step "cargo clippy (server, all targets)"
   cargo clippy --all-targets --features ssr -- -D warnings
   step "cargo clippy (browser bundle)"

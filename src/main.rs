@@ -5,7 +5,7 @@
 async fn main() -> std::process::ExitCode {
     use clap::Parser;
     use gpuq::server::cli::{BenchCommand, Cli, Command, LogFormat, UserCommand};
-    use gpuq::server::serve;
+    use gpuq::server::{commands, serve};
 
     let cli = Cli::parse();
     let logs = tracing_subscriber::fmt()
@@ -25,16 +25,16 @@ async fn main() -> std::process::ExitCode {
     let cli_json = cli.log_format == LogFormat::Json;
     let result = match cli.command {
         Command::Serve(args) => serve::serve(*args).await,
-        Command::Doctor(args) => serve::doctor(*args).await,
-        Command::Firewall(args) => serve::firewall(args).await,
-        Command::User(UserCommand::Add(args)) => serve::user_add(args).await,
-        Command::Bench(BenchCommand::Admission(args)) => serve::bench_admission(args).await,
-        Command::Bench(BenchCommand::Runner(args)) => serve::bench_runner(args).await,
-        Command::Bench(BenchCommand::Vram(args)) => serve::bench_vram(args).await,
-        Command::Bench(BenchCommand::Failover(args)) => serve::bench_failover(args).await,
-        Command::Bench(BenchCommand::Logs(args)) => serve::bench_logs(args).await,
+        Command::Doctor(args) => commands::host::doctor(*args).await,
+        Command::Firewall(args) => commands::host::firewall(args).await,
+        Command::User(UserCommand::Add(args)) => commands::user_add(args).await,
+        Command::Bench(BenchCommand::Admission(args)) => commands::bench::admission(args).await,
+        Command::Bench(BenchCommand::Runner(args)) => commands::bench::runner(args).await,
+        Command::Bench(BenchCommand::Vram(args)) => commands::bench::vram(args).await,
+        Command::Bench(BenchCommand::Failover(args)) => commands::bench::failover(args).await,
+        Command::Bench(BenchCommand::Logs(args)) => commands::bench::logs(args).await,
         Command::Bench(BenchCommand::External(args)) => {
-            serve::bench_external(args, cli.conn.url, cli.conn.token).await
+            commands::bench::external(args, cli.conn.url, cli.conn.token).await
         }
         Command::Client(cmd) => gpuq::client::run(cmd, cli.conn).await,
     };

@@ -34,7 +34,7 @@ pub async fn save_workload(
         description,
         vram_mib,
     };
-    manifest::put(&state, &user, name.trim(), &body).await
+    manifest::put(&state.pool, &user, name.trim(), &body).await
 }
 
 /// Renames a workload type; queued jobs follow (admins).
@@ -52,7 +52,7 @@ pub async fn delete_workload(name: String) -> Result<(), AppError> {
     use crate::api::context::server_fn_require;
 
     let (state, user) = server_fn_require(Role::Admin).await?;
-    crate::server::manifest::delete(&state, &user, &name).await
+    crate::server::manifest::delete(&state.pool, &user, &name).await
 }
 
 /// Puts a card online, draining (runs its jobs out, admits nothing) or offline (admins).
@@ -64,7 +64,7 @@ pub async fn set_gpu_state(uuid: String, state: String) -> Result<(), AppError> 
     let (app, user) = server_fn_require(Role::Admin).await?;
     let id = parse_gpu_id(&uuid)
         .ok_or_else(|| AppError::invalid("uuid", format!("`{uuid}` is not a card id (GPU-…)")))?;
-    crate::server::gpu::views::set_state(&app, &user, id, &state).await
+    crate::server::cards::set_state(&app, &user, id, &state).await
 }
 
 /// Every node with its state and heartbeat age (admins: the admin page's Nodes section).

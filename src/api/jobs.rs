@@ -9,12 +9,12 @@ use uuid::Uuid;
 pub async fn dashboard() -> Result<DashboardView, AppError> {
     use crate::api::context::server_fn_require;
     use crate::model::Role;
-    use crate::server::gpu::views as gpu_views;
+    use crate::server::cards;
     use crate::server::jobs::{self, ListQuery};
 
     let (state, user) = server_fn_require(Role::Member).await?;
-    let gpus = gpu_views::list(&state).await?;
-    let skipped = gpu_views::skipped(&state).await?;
+    let gpus = cards::list(&state).await?;
+    let skipped = cards::skipped(&state).await?;
     let (waiting, oldest) = jobs::queue_summary(&state).await?;
     let query = ListQuery {
         status: Some("queued,admitted,starting,running".into()),
@@ -99,7 +99,7 @@ pub async fn get_manifest() -> Result<crate::model::ManifestView, AppError> {
     use crate::model::Role;
 
     let (state, _) = server_fn_require(Role::Member).await?;
-    crate::server::manifest::view(&state).await
+    crate::server::manifest::view(&state.pool).await
 }
 
 /// A page of jobs, newest first (the queue and history page).

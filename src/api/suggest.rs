@@ -11,7 +11,7 @@ pub async fn get_manifest_suggestions() -> Result<ManifestSuggestions, AppError>
     use crate::model::Role;
 
     let (state, _) = server_fn_require(Role::Member).await?;
-    crate::server::manifest::suggest::suggestions(&state).await
+    crate::server::manifest::suggest::suggestions(&state.pool).await
 }
 
 /// Sets a workload type's need on one model to the suggestion (admins): an ordinary, audited
@@ -25,5 +25,5 @@ pub async fn apply_manifest_suggestion(
     use crate::model::Role;
 
     let (state, user) = server_fn_require(Role::Admin).await?;
-    crate::server::manifest::suggest::apply(&state, &user, &workload, &gpu_model).await
+    crate::server::manifest::suggest::apply(&state.pool, &user, &workload, &gpu_model).await
 }

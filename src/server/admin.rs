@@ -11,9 +11,10 @@ use crate::server::auth::{password, service, CurrentUser};
 use crate::server::db::users::{self, UserRow};
 use crate::server::db::{events, job_uids, settings};
 use crate::server::error::OrInternal;
-use crate::server::jobs::{held, volumes};
+use crate::server::jobs::held;
 use crate::server::manifest::{self, check_name};
-use crate::server::AppState;
+use crate::server::runtime::volumes;
+use crate::server::Ctx;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
@@ -21,11 +22,11 @@ use uuid::Uuid;
 /// Begins an edit of user `id`: a transaction and the user's row read in it, or a 404 naming
 /// the id. `what` names the edit in an internal error.
 async fn user_for_edit(
-    state: &AppState,
+    ctx: &Ctx,
     id: Uuid,
     what: &'static str,
 ) -> Result<(sqlx::Transaction<'static, sqlx::Postgres>, UserRow), AppError> {
-    let mut tx = state.pool.begin().await.or_internal(what)?;
+    let mut tx = ctx.pool.begin().await.or_internal(what)?;
     let user = users::by_id(&mut *tx, id)
         .await
         .or_internal("reading a user")?
@@ -34,15 +35,15 @@ async fn user_for_edit(
 }
 
 pub async fn create_user(
-    state: &AppState,
+    ctx: &Ctx,
     admin: &CurrentUser,
     username: &str,
     role: Role,
     password: &str,
 ) -> Result<UserView, AppError> {
-    let row = service::add_user(&state.pool, username, role, password).await?;
+    let row = service::add_user(&ctx.pool, username, role, password).await?;
     events::audit(
-        &state.pool,
+        &ctx.pool,
         &admin.username,
         AuditKind::UserCreate,
         &row.username,
@@ -58,7 +59,7 @@ pub async fn create_user(
 /// user's unstarted jobs and stops their started ones (`jobs::held`); enabling lets the held jobs
 /// run again. Open live streams of the user end, or follow the new role (`jobs::live`).
 pub async fn update_user(
-    state: &AppState,
+    ctx: &Ctx,
     admin: &CurrentUser,
     id: Uuid,
     role: Option<Role>,
@@ -75,7 +76,7 @@ pub async fn update_user(
             ));
         }
     }
-    let (mut tx, before) = user_for_edit(state, id, "beginning a user edit").await?;
+    let (mut tx, before) = user_for_edit(ctx, id, "beginning a user edit").await?;
     if let Some(disabled) = disabled {
         set_disabled(&mut tx, id, disabled, &admin.username).await?;
     }
@@ -130,7 +131,7 @@ async fn set_disabled(
 /// refused (images that need root are allowed by the policy's `root_images`), and so is a uid
 /// another user has or had (see `db::job_uids::set`, which also says when the gid moves along).
 pub async fn set_job_ids(
-    state: &AppState,
+    ctx: &Ctx,
     admin: &CurrentUser,
     id: Uuid,
     uid: Option<i64>,
@@ -154,7 +155,7 @@ pub async fn set_job_ids(
     if uid.is_none() && gid.is_none() {
         return Ok(());
     }
-    let (mut tx, user) = user_for_edit(state, id, "beginning a job uid edit").await?;
+    let (mut tx, user) = user_for_edit(ctx, id, "beginning a job uid edit").await?;
     job_uids::set(&mut tx, id, uid, gid)
         .await
         .map_err(|e| match e {
@@ -186,22 +187,13 @@ async fn record_user_edit(
 /// sign-in throttle, so this cannot be used to guess it). Every browser session of the user signed
 /// in before now ends; the returned moment re-stamps the session that made the change, if any.
 pub async fn change_password(
-    state: &AppState,
+    ctx: &Ctx,
     user: &CurrentUser,
     current: &str,
     new: &str,
 ) -> Result<chrono::DateTime<chrono::Utc>, AppError> {
     let now = chrono::Utc::now();
-    match service::login(
-        &state.pool,
-        &state.hashing,
-        &user.username,
-        current,
-        "",
-        now,
-    )
-    .await
-    {
+    match service::login(&ctx.pool, &ctx.hashing, &user.username, current, "", now).await {
         Ok(_) => {}
         Err(AppError::BadCredentials) => {
             return Err(AppError::invalid(
@@ -219,7 +211,7 @@ pub async fn change_password(
         ));
     }
     let hash = password::hash(new.to_owned()).await?;
-    let mut tx = state
+    let mut tx = ctx
         .pool
         .begin()
         .await
@@ -263,17 +255,15 @@ pub async fn restamp_session(
 }
 
 /// The launch policy in force (everyone signed in may read it: it says what they may run).
-pub async fn launch_policy(state: &AppState) -> Result<LaunchPolicy, AppError> {
-    settings::launch_policy(&state.pool)
+pub async fn launch_policy(ctx: &Ctx) -> Result<LaunchPolicy, AppError> {
+    settings::launch_policy(&ctx.pool)
         .await
         .or_internal("reading the launch policy")
 }
 
 /// Every user, for the admins' list.
-pub async fn list_users(state: &AppState) -> Result<Vec<UserView>, AppError> {
-    let rows = users::list(&state.pool)
-        .await
-        .or_internal("listing users")?;
+pub async fn list_users(ctx: &Ctx) -> Result<Vec<UserView>, AppError> {
+    let rows = users::list(&ctx.pool).await.or_internal("listing users")?;
     rows.iter()
         .map(|r| r.view())
         .collect::<Result<Vec<_>, _>>()
@@ -281,9 +271,9 @@ pub async fn list_users(state: &AppState) -> Result<Vec<UserView>, AppError> {
 }
 
 /// A live check of the database: how long a small query took, and how many users are active.
-pub async fn server_status(state: &AppState) -> Result<StatusView, AppError> {
+pub async fn server_status(ctx: &Ctx) -> Result<StatusView, AppError> {
     let started = std::time::Instant::now();
-    let active_users = users::count_active(&state.pool)
+    let active_users = users::count_active(&ctx.pool)
         .await
         .or_internal("probing the database")?;
     Ok(StatusView {
@@ -295,7 +285,7 @@ pub async fn server_status(state: &AppState) -> Result<StatusView, AppError> {
 
 /// Checks, stores and audits a new launch policy (admins).
 pub async fn save_policy(
-    state: &AppState,
+    ctx: &Ctx,
     admin: &CurrentUser,
     policy: &LaunchPolicy,
 ) -> Result<LaunchPolicy, AppError> {
@@ -306,7 +296,7 @@ pub async fn save_policy(
     tokio::task::spawn_blocking(move || volumes::check_rules(&rules))
         .await
         .or_internal("checking the volume allowlist")??;
-    let mut tx = state
+    let mut tx = ctx
         .pool
         .begin()
         .await
@@ -329,7 +319,7 @@ pub async fn save_policy(
 /// Renames a workload type (admins). Queued jobs that name it follow the new name (each gets a
 /// job event saying so), so a rename never strands the queue.
 pub async fn rename_workload(
-    state: &AppState,
+    ctx: &Ctx,
     admin: &CurrentUser,
     from: &str,
     to: &str,
@@ -341,7 +331,7 @@ pub async fn rename_workload(
             "the new name is the same as the old one",
         ));
     }
-    let mut tx = state.pool.begin().await.or_internal("beginning a rename")?;
+    let mut tx = ctx.pool.begin().await.or_internal("beginning a rename")?;
     let renamed =
         sqlx::query("UPDATE workload_types SET name = $2, updated_at = now() WHERE name = $1")
             .bind(from)
@@ -387,7 +377,7 @@ pub async fn rename_workload(
     )
     .await
     .or_internal("recording a rename")?;
-    manifest::view(state)
+    manifest::view(&ctx.pool)
         .await?
         .workloads
         .into_iter()
@@ -396,17 +386,17 @@ pub async fn rename_workload(
 }
 
 /// The manifest, its edits (newest first) and when the last pass ran.
-pub async fn manifest_state(state: &AppState) -> Result<ManifestState, AppError> {
-    let manifest = manifest::view(state).await?;
+pub async fn manifest_state(ctx: &Ctx) -> Result<ManifestState, AppError> {
+    let manifest = manifest::view(&ctx.pool).await?;
     let kinds = [
         AuditKind::ManifestPut,
         AuditKind::ManifestRename,
         AuditKind::ManifestDelete,
     ];
-    let rows = events::audit_of_kinds(&state.pool, &kinds, 100)
+    let rows = events::audit_of_kinds(&ctx.pool, &kinds, 100)
         .await
         .or_internal("reading the manifest history")?;
-    let last_pass_at = events::last_pass_at(&state.pool)
+    let last_pass_at = events::last_pass_at(&ctx.pool)
         .await
         .or_internal("reading the scheduler state")?;
     Ok(ManifestState {

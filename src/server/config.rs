@@ -210,6 +210,34 @@ fn default_node() -> String {
 }
 
 impl ServeArgs {
+    /// Checks what the flags alone can say is wrong, naming the flag; what needs the domain's own
+    /// parsers (`--job-uid-range`, `--gpu-source`, `--cluster-secret`, the bootstrap password's
+    /// policy) is checked where those are parsed, before anything starts.
+    pub fn validate(&self) -> Result<(), String> {
+        if self
+            .metrics_token
+            .as_deref()
+            .is_some_and(|t| t.trim().is_empty())
+        {
+            return Err(
+                "--metrics-token (GPUQ_METRICS_TOKEN) is empty: give a token, or unset it \
+                        to leave /metrics open"
+                    .to_owned(),
+            );
+        }
+        if self.node.trim().is_empty() {
+            return Err("--node (GPUQ_NODE) is empty: name this node".to_owned());
+        }
+        if self.db.db_max_connections == 0 {
+            return Err(
+                "--db-max-connections (GPUQ_DB_MAX_CONNECTIONS) is 0: gpuq needs at \
+                        least one connection"
+                    .to_owned(),
+            );
+        }
+        Ok(())
+    }
+
     /// `--advertise-url`, or one derived from `--listen`: an unspecified address (0.0.0.0, ::)
     /// becomes this host's name.
     pub fn advertise_url(&self) -> String {
@@ -293,4 +321,35 @@ pub enum FirewallAction {
     Check,
     /// Take them out.
     Remove,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Serve {
+        #[command(flatten)]
+        args: ServeArgs,
+    }
+
+    fn args(flags: &[&str]) -> ServeArgs {
+        let mut argv = vec!["gpuq"];
+        argv.extend_from_slice(flags);
+        Serve::try_parse_from(argv).expect("flags parse").args
+    }
+
+    #[test]
+    fn validate_names_the_flag_that_is_wrong() {
+        assert_eq!(args(&["--node", "gpu1"]).validate(), Ok(()));
+        for (flags, flag) in [
+            (&["--metrics-token", " "][..], "--metrics-token"),
+            (&["--node", ""][..], "--node"),
+            (&["--db-max-connections", "0"][..], "--db-max-connections"),
+        ] {
+            let e = args(flags).validate().expect_err("refused");
+            assert!(e.starts_with(flag), "{flags:?}: {e}");
+        }
+    }
 }

@@ -5,10 +5,10 @@ use crate::model::{AppError, AuditKind, ManifestView, WorkloadView};
 use crate::server::auth::CurrentUser;
 use crate::server::db::{events, gpus, manifest};
 use crate::server::error::OrInternal;
-use crate::server::AppState;
 use serde::Deserialize;
 use serde_json::json;
 use sqlx::pool::PoolConnection;
+use sqlx::PgPool;
 use sqlx::Postgres;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -29,14 +29,8 @@ pub struct WorkloadPut {
 }
 
 /// A connection from the pool, and the manifest as read on it.
-async fn load(
-    state: &AppState,
-) -> Result<(PoolConnection<Postgres>, manifest::Manifest), AppError> {
-    let mut conn = state
-        .pool
-        .acquire()
-        .await
-        .or_internal("acquiring a connection")?;
+async fn load(pool: &PgPool) -> Result<(PoolConnection<Postgres>, manifest::Manifest), AppError> {
+    let mut conn = pool.acquire().await.or_internal("acquiring a connection")?;
     let m = manifest::load(&mut conn)
         .await
         .or_internal("reading the manifest")?;
@@ -44,8 +38,8 @@ async fn load(
 }
 
 /// The whole manifest and the models of the cards gpuq knows.
-pub async fn view(state: &AppState) -> Result<ManifestView, AppError> {
-    let (mut conn, m) = load(state).await?;
+pub async fn view(pool: &PgPool) -> Result<ManifestView, AppError> {
+    let (mut conn, m) = load(pool).await?;
     let cards = gpus::list(&mut *conn).await.or_internal("reading cards")?;
     let models: BTreeSet<String> = cards.into_iter().map(|g| g.model).collect();
     Ok(ManifestView {
@@ -64,7 +58,7 @@ pub async fn view(state: &AppState) -> Result<ManifestView, AppError> {
 
 /// Creates or replaces a workload type (admins; the caller checks the role).
 pub async fn put(
-    state: &AppState,
+    pool: &PgPool,
     user: &CurrentUser,
     name: &str,
     body: &WorkloadPut,
@@ -97,8 +91,7 @@ pub async fn put(
             ));
         }
     }
-    let mut tx = state
-        .pool
+    let mut tx = pool
         .begin()
         .await
         .or_internal("beginning a manifest edit")?;
@@ -122,9 +115,8 @@ pub async fn put(
 }
 
 /// Deletes a workload type. Queued jobs of that type then wait with the reason shown.
-pub async fn delete(state: &AppState, user: &CurrentUser, name: &str) -> Result<(), AppError> {
-    let mut tx = state
-        .pool
+pub async fn delete(pool: &PgPool, user: &CurrentUser, name: &str) -> Result<(), AppError> {
+    let mut tx = pool
         .begin()
         .await
         .or_internal("beginning a manifest edit")?;

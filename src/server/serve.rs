@@ -1,11 +1,10 @@
 //! The subcommands that run on the server side: `gpuq serve` and `gpuq user add`.
 
-use crate::model::Role;
 use crate::server::admission::{scheduler, PassConfig};
 use crate::server::auth::service;
-use crate::server::config::{DbArgs, ServeArgs, UserAddArgs};
+use crate::server::config::ServeArgs;
 use crate::server::db::job_uids::JobUidRange;
-use crate::server::db::{self, session_store, Database, DbOptions};
+use crate::server::db::{self, session_store, Database};
 use crate::server::gpu::{self, GpuInventory, GpuMode};
 use crate::server::http::listen::{self, ListenLimits};
 use crate::server::http::metrics::router as metrics_router;
@@ -15,9 +14,8 @@ use crate::server::notifier::Notifier;
 use crate::server::peers::{ClusterSecret, Peers};
 use crate::server::runner::{DockerHealth, Runner, RunnerConfig};
 use crate::server::runtime::{ensure_sim_devices, Docker, LaunchMode};
-use crate::server::AppState;
+use crate::server::{AppState, Ctx};
 use anyhow::{anyhow, Context, Result};
-use std::io::BufRead;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -32,46 +30,16 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         crate::server::auth::password::check_policy(pw)
             .map_err(|e| anyhow!("GPUQ_BOOTSTRAP_ADMIN_PASSWORD: {e}"))?;
     }
+    args.validate().map_err(|e| anyhow!(e))?;
     job_uid_range(&args)?;
-    if args
-        .metrics_token
-        .as_deref()
-        .is_some_and(|t| t.trim().is_empty())
-    {
-        return Err(anyhow!(
-            "--metrics-token (GPUQ_METRICS_TOKEN) is empty: give a token, or unset it to leave /metrics open"
-        ));
-    }
     let secret = args
         .cluster_secret
         .as_deref()
         .map(ClusterSecret::new)
         .transpose()
         .map_err(|e| anyhow!("--cluster-secret (GPUQ_CLUSTER_SECRET) {e}"))?;
-    let database = db::open(&db_options(&args.db)).await?;
+    let database = db::open(&super::commands::db_options(&args.db)).await?;
     let result = run(&args, &database, secret).await;
-    database.close().await?;
-    result
-}
-
-/// What the database flags say, for [`db::open`].
-fn db_options(args: &DbArgs) -> DbOptions {
-    DbOptions {
-        database_url: args.database_url.clone(),
-        app_database_url: args.app_database_url.clone(),
-        data_dir: args.data_dir.clone(),
-        pg_user: args.pg_user.clone(),
-        max_connections: args.db_max_connections,
-    }
-}
-
-/// Opens the database, runs `work` on it, and closes it again whatever `work` answered.
-async fn with_database<T, F>(args: &DbArgs, work: impl FnOnce(sqlx::PgPool) -> F) -> Result<T>
-where
-    F: std::future::Future<Output = Result<T>>,
-{
-    let database = db::open(&db_options(args)).await?;
-    let result = work(database.pool.clone()).await;
     database.close().await?;
     result
 }
@@ -119,34 +87,22 @@ async fn run(args: &ServeArgs, database: &Database, secret: Option<ClusterSecret
         args.nvml_lib.as_deref(),
     )?);
     tracing::info!(node = %args.node, kind = ?inventory.kind(), "GPU inventory");
-    gpu::sync::refresh(&pool, &inventory, &args.node)
-        .await
-        .context("first GPU inventory refresh")?;
     let notifier = Notifier::new(Duration::from_millis(args.pass_interval_ms.max(50)));
-    let mut state = AppState::new(
+    let mut ctx = Ctx::new(
         pool.clone(),
-        &args
-            .site_root
-            .as_deref()
-            .map(|dir| dir.to_string_lossy())
-            .unwrap_or_default(),
         pass.clone(),
         args.db.data_dir.join("logs"),
         notifier.clone(),
     );
-    if args.site_root.is_none() {
-        crate::server::http::use_embedded_site(&mut state)?;
-    }
-    state.leptos_options.site_addr = args.listen;
-    state.log_reads = crate::server::jobs::log_read::LogReads::new(args.log_reads as usize);
-    state.peers = Some(Peers::new(&args.node, secret));
-    state.submit_rate = crate::server::jobs::rate::SubmitRate::new(
-        args.submit_rate_per_min,
-        args.preview_rate_per_min,
-    );
-    state.session_lifetime = chrono::TimeDelta::hours(i64::from(args.session_lifetime_h));
+    ctx.log_reads = crate::server::limits::LogReads::new(args.log_reads as usize);
+    ctx.peers = Some(Peers::new(&args.node, secret));
+    ctx.submit_rate =
+        crate::server::limits::SubmitRate::new(args.submit_rate_per_min, args.preview_rate_per_min);
+    ctx.session_lifetime = chrono::TimeDelta::hours(i64::from(args.session_lifetime_h));
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut tasks = JoinSet::new();
+    let (cards, card_tasks) =
+        crate::server::card_tasks::start(&pool, card_tasks(args, inventory), &stop_rx).await?;
     let node = register_node(&pool, args).await?;
     let lease = node.lease.clone();
     tasks.spawn(crate::server::nodes::heartbeat(
@@ -162,10 +118,10 @@ async fn run(args: &ServeArgs, database: &Database, secret: Option<ClusterSecret
         health.report(Some(
             "connecting to Docker and re-adopting its containers".into(),
         ));
-        prepare_sim_devices(&inventory)?;
+        prepare_sim_devices(&cards)?;
         let launch = RunnerConfig {
             node: args.node.clone(),
-            logs_dir: state.logs_dir.clone(),
+            logs_dir: ctx.logs_dir.clone(),
             log_max_bytes: args.log_max_bytes,
             stop_grace: Duration::from_secs(args.stop_grace_s),
             mode: LaunchMode::Fenced,
@@ -184,48 +140,16 @@ async fn run(args: &ServeArgs, database: &Database, secret: Option<ClusterSecret
             sched,
             stop_rx.clone(),
         ));
-        state.docker = Some(health);
+        ctx.docker = Some(health);
     } else {
         tasks.spawn(sched);
     }
-    // On NVML cards, the processes of gpuq's own containers are not foreign.
-    let cards = gpu::sync::NodeCards {
-        pool: pool.clone(),
-        inventory: Arc::clone(&inventory),
-        node: args.node.clone(),
-        own: if args.runner {
-            gpu::sync::OwnPids::docker(args.docker_socket.clone())
-        } else {
-            gpu::sync::OwnPids::None
-        },
-    };
-    tasks.spawn(crate::server::usage::sampler::run(
-        cards.clone(),
-        crate::server::usage::Sampling::from_flags(args.sample_every_s, args.sample_retention_h),
-        stop_rx.clone(),
-    ));
-    if args.runner {
-        tasks.spawn(crate::server::vram::run(
-            pool.clone(),
-            inventory,
-            crate::server::vram::VramConfig {
-                node: args.node.clone(),
-                every: Duration::from_millis(args.vram_sample_ms),
-                overuse_samples: args.vram_overuse_samples,
-                reserve_mib: args.vram_reserve_mib,
-                proc_root: "/proc".into(),
-            },
-            stop_rx.clone(),
-        ));
+    for task in card_tasks {
+        tasks.spawn(task);
     }
-    tasks.spawn(gpu::sync::run(
-        cards,
-        Duration::from_secs(args.gpu_refresh_s.max(1)),
-        stop_rx.clone(),
-    ));
     tasks.spawn(crate::server::jobs::retention::run(
         pool.clone(),
-        state.logs_dir.clone(),
+        ctx.logs_dir.clone(),
         (Duration::from_secs(3600), Duration::from_secs(10)),
         notifier.subscribe(),
         stop_rx.clone(),
@@ -249,6 +173,18 @@ async fn run(args: &ServeArgs, database: &Database, secret: Option<ClusterSecret
         read_timeout: Duration::from_secs(args.http_read_timeout_s),
         max_connections: args.http_max_connections as usize,
     };
+    let mut state = AppState::new(
+        ctx,
+        &args
+            .site_root
+            .as_deref()
+            .map(|dir| dir.to_string_lossy())
+            .unwrap_or_default(),
+    );
+    if args.site_root.is_none() {
+        crate::server::http::use_embedded_site(&mut state)?;
+    }
+    state.leptos_options.site_addr = args.listen;
     let mut router = match args.ui {
         true => app(state, http_opts),
         false => agent(state, http_opts),
@@ -317,7 +253,7 @@ async fn serve_metrics_apart(
 }
 
 /// The uid range jobs' users are allocated from, or an error naming the flag.
-fn job_uid_range(args: &ServeArgs) -> Result<JobUidRange> {
+pub(crate) fn job_uid_range(args: &ServeArgs) -> Result<JobUidRange> {
     args.job_uid_range
         .parse()
         .map_err(|e| anyhow!("--job-uid-range (GPUQ_JOB_UID_RANGE): {e}"))
@@ -371,12 +307,36 @@ pub fn write_bootstrap_password(
     Ok(path)
 }
 
-fn prepare_sim_devices(inventory: &Arc<dyn GpuInventory>) -> Result<()> {
-    if inventory.kind() != gpu::InventoryKind::Simulated {
+/// The card observer and its consumers, as the flags set them.
+fn card_tasks(
+    args: &ServeArgs,
+    inventory: Arc<dyn GpuInventory>,
+) -> crate::server::card_tasks::CardTasks {
+    crate::server::card_tasks::CardTasks {
+        node: args.node.clone(),
+        inventory,
+        refresh_every: Duration::from_secs(args.gpu_refresh_s.max(1)),
+        sampling: crate::server::usage::Sampling::from_flags(
+            args.sample_every_s,
+            args.sample_retention_h,
+        ),
+        vram: args.runner.then(|| crate::server::vram::VramConfig {
+            node: args.node.clone(),
+            every: Duration::from_millis(args.vram_sample_ms),
+            overuse_samples: args.vram_overuse_samples,
+            reserve_mib: args.vram_reserve_mib,
+        }),
+        proc_root: "/proc".into(),
+    }
+}
+
+fn prepare_sim_devices(cards: &gpu::observer::Cards) -> Result<()> {
+    if cards.kind() != gpu::InventoryKind::Simulated {
         return Ok(());
     }
-    let cards = inventory.snapshot(&gpu::OurProcesses::default())?;
-    let count = cards
+    let snapshot = cards.latest();
+    let count = snapshot
+        .cards()?
         .iter()
         .map(|c| c.index as usize + 1)
         .max()
@@ -456,134 +416,4 @@ async fn shutdown_signal() {
         _ = term => {},
     }
     tracing::info!("shutting down");
-}
-
-/// `gpuq doctor`: runs the checks, prints them (lines or JSON) and fails when any check failed.
-/// `gpuq firewall …` (see [`crate::server::firewall`]).
-pub async fn firewall(args: crate::server::config::FirewallArgs) -> Result<()> {
-    use crate::server::config::FirewallAction;
-    use crate::server::firewall::{self, Action, FirewallOptions};
-    let opts = FirewallOptions {
-        docker_socket: args.docker_socket,
-        allow: firewall::parse_allow(&args.egress.egress_allow).map_err(|e| anyhow!(e))?,
-    };
-    let action = match args.action {
-        FirewallAction::Apply => Action::Apply,
-        FirewallAction::Check => Action::Check,
-        FirewallAction::Remove => Action::Remove,
-    };
-    let said = firewall::run(action, &opts).await.map_err(|e| anyhow!(e))?;
-    println!("{said}");
-    Ok(())
-}
-
-pub async fn doctor(args: crate::server::config::DoctorArgs) -> Result<()> {
-    use crate::server::doctor;
-    let s = &args.serve;
-    let opts = doctor::DoctorOptions {
-        gpu_source: s.gpu_source().0.to_owned(),
-        sim_gpus: s.sim_gpus.clone(),
-        nvml_lib: s.nvml_lib.clone(),
-        node: s.node.clone(),
-        data_dir: s.db.data_dir.clone(),
-        database_url: s.db.database_url.clone(),
-        docker_socket: s.docker_socket.clone(),
-        runner: s.runner,
-        listen: s.listen,
-        secure_cookies: s.secure_cookies,
-        smoke_image: args.smoke_image.clone(),
-        job_uid_range: job_uid_range(s)?,
-        egress_allow: crate::server::firewall::parse_allow(&args.egress.egress_allow)
-            .map_err(|e| anyhow!(e))?,
-    };
-    let checks = doctor::run(&opts).await;
-    if args.json {
-        println!("{:#}", doctor::render_json(&checks));
-    } else {
-        print!("{}", doctor::render_text(&checks));
-    }
-    if doctor::any_failed(&checks) {
-        let failed: Vec<&str> = checks
-            .iter()
-            .filter(|c| c.status == doctor::Status::Fail)
-            .map(|c| c.name)
-            .collect();
-        return Err(anyhow!("doctor: failed checks: {}", failed.join(", ")));
-    }
-    Ok(())
-}
-
-/// `gpuq user add NAME --role ROLE`, password on standard input.
-pub async fn user_add(args: UserAddArgs) -> Result<()> {
-    let role: Role = args.role.parse().map_err(|e: String| anyhow!(e))?;
-    let mut password = String::new();
-    std::io::stdin()
-        .lock()
-        .read_line(&mut password)
-        .context("reading the password from standard input")?;
-    let password = password.trim_end_matches(['\r', '\n']);
-    let row = with_database(&args.db, |pool| async move {
-        service::add_user(&pool, &args.name, role, password)
-            .await
-            .map_err(|e| anyhow!("{e}"))
-    })
-    .await?;
-    println!("created user `{}` with role {}", row.username, role);
-    Ok(())
-}
-
-/// `gpuq bench admission`: prints planner, pass and burst figures.
-pub async fn bench_admission(args: crate::server::cli::BenchAdmissionArgs) -> Result<()> {
-    with_database(&args.db, |pool| async move {
-        crate::server::bench::admission(&pool, &args.opts, &mut std::io::stdout()).await
-    })
-    .await
-}
-
-/// `gpuq bench runner`: prints launch overhead figures.
-pub async fn bench_runner(args: crate::server::cli::BenchRunnerArgs) -> Result<()> {
-    with_database(&args.db, |pool| async move {
-        crate::server::bench::launch::runner(&pool, &args.opts, &mut std::io::stdout()).await
-    })
-    .await
-}
-
-/// `gpuq bench vram`: the VRAM policing's latencies and the sampler's cost.
-pub async fn bench_vram(args: crate::server::cli::BenchVramArgs) -> Result<()> {
-    with_database(&args.db, |pool| async move {
-        crate::server::bench::vram::run(&pool, &args.opts, &mut std::io::stdout()).await
-    })
-    .await
-}
-
-/// `gpuq bench failover`: kills and restarts a `gpuq serve` on the given external database.
-pub async fn bench_failover(args: crate::server::cli::BenchFailoverArgs) -> Result<()> {
-    let url = args.db.database_url.clone().ok_or_else(|| {
-        anyhow!("gpuq bench failover needs --database-url: the nodes it starts and kills share it")
-    })?;
-    with_database(&args.db, |pool| async move {
-        crate::server::bench::failover::run(&pool, &url, &args.opts, &mut std::io::stdout()).await
-    })
-    .await
-}
-
-/// `gpuq bench logs`: a `gpuq serve`'s resident memory under many log reads at once.
-pub async fn bench_logs(args: crate::server::cli::BenchLogsArgs) -> Result<()> {
-    let url = args.db.database_url.clone().ok_or_else(|| {
-        anyhow!("gpuq bench logs needs --database-url: the server it measures shares it")
-    })?;
-    with_database(&args.db, |pool| async move {
-        crate::server::bench::logs::run(&pool, &url, &args.opts, &mut std::io::stdout()).await
-    })
-    .await
-}
-
-/// `gpuq bench external`: measures the running server at `url` from outside. It only reads the
-/// server's database (no migration: the server may be an older build).
-pub async fn bench_external(
-    args: crate::server::cli::BenchExternalArgs,
-    url: String,
-    token: Option<crate::model::Secret>,
-) -> Result<()> {
-    crate::server::bench::external::run(&url, token, &args.opts, &mut std::io::stdout()).await
 }

@@ -1,4 +1,4 @@
-//! Layer 1 through the REST API and real passes: submission checks, admission, wait reasons,
+//! Admission through the REST API and real passes: submission checks, admission, wait reasons,
 //! hybrid accounting, cancellation, the read side and the manifest.
 
 use crate::support::{ledger_violations, read_stream_until, TestApp};

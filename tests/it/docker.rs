@@ -303,55 +303,79 @@ async fn unreachable_daemon_is_reported() {
     }
 }
 
-/// The PIDs gpuq reports as its own (so NVML does not count its jobs' memory as foreign) are the
-/// host PIDs of exactly the processes in this node's running gpuq containers.
+/// The host PIDs of a container's processes, as `docker top` lists them.
+fn top_pids(id: &str) -> Vec<u32> {
+    crate::support::docker::docker_cli(&["top", id, "-o", "pid"])
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+/// The one answer to "which job owns this process?" (the card observer's, for NVML's host PIDs):
+/// every process of a job's recorded container is that job's, by its `/proc/<pid>/cgroup`; a
+/// process in no container, in another container, or gone is no job's.
 #[tokio::test]
-async fn managed_pids_are_the_host_pids_of_running_job_processes() {
+async fn the_owner_of_a_host_pid_is_the_job_whose_recorded_container_holds_it() {
+    use gpuq::server::db::vram::HeldCard;
+    use gpuq::server::gpu::observer::JobOwners;
     let d = docker().await;
     let c = Cleanup::default();
     let r = request_alone(&["sh", "-c", "sleep 30 & sleep 30 & wait"]);
     c.track(&r);
+    let other = request_alone(&["sleep", "30"]);
+    c.track(&other);
     let id = d.create(&r, LaunchMode::Fenced).await.unwrap();
-    assert!(
-        d.managed_pids(&r.node).await.unwrap().is_empty(),
-        "created, not running"
-    );
+    let other_id = d.create(&other, LaunchMode::Fenced).await.unwrap();
     d.start(&id).await.unwrap();
+    d.start(&other_id).await.unwrap();
     // sh and its two sleeps.
     let deadline = Instant::now() + Duration::from_secs(10);
     let pids = loop {
-        let pids = d.managed_pids(&r.node).await.unwrap();
+        let pids = top_pids(&id);
         if pids.len() >= 3 || Instant::now() > deadline {
             break pids;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     assert_eq!(pids.len(), 3, "{pids:?}");
+    let other_pids = top_pids(&other_id);
+    assert_eq!(other_pids.len(), 1, "{other_pids:?}");
+    let gpu = uuid::Uuid::new_v4();
+    let held = |job, container: &str| HeldCard {
+        job_id: job,
+        container_id: Some(container.to_owned()),
+        gpu_uuid: gpu,
+        committed_mib: 1000,
+        stopping: false,
+    };
+    // Only `r`'s job holds cards here (with its recorded container).
+    let owners = JobOwners::from_held(&[held(r.job_id, &id)], "/proc".into());
     for pid in &pids {
-        // Host PIDs: each is a process here, in the container's cgroup, running sh or sleep.
-        let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
-        assert!(cgroup.contains(&id), "pid {pid} is not in {id}: {cgroup}");
-        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap();
-        assert!(["sh", "sleep"].contains(&comm.trim()), "{pid}: {comm}");
+        assert_eq!(owners.job_of(*pid), Some(r.job_id), "pid {pid}");
     }
-    assert!(!pids.contains(&std::process::id()));
-    // What the GPU inventory is told before each NVML reading: the same set; with Docker
-    // unreachable, nothing (so our jobs' memory counts as foreign: admission errs towards less).
-    use gpuq::server::gpu::sync::OwnPids;
-    let told = OwnPids::docker(None).read(&r.node).await;
-    assert_eq!(told.pids, pids.iter().copied().collect());
-    let unreachable = OwnPids::docker(Some("/nonexistent/docker.sock".into()))
-        .read(&r.node)
-        .await;
-    assert!(unreachable.pids.is_empty());
-    // Another node's containers are not ours.
-    assert!(d
-        .managed_pids("some-other-node")
-        .await
-        .unwrap()
-        .iter()
-        .all(|p| !pids.contains(p)));
+    assert!(owners.holds(r.job_id, gpu));
+    assert!(!owners.holds(r.job_id, uuid::Uuid::new_v4()));
+    // A container that is no card-holding job's here (another gpuq container of this node, its
+    // job not holding cards) and a process in no container are foreign.
+    assert_eq!(owners.job_of(other_pids[0]), None);
+    assert_eq!(owners.job_of(std::process::id()), None);
+    // Once the other job is recorded, its process is its own, never `r`'s.
+    let both = JobOwners::from_held(
+        &[held(r.job_id, &id), held(other.job_id, &other_id)],
+        "/proc".into(),
+    );
+    assert_eq!(both.job_of(other_pids[0]), Some(other.job_id));
+    assert_eq!(both.job_of(pids[0]), Some(r.job_id));
+    // A job recorded with another container does not own these processes.
+    let mismatched = JobOwners::from_held(&[held(r.job_id, &other_id)], "/proc".into());
+    assert_eq!(mismatched.job_of(pids[0]), None);
+    // Stopped: its processes are gone, and so is their owner.
     d.stop(&id, Duration::from_secs(1)).await.unwrap();
-    assert!(d.managed_pids(&r.node).await.unwrap().is_empty(), "stopped");
+    for pid in &pids {
+        assert_eq!(owners.job_of(*pid), None, "pid {pid} after the stop");
+    }
+    d.stop(&other_id, Duration::from_secs(1)).await.unwrap();
     d.remove(&id).await.unwrap();
+    d.remove(&other_id).await.unwrap();
 }

@@ -1,4 +1,4 @@
-//! Layer 2 end to end: real Postgres, real dockerd, simulated cards fenced through device nodes.
+//! Isolation end to end: real Postgres, real dockerd, simulated cards fenced through device nodes.
 
 use crate::support::docker::docker_cli;
 use crate::support::isolation::{container_of, event_kinds};

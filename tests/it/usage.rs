@@ -4,7 +4,7 @@
 use crate::support::{true_job, TestApp, PASSWORD};
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use gpuq::model::Role;
-use gpuq::server::gpu::GpuInfo;
+use gpuq::server::gpu::{observer, GpuInfo};
 use gpuq::server::usage::{self, sampler, Sampling};
 use serde_json::json;
 use sqlx::PgPool;
@@ -12,10 +12,15 @@ use uuid::Uuid;
 
 const RTX: &str = "NVIDIA GeForce RTX 3090";
 
-/// Simulated cards as `gpuq serve --gpu-source sim --sim-gpus <spec>` on `node` sees them.
-fn sim_inventory(spec: &str, node: &str) -> std::sync::Arc<dyn gpuq::server::gpu::GpuInventory> {
+/// Simulated cards as `gpuq serve --gpu-source sim --sim-gpus <spec>` on `node` reads them.
+fn sim_source(app: &TestApp, spec: &str, node: &str) -> observer::Source {
     use gpuq::server::gpu::{from_config, GpuMode};
-    std::sync::Arc::from(from_config(GpuMode::Sim, Some(spec), node).unwrap())
+    observer::Source {
+        pool: app.pool.clone(),
+        inventory: std::sync::Arc::from(from_config(GpuMode::Sim, Some(spec), node).unwrap()),
+        node: node.into(),
+        proc_root: "/proc".into(),
+    }
 }
 
 fn at(h: u32, m: u32, s: u32) -> DateTime<Utc> {
@@ -48,9 +53,11 @@ async fn the_sampler_records_each_card_of_its_node_and_prunes_past_the_retention
     assert_eq!(r.status, 204, "{}", r.text);
 
     // A simulated card: reserved from the ledger, foreign memory as set, no measured use.
-    let inventory = sim_inventory(&format!("2x24576:{RTX}"), "node-s");
+    let snapshot = sim_source(&app, &format!("2x24576:{RTX}"), "node-s")
+        .read()
+        .await;
     let now = Utc::now();
-    let written = sampler::sample(&app.pool, &inventory, "node-s", now)
+    let written = sampler::sample(&app.pool, "node-s", now, &snapshot)
         .await
         .unwrap();
     assert_eq!(written, 2, "one row per card of this node only");
@@ -125,19 +132,20 @@ async fn the_sampler_records_each_card_of_its_node_and_prunes_past_the_retention
 async fn the_sampling_task_samples_until_stopped_and_records_its_settings(pool: PgPool) {
     let app = TestApp::new(pool).await;
     app.sim_cards(&format!("1x24576:{RTX}"), "node-t").await;
-    let inventory = sim_inventory(&format!("1x24576:{RTX}"), "node-t");
+    let source = sim_source(&app, &format!("1x24576:{RTX}"), "node-t");
     let (stop, rx) = tokio::sync::watch::channel(false);
     let sampling = Sampling {
         every: std::time::Duration::from_millis(50),
         retention: std::time::Duration::from_secs(48 * 3600),
     };
-    let cards = gpuq::server::gpu::sync::NodeCards {
-        pool: app.pool.clone(),
-        inventory,
-        node: "node-t".into(),
-        own: gpuq::server::gpu::sync::OwnPids::None,
-    };
-    let task = tokio::spawn(sampler::run(cards, sampling, rx));
+    let cards = observer::spawn(source, sampling.every).await;
+    let task = tokio::spawn(sampler::run(
+        app.pool.clone(),
+        cards,
+        "node-t".into(),
+        sampling,
+        rx,
+    ));
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     while count_samples(&app).await < 3 {
         assert!(std::time::Instant::now() < deadline, "no samples written");
@@ -407,14 +415,16 @@ async fn ranges_are_checked_and_name_their_field(pool: PgPool) {
 async fn the_samples_csv_has_a_header_and_a_row_per_sample(pool: PgPool) {
     let app = TestApp::new(pool).await;
     let cards = app.sim_cards(&format!("2x24576:{RTX}"), "node-c").await;
-    let inventory = sim_inventory(&format!("2x24576:{RTX}"), "node-c");
+    let snapshot = sim_source(&app, &format!("2x24576:{RTX}"), "node-c")
+        .read()
+        .await;
     let now = Utc::now();
     for back in [600, 300] {
         sampler::sample(
             &app.pool,
-            &inventory,
             "node-c",
             now - Duration::seconds(back),
+            &snapshot,
         )
         .await
         .unwrap();

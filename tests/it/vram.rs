@@ -9,6 +9,7 @@ use crate::support::isolation::{container_of, event_kinds};
 use crate::support::nvml::FakeNvml;
 use crate::support::{cancel_and_wait, wait_status, Node, TestApp};
 use gpuq::model::gpu_id;
+use gpuq::server::gpu::observer::{self, Cards};
 use gpuq::server::gpu::{self, GpuInventory, GpuMode};
 use gpuq::server::metrics::snapshot;
 use gpuq::server::runtime::LaunchMode;
@@ -60,8 +61,18 @@ fn config(node: &str) -> VramConfig {
         every: Duration::from_millis(100),
         overuse_samples: 3,
         reserve_mib: 512,
-        proc_root: "/proc".into(),
     }
+}
+
+/// A card observer of `inventory` for `node` that reads when asked.
+async fn observe(s: &Setup, inventory: Arc<dyn GpuInventory>, node: &str) -> Cards {
+    let source = observer::Source {
+        pool: s.app.pool.clone(),
+        inventory,
+        node: node.into(),
+        proc_root: "/proc".into(),
+    };
+    observer::spawn(source, Duration::from_secs(3600)).await
 }
 
 /// [`setup`] and a sampler that reads the card's simulated usage (what [`use_mib`] sets).
@@ -69,7 +80,11 @@ async fn sim_setup(pool: PgPool, node: &str) -> (Setup, Sampler) {
     let s = setup(pool, node).await;
     let inv: Arc<dyn GpuInventory> =
         Arc::from(gpu::from_config(GpuMode::Sim, Some(CARD), node).unwrap());
-    let sampler = Sampler::new(s.app.pool.clone(), inv, config(node));
+    let sampler = Sampler::new(
+        s.app.pool.clone(),
+        observe(&s, inv, node).await,
+        config(node),
+    );
     (s, sampler)
 }
 
@@ -343,8 +358,8 @@ async fn real_card_readings_go_to_the_job_by_its_container_cgroup(pool: PgPool) 
         )
     };
     let fake = FakeNvml::new(&state(3000, 2000, 1000, ""));
-    let inv: Arc<dyn GpuInventory> = Arc::new(fake.inventory());
-    let mut sampler = Sampler::new(s.app.pool.clone(), inv, config("vr5"));
+    let cards = fake.observe(&s.app.pool, "vr5").await;
+    let mut sampler = Sampler::new(s.app.pool.clone(), cards, config("vr5"));
     let r = round(&mut sampler).await;
     assert_eq!((r.readings, r.stopped), (2, 0), "{r:?}");
     // Listed twice (compute and graphics), counted once; the foreign process is no job's.

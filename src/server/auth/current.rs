@@ -5,9 +5,9 @@ use super::service;
 use crate::model::{AppError, Role, UserView};
 use crate::server::db::users::{self, UserRow};
 use crate::server::error::OrInternal;
-use crate::server::AppState;
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
+use sqlx::PgPool;
 use tower_sessions::Session;
 use uuid::Uuid;
 
@@ -98,13 +98,18 @@ impl CurrentUser {
         }
     }
 
-    /// Resolves the caller of a request, if any. A malformed or unknown credential is no caller.
-    pub async fn resolve(parts: &Parts, state: &AppState) -> Result<Option<Self>, AppError> {
+    /// Resolves the caller of a request, if any. A malformed or unknown credential is no caller;
+    /// so is a session older than `session_lifetime` (`--session-lifetime-h`).
+    pub async fn resolve(
+        parts: &Parts,
+        pool: &PgPool,
+        session_lifetime: chrono::TimeDelta,
+    ) -> Result<Option<Self>, AppError> {
         if let Some(value) = parts.headers.get(AUTHORIZATION) {
             let Some(token) = value.to_str().ok().and_then(|v| v.strip_prefix("Bearer ")) else {
                 return Ok(None);
             };
-            let row = service::user_for_token(&state.pool, token.trim()).await?;
+            let row = service::user_for_token(pool, token.trim()).await?;
             return row.map(|r| Self::from_row(&r, true)).transpose();
         }
         let Some(session) = parts.extensions.get::<Session>() else {
@@ -123,11 +128,11 @@ impl CurrentUser {
             .or_internal("reading the session")?;
         // A session lasts `session_lifetime` from its sign-in, however busy it is kept: a stolen
         // cookie (or a shared machine left signed in) does not live on by being used.
-        let fresh = since.is_some_and(|t| chrono::Utc::now() < t + state.session_lifetime);
+        let fresh = since.is_some_and(|t| chrono::Utc::now() < t + session_lifetime);
         if !fresh {
             return Ok(None);
         }
-        let row = users::active_by_id(&state.pool, id)
+        let row = users::active_by_id(pool, id)
             .await
             .or_internal("looking up the session's user")?;
         // A session from before the user's last password change is over.

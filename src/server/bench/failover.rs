@@ -16,7 +16,7 @@ use crate::server::auth::CurrentUser;
 use crate::server::db::nodes;
 use crate::server::notifier::Notifier;
 use crate::server::runtime::ensure_sim_devices;
-use crate::server::{jobs, AppState};
+use crate::server::{jobs, Ctx};
 use anyhow::{anyhow, bail, Context, Result};
 use sqlx::PgPool;
 use std::io::Write;
@@ -57,9 +57,8 @@ pub async fn run(
     let caller = super::db::bench_member(pool, "bench-failover").await?;
     let data = std::env::temp_dir().join(format!("gpuq-bench-failover-{}", Uuid::new_v4()));
     std::fs::create_dir_all(&data).context("a data folder for the victim")?;
-    let state = AppState::new(
+    let ctx = Ctx::new(
         pool.clone(),
-        "",
         PassConfig {
             headroom_mib: 0,
             starvation_after: Duration::from_secs(3600),
@@ -78,8 +77,8 @@ pub async fn run(
     for round in 1..=opts.kills {
         let victim = start(url, &data, opts, &format!("round{round}.log")).await?;
         let ids = [
-            submit(&state, &caller, opts).await?,
-            submit(&state, &caller, opts).await?,
+            submit(&ctx, &caller, opts).await?,
+            submit(&ctx, &caller, opts).await?,
         ];
         all.extend(ids);
         wait_for(pool, &ids, "running", Duration::from_secs(60)).await?;
@@ -199,14 +198,10 @@ fn kill9(victim: ServeChild) {
     drop(victim);
 }
 
-async fn submit(
-    state: &AppState,
-    caller: &CurrentUser,
-    opts: &FailoverBenchOptions,
-) -> Result<Uuid> {
+async fn submit(ctx: &Ctx, caller: &CurrentUser, opts: &FailoverBenchOptions) -> Result<Uuid> {
     let body = serde_json::json!({ "image": opts.image, "min_vram_mb": 20000,
                                    "command": ["sleep", opts.job_s.to_string()] });
-    Ok(jobs::submit(state, caller, &body.to_string())
+    Ok(jobs::submit(ctx, caller, &body.to_string())
         .await
         .map_err(|e| anyhow!("{e}"))?
         .job_id)

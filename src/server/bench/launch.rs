@@ -11,7 +11,7 @@ use super::{gap, latency_row};
 use crate::server::auth::CurrentUser;
 use crate::server::db::gpus;
 use crate::server::runtime::ensure_sim_devices;
-use crate::server::{jobs, AppState};
+use crate::server::{jobs, Ctx};
 use anyhow::{anyhow, bail, Result};
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
@@ -53,14 +53,14 @@ pub async fn runner(pool: &PgPool, opts: &RunnerBenchOptions, out: &mut impl Wri
     gpus::sync_node(&mut tx, NODE, &[card]).await?;
     tx.commit().await?;
     ensure_sim_devices(1)?;
-    let (state, node) = super::node::start(pool, NODE, 0, Duration::from_secs(1), "runner").await?;
-    let result = sections(&state, &caller, opts, out).await;
+    let (ctx, node) = super::node::start(pool, NODE, 0, Duration::from_secs(1), "runner").await?;
+    let result = sections(&ctx, &caller, opts, out).await;
     node.stop().await;
     result
 }
 
 async fn sections(
-    state: &AppState,
+    ctx: &Ctx,
     caller: &CurrentUser,
     opts: &RunnerBenchOptions,
     out: &mut impl Write,
@@ -72,11 +72,11 @@ async fn sections(
     )?;
     let mut ids = Vec::new();
     for _ in 0..opts.jobs {
-        let id = submit(state, caller, &opts.image).await?;
-        wait_done(&state.pool, &[id]).await?;
+        let id = submit(ctx, caller, &opts.image).await?;
+        wait_done(&ctx.pool, &[id]).await?;
         ids.push(id);
     }
-    let rows = timings(&state.pool, &ids).await?;
+    let rows = timings(&ctx.pool, &ids).await?;
     let split = |f: &dyn Fn(&Timing) -> Duration| rows.iter().map(f).collect::<Vec<_>>();
     let docker_create = |r: &Timing| gap(r.claimed, r.verified);
     latency_row(
@@ -117,10 +117,10 @@ async fn sections(
     )?;
     let mut chain = Vec::new();
     for _ in 0..opts.chain {
-        chain.push(submit_big(state, caller, &opts.image).await?);
+        chain.push(submit_big(ctx, caller, &opts.image).await?);
     }
-    wait_done(&state.pool, &chain).await?;
-    let mut rows = timings(&state.pool, &chain).await?;
+    wait_done(&ctx.pool, &chain).await?;
+    let mut rows = timings(&ctx.pool, &chain).await?;
     rows.sort_by_key(|r| r.start_issued);
     let gaps: Vec<Duration> = rows
         .windows(2)
@@ -134,17 +134,17 @@ async fn sections(
     Ok(())
 }
 
-async fn submit(state: &AppState, caller: &CurrentUser, image: &str) -> Result<Uuid> {
+async fn submit(ctx: &Ctx, caller: &CurrentUser, image: &str) -> Result<Uuid> {
     let body = serde_json::json!({ "image": image, "command": ["true"], "min_vram_mb": 1000 });
-    Ok(jobs::submit(state, caller, &body.to_string())
+    Ok(jobs::submit(ctx, caller, &body.to_string())
         .await
         .map_err(|e| anyhow!("{e}"))?
         .job_id)
 }
 
-async fn submit_big(state: &AppState, caller: &CurrentUser, image: &str) -> Result<Uuid> {
+async fn submit_big(ctx: &Ctx, caller: &CurrentUser, image: &str) -> Result<Uuid> {
     let body = serde_json::json!({ "image": image, "command": ["true"], "min_vram_mb": 20000 });
-    Ok(jobs::submit(state, caller, &body.to_string())
+    Ok(jobs::submit(ctx, caller, &body.to_string())
         .await
         .map_err(|e| anyhow!("{e}"))?
         .job_id)

@@ -5,7 +5,7 @@ use crate::server::admission::PassConfig;
 use crate::server::notifier::Notifier;
 use crate::server::runner::{LocalNode, RunnerConfig};
 use crate::server::runtime::{Docker, LaunchMode};
-use crate::server::AppState;
+use crate::server::Ctx;
 use anyhow::{Context, Result};
 use sqlx::PgPool;
 use std::time::Duration;
@@ -19,7 +19,7 @@ pub(super) async fn start(
     headroom_mib: i64,
     stop_grace: Duration,
     bench: &str,
-) -> Result<(AppState, LocalNode)> {
+) -> Result<(Ctx, LocalNode)> {
     let logs = std::env::temp_dir().join(format!("gpuq-bench-logs-{}", Uuid::new_v4()));
     let pass = PassConfig {
         headroom_mib,
@@ -27,13 +27,7 @@ pub(super) async fn start(
         cpu_node: node.into(),
     };
     let notifier = Notifier::new(Duration::from_millis(2000));
-    let state = AppState::new(
-        pool.clone(),
-        "",
-        pass.clone(),
-        logs.clone(),
-        notifier.clone(),
-    );
+    let ctx = Ctx::new(pool.clone(), pass.clone(), logs.clone(), notifier.clone());
     let docker = Docker::connect()
         .await
         .with_context(|| format!("the {bench} bench needs dockerd"))?;
@@ -47,5 +41,5 @@ pub(super) async fn start(
         job_uids: Default::default(),
     };
     let local = LocalNode::start(pool.clone(), docker, cfg, pass, notifier).await?;
-    Ok((state, local))
+    Ok((ctx, local))
 }

@@ -17,10 +17,11 @@
 use super::{gap, latency_row, ms};
 use crate::server::auth::CurrentUser;
 use crate::server::db::{gpus, vram};
+use crate::server::gpu::observer::{self, Cards};
 use crate::server::gpu::{self, GpuInventory, GpuMode, NvmlInventory};
 use crate::server::runtime::ensure_sim_devices;
 use crate::server::vram::{Sampler, VramConfig};
-use crate::server::{jobs, AppState};
+use crate::server::{jobs, Ctx};
 use anyhow::{anyhow, bail, Context, Result};
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
@@ -71,29 +72,29 @@ pub async fn run(pool: &PgPool, opts: &VramBenchOptions, out: &mut impl Write) -
     let spec = format!("{CARDS}x{TOTAL_MIB}:bench");
     let inventory: Arc<dyn GpuInventory> =
         Arc::from(gpu::from_config(GpuMode::Sim, Some(&spec), NODE)?);
-    gpu::sync::refresh(pool, &inventory, NODE).await?;
+    let cards = observer::spawn(source(pool, inventory), Duration::from_secs(5)).await;
+    gpu::sync::refresh(pool, NODE, &cards.latest()).await?;
     ensure_sim_devices(CARDS)?;
     let grace = Duration::from_secs(opts.stop_grace_s);
-    let (state, node) = super::node::start(pool, NODE, 256, grace, "VRAM").await?;
+    let (ctx, node) = super::node::start(pool, NODE, 256, grace, "VRAM").await?;
     let vram_cfg = VramConfig {
         node: NODE.into(),
         every: Duration::from_millis(opts.vram_sample_ms),
         overuse_samples: opts.vram_overuse_samples,
         reserve_mib: 512,
-        proc_root: "/proc".into(),
     };
     let (stop_tx, stop_rx) = watch::channel(false);
     let sampler = tokio::spawn(crate::server::vram::run(
         pool.clone(),
-        Arc::clone(&inventory),
+        cards.clone(),
         vram_cfg.clone(),
         stop_rx,
     ));
     let result = async {
-        latencies(&state, &caller, opts, out).await?;
+        latencies(&ctx, &caller, opts, out).await?;
         let _ = stop_tx.send(true);
         let _ = sampler.await;
-        cpu(&state, &caller, opts, &inventory, &vram_cfg, out).await
+        cpu(&ctx, &caller, opts, &cards, &vram_cfg, out).await
     }
     .await;
     node.stop().await;
@@ -101,7 +102,7 @@ pub async fn run(pool: &PgPool, opts: &VramBenchOptions, out: &mut impl Write) -
 }
 
 async fn latencies(
-    state: &AppState,
+    ctx: &Ctx,
     caller: &CurrentUser,
     opts: &VramBenchOptions,
     out: &mut impl Write,
@@ -113,25 +114,25 @@ async fn latencies(
     )?;
     let (mut to_event, mut to_stop) = (Vec::new(), Vec::new());
     for _ in 0..opts.rounds {
-        let placed = start_jobs(state, caller, &opts.image).await?;
+        let placed = start_jobs(ctx, caller, &opts.image).await?;
         let t0 = Utc::now();
         for (job, gpu) in &placed {
-            vram::set_sim_usage(&state.pool, *gpu, *job, OVER).await?;
+            vram::set_sim_usage(&ctx.pool, *gpu, *job, OVER).await?;
         }
         for (job, _) in &placed {
-            let at = wait_event(&state.pool, *job).await?;
+            let at = wait_event(&ctx.pool, *job).await?;
             to_event.push(gap(t0, at));
         }
         let t1 = Utc::now();
         for (_, gpu) in &placed {
-            gpus::set_sim_external(&state.pool, *gpu, TOTAL_MIB - OVER - 200).await?;
+            gpus::set_sim_external(&ctx.pool, *gpu, TOTAL_MIB - OVER - 200).await?;
         }
         for (job, _) in &placed {
-            let at = wait_failed(&state.pool, *job).await?;
+            let at = wait_failed(&ctx.pool, *job).await?;
             to_stop.push(gap(t1, at));
         }
         for (_, gpu) in &placed {
-            gpus::set_sim_external(&state.pool, *gpu, 0).await?;
+            gpus::set_sim_external(&ctx.pool, *gpu, 0).await?;
         }
     }
     latency_row(out, "overuse → vram_over_commitment event", to_event)?;
@@ -144,10 +145,10 @@ async fn latencies(
 }
 
 async fn cpu(
-    state: &AppState,
+    ctx: &Ctx,
     caller: &CurrentUser,
     opts: &VramBenchOptions,
-    inventory: &Arc<dyn GpuInventory>,
+    cards: &Cards,
     cfg: &VramConfig,
     out: &mut impl Write,
 ) -> Result<()> {
@@ -156,11 +157,11 @@ async fn cpu(
         "== The sampler's own CPU: {} rounds on {CARDS} cards with a job each ==",
         opts.cpu_rounds
     )?;
-    let placed = start_jobs(state, caller, &opts.image).await?;
+    let placed = start_jobs(ctx, caller, &opts.image).await?;
     for (job, gpu) in &placed {
-        vram::set_sim_usage(&state.pool, *gpu, *job, COMMITTED - 1000).await?;
+        vram::set_sim_usage(&ctx.pool, *gpu, *job, COMMITTED - 1000).await?;
     }
-    let mut sim = Sampler::new(state.pool.clone(), Arc::clone(inventory), cfg.clone());
+    let mut sim = Sampler::new(ctx.pool.clone(), cards.clone(), cfg.clone());
     let per = time_rounds(&mut sim, opts.cpu_rounds).await?;
     cpu_row(out, "simulated cards", per)?;
     if let Some(lib) = &opts.nvml_lib {
@@ -170,26 +171,37 @@ async fn cpu(
         std::fs::copy(lib, &copy).with_context(|| format!("copying {}", lib.display()))?;
         std::fs::write(copy.with_extension("1.state"), nvml_state(&placed)?)?;
         let nvml: Arc<dyn GpuInventory> = Arc::new(NvmlInventory::new(Some(&copy))?);
-        let mut sampler = Sampler::new(state.pool.clone(), nvml, cfg.clone());
+        let nvml = observer::spawn(source(&ctx.pool, nvml), Duration::from_secs(5)).await;
+        let mut sampler = Sampler::new(ctx.pool.clone(), nvml, cfg.clone());
         let per = time_rounds(&mut sampler, opts.cpu_rounds).await?;
         cpu_row(out, "NVML cards, 4 processes each", per)?;
         let _ = std::fs::remove_dir_all(&dir);
     }
     for (job, _) in &placed {
-        jobs::cancel(state, caller, *job)
+        jobs::cancel(ctx, caller, *job)
             .await
             .map_err(|e| anyhow!("{e}"))?;
     }
     // The runner removes their containers as they end: wait for it before it is stopped.
     for (job, _) in &placed {
         poll(
-            &state.pool,
+            &ctx.pool,
             *job,
             "SELECT finished_at FROM jobs WHERE id = $1 AND released_at IS NOT NULL",
         )
         .await?;
     }
     Ok(())
+}
+
+/// The bench node's cards, for its card observer.
+fn source(pool: &PgPool, inventory: Arc<dyn GpuInventory>) -> observer::Source {
+    observer::Source {
+        pool: pool.clone(),
+        inventory,
+        node: NODE.into(),
+        proc_root: "/proc".into(),
+    }
 }
 
 /// A fake NVML state: the bench's cards, each with 4 host processes of this machine (their
@@ -245,16 +257,12 @@ fn cpu_row(out: &mut impl Write, what: &str, per_round: Duration) -> Result<()> 
 }
 
 /// Submits one job per card and waits until all run; returns (job, card).
-async fn start_jobs(
-    state: &AppState,
-    caller: &CurrentUser,
-    image: &str,
-) -> Result<Vec<(Uuid, Uuid)>> {
+async fn start_jobs(ctx: &Ctx, caller: &CurrentUser, image: &str) -> Result<Vec<(Uuid, Uuid)>> {
     let body = serde_json::json!({ "image": image, "command": ["sleep", "600"], "min_vram_mb": COMMITTED });
     let mut ids = Vec::new();
     for _ in 0..CARDS {
         ids.push(
-            jobs::submit(state, caller, &body.to_string())
+            jobs::submit(ctx, caller, &body.to_string())
                 .await
                 .map_err(|e| anyhow!("{e}"))?
                 .job_id,
@@ -267,7 +275,7 @@ async fn start_jobs(
              AND r.released_at IS NULL WHERE j.id = ANY($1) AND j.status = 'running'",
         )
         .bind(&ids)
-        .fetch_all(&state.pool)
+        .fetch_all(&ctx.pool)
         .await?;
         if placed.len() == ids.len() {
             return Ok(placed);

@@ -219,8 +219,8 @@ async fn warn_if_owner(pool: &PgPool) {
     if owns == Some(true) {
         tracing::warn!(
             "the server connects as the owner of the audit tables, which can disable their \
-             append-only triggers; give it its own role with --app-database-url (see README, \
-             \"The database role\")"
+             append-only triggers; give it its own role with --app-database-url (see \
+             docs/security.md, \"The database role\")"
         );
     }
 }

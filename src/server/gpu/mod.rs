@@ -2,17 +2,21 @@
 //! memory is taken, so that admission can decide whether a job fits.
 //!
 //! Two back-ends exist because gpuq must run both on real GPU nodes (NVML) and
-//! on development or CI machines without any NVIDIA driver (simulation).
+//! on development or CI machines without any NVIDIA driver (simulation). In `gpuq serve` one
+//! task per node reads them, the card observer ([`observer`]); the inventory sync ([`sync`]), the
+//! usage sampler and VRAM policing consume its snapshots.
 
+mod cgroup;
 mod nvml;
 mod nvml_usage;
+pub mod observer;
 mod sim;
 pub mod sync;
-pub mod views;
 
 #[cfg(test)]
 mod tests;
 
+pub use cgroup::{container_of, container_of_pid};
 pub use nvml::{external_mib_from_processes, parse_nvml_uuid, NvmlInventory, DEFAULT_NVML_LIB};
 pub use nvml_usage::{AccountingPeak, CardProcess};
 pub use sim::{parse_sim_spec, sim_uuid, SimCard, SimInventory, SIM_UUID_NAMESPACE};
@@ -97,24 +101,86 @@ impl FromIterator<u32> for OurProcesses {
     }
 }
 
+/// One whole card as one reading saw it, with the processes on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadCard {
+    /// The card; its `external_mib` is `None` until someone who knows which processes are gpuq's
+    /// works it out ([`ReadCard::external_mib`]).
+    pub info: GpuInfo,
+    /// The processes NVML listed on it (compute, then graphics; a process in both lists appears
+    /// twice). Empty on simulated cards.
+    pub processes: Vec<CardProcess>,
+    /// Both process lists were read: only then can the foreign memory be known.
+    pub processes_known: bool,
+}
+
+impl ReadCard {
+    /// Memory of the processes on this card that are not gpuq's (`is_ours`), MiB rounded up;
+    /// `None` when a list was refused or a foreign process's usage is withheld, and on cards
+    /// whose processes are not seen at all (simulated).
+    pub fn external_mib(&self, is_ours: impl Fn(&CardProcess) -> bool) -> Option<i64> {
+        if !self.processes_known {
+            return None;
+        }
+        let foreign: Vec<(u32, Option<u64>)> = self
+            .processes
+            .iter()
+            .filter(|p| !is_ours(p))
+            .map(|p| (p.pid, p.used_bytes))
+            .collect();
+        external_mib_from_processes(&foreign, &OurProcesses::default())
+    }
+}
+
+/// Everything one pass over the devices saw: the whole cards, with their processes, and the
+/// devices seen but not offered (MIG).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Reading {
+    /// The whole cards admission may use.
+    pub cards: Vec<ReadCard>,
+    /// Devices seen but not scheduled.
+    pub skipped: Vec<SkippedCard>,
+}
+
+impl Reading {
+    /// The cards, each with its foreign memory worked out by `is_ours`.
+    pub fn cards_with(&self, is_ours: impl Fn(&CardProcess) -> bool) -> Vec<GpuInfo> {
+        self.cards
+            .iter()
+            .map(|c| GpuInfo {
+                external_mib: c.external_mib(&is_ours),
+                ..c.info.clone()
+            })
+            .collect()
+    }
+
+    /// Every process on every card, in card order.
+    pub fn processes(&self) -> Vec<CardProcess> {
+        self.cards
+            .iter()
+            .flat_map(|c| c.processes.iter().cloned())
+            .collect()
+    }
+}
+
 /// Source of GPU observations; a trait so the scheduler is identical on real
 /// and simulated nodes and tests can substitute their own.
 ///
-/// `snapshot` may block for a few milliseconds on NVML; call it from
-/// `tokio::task::spawn_blocking` in async code.
+/// In `gpuq serve` only the card observer ([`observer`]) calls it, once per tick. `read` may block
+/// for a few milliseconds on NVML; call it from `tokio::task::spawn_blocking` in async code.
 pub trait GpuInventory: Send + Sync {
     /// Lets callers report and branch on the back-end without downcasting.
     fn kind(&self) -> InventoryKind;
-    /// Observes all cards now; `ours` separates gpuq's memory from foreign use.
-    fn snapshot(&self, ours: &OurProcesses) -> Result<Vec<GpuInfo>, GpuError>;
-    /// Cards the last snapshot saw but left out (MIG), so they can be shown as such.
+    /// Reads every card now, in one pass: size, use, busy, and the processes on each.
+    fn read(&self) -> Result<Reading, GpuError>;
+    /// The cards now (one [`GpuInventory::read`]); `ours` separates gpuq's memory from foreign
+    /// use.
+    fn snapshot(&self, ours: &OurProcesses) -> Result<Vec<GpuInfo>, GpuError> {
+        Ok(self.read()?.cards_with(|p| ours.pids.contains(&p.pid)))
+    }
+    /// Cards the last reading saw but left out (MIG), so they can be shown as such.
     fn skipped(&self) -> Vec<SkippedCard> {
         Vec::new()
-    }
-    /// The processes on the cards now (host PIDs and what each holds), where the back-end sees
-    /// processes; `None` for one that does not (simulated cards).
-    fn processes(&self) -> Option<Result<Vec<CardProcess>, GpuError>> {
-        None
     }
     /// The accounting peaks the driver kept for these PIDs (also after they exited); empty where
     /// it keeps none.

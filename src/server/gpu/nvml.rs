@@ -1,7 +1,10 @@
 //! Real cards observed through NVML (`libnvidia-ml.so.1`, loaded at run time
 //! by nvml-wrapper via libloading, so the binary starts on driver-less hosts).
 
-use super::{GpuError, GpuInfo, GpuInventory, InventoryKind, OurProcesses, SkippedCard};
+use super::{
+    CardProcess, GpuError, GpuInfo, GpuInventory, InventoryKind, OurProcesses, ReadCard, Reading,
+    SkippedCard,
+};
 use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::struct_wrappers::device::ProcessInfo;
@@ -32,8 +35,8 @@ pub struct NvmlInventory {
 
 /// What reading one NVML device gave.
 enum Read {
-    /// A whole card that admission may use.
-    Card(GpuInfo),
+    /// A whole card that admission may use, with its processes.
+    Card(ReadCard),
     /// A card gpuq sees but does not schedule (MIG), and why.
     Skipped(SkippedCard),
     /// Nothing usable (logged where it failed).
@@ -78,7 +81,7 @@ impl NvmlInventory {
 
     /// Reads one device. A card without a UUID or total memory is useless for admission; a MIG
     /// card (or MIG device) is seen but skipped: gpuq places jobs on whole cards only.
-    fn read_device(&self, position: u32, ours: &OurProcesses) -> Read {
+    fn read_device(&self, position: u32) -> Read {
         let Some(device) = self.device(position) else {
             return Read::Unreadable;
         };
@@ -112,15 +115,20 @@ impl NvmlInventory {
         let model = field(position, "name", device.name()).unwrap_or_else(|| "unknown".into());
         let utilization_pct =
             field(position, "utilization", device.utilization_rates()).map(|u| u.gpu);
-        Read::Card(GpuInfo {
-            uuid,
-            index,
-            model,
-            total_mib: mib_floor(memory.total),
-            used_mib: Some(mib_ceil(memory.used)),
-            external_mib: external_mib(&device, position, ours),
-            utilization_pct,
-            simulated: false,
+        let (processes, processes_known) = processes_of(&device, position, uuid);
+        Read::Card(ReadCard {
+            info: GpuInfo {
+                uuid,
+                index,
+                model,
+                total_mib: mib_floor(memory.total),
+                used_mib: Some(mib_ceil(memory.used)),
+                external_mib: None,
+                utilization_pct,
+                simulated: false,
+            },
+            processes,
+            processes_known,
         })
     }
 
@@ -161,37 +169,43 @@ fn mig_reason(device: &Device<'_>, raw_uuid: &str) -> Option<&'static str> {
     }
 }
 
-/// Foreign memory on one device; unknown if either process list is unreadable.
-fn external_mib(device: &Device<'_>, position: u32, ours: &OurProcesses) -> Option<i64> {
-    let compute = field(
-        position,
-        "compute processes",
-        device.running_compute_processes(),
-    )?;
-    let graphics = field(
-        position,
-        "graphics processes",
-        device.running_graphics_processes(),
-    )?;
-    let procs: Vec<(u32, Option<u64>)> = compute
-        .iter()
-        .chain(graphics.iter())
-        .map(|p: &ProcessInfo| {
-            let bytes = match p.used_gpu_memory {
+/// The processes in one device's compute and graphics lists, and whether both lists were read
+/// (a refused list leaves its processes unknown, and so the card's foreign memory).
+fn processes_of(device: &Device<'_>, position: u32, gpu: Uuid) -> (Vec<CardProcess>, bool) {
+    let lists = [
+        (
+            false,
+            "compute processes",
+            device.running_compute_processes(),
+        ),
+        (
+            true,
+            "graphics processes",
+            device.running_graphics_processes(),
+        ),
+    ];
+    let mut out = Vec::new();
+    let mut known = true;
+    for (graphics, what, list) in lists {
+        let Some(list) = field(position, what, list) else {
+            known = false;
+            continue;
+        };
+        out.extend(list.iter().map(|p: &ProcessInfo| {
+            let used_bytes = match p.used_gpu_memory {
                 UsedGpuMemory::Used(b) => Some(b),
                 UsedGpuMemory::Unavailable => None,
             };
-            (p.pid, bytes)
-        })
-        .collect();
-    let result = external_mib_from_processes(&procs, ours);
-    if result.is_none() {
-        tracing::debug!(
-            position,
-            "GPU external memory unknown: NVML withheld a foreign process's usage"
-        );
+            CardProcess {
+                gpu,
+                pid: p.pid,
+                used_mib: used_bytes.map(mib_ceil),
+                used_bytes,
+                graphics,
+            }
+        }));
     }
-    result
+    (out, known)
 }
 
 /// Turns an optional per-field NVML failure into `None`, logged at debug,
@@ -263,22 +277,21 @@ impl GpuInventory for NvmlInventory {
         InventoryKind::Nvml
     }
 
-    fn snapshot(&self, ours: &OurProcesses) -> Result<Vec<GpuInfo>, GpuError> {
+    fn read(&self) -> Result<Reading, GpuError> {
         let count = self
             .nvml
             .device_count()
             .map_err(|e| GpuError::Nvml(format!("cannot count devices: {e}")))?;
-        let mut cards = Vec::new();
-        let mut skipped = Vec::new();
+        let mut reading = Reading::default();
         for position in 0..count {
-            match self.read_device(position, ours) {
-                Read::Card(card) => cards.push(card),
-                Read::Skipped(card) => skipped.push(card),
+            match self.read_device(position) {
+                Read::Card(card) => reading.cards.push(card),
+                Read::Skipped(card) => reading.skipped.push(card),
                 Read::Unreadable => {}
             }
         }
-        self.note_skipped(skipped);
-        Ok(cards)
+        self.note_skipped(reading.skipped.clone());
+        Ok(reading)
     }
 
     fn skipped(&self) -> Vec<SkippedCard> {
@@ -286,10 +299,6 @@ impl GpuInventory for NvmlInventory {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
-    }
-
-    fn processes(&self) -> Option<Result<Vec<super::CardProcess>, GpuError>> {
-        Some(NvmlInventory::processes(self))
     }
 
     fn accounting_peaks(&self, pids: &[u32]) -> Vec<super::AccountingPeak> {

@@ -2,10 +2,8 @@
 //! per-process peak, which outlives the process. The ground for per-job observed VRAM.
 
 use super::nvml::{field, mib_ceil, NvmlInventory};
-use super::{parse_nvml_uuid, GpuError};
-use nvml_wrapper::enums::device::UsedGpuMemory;
+use super::{parse_nvml_uuid, GpuError, GpuInventory};
 use nvml_wrapper::error::NvmlError;
-use nvml_wrapper::struct_wrappers::device::ProcessInfo;
 use nvml_wrapper::Device;
 use std::collections::HashSet;
 use uuid::Uuid;
@@ -19,6 +17,8 @@ pub struct CardProcess {
     pub pid: u32,
     /// Memory it uses on this card (MiB, rounded up); `None` when NVML withholds it.
     pub used_mib: Option<i64>,
+    /// The same in bytes, as NVML gave it, so that sums are rounded once.
+    pub used_bytes: Option<u64>,
     /// Listed as a graphics process (else compute). A process in both lists appears twice.
     pub graphics: bool,
 }
@@ -37,32 +37,11 @@ pub struct AccountingPeak {
 }
 
 impl NvmlInventory {
-    /// Every process on every whole card now (compute and graphics). A card whose lists cannot
-    /// be read is left out (logged), so its processes are unknown rather than absent.
+    /// Every process on every whole card now (compute and graphics), from one
+    /// [`GpuInventory::read`]. A card whose lists cannot be read is left out (logged), so its
+    /// processes are unknown rather than absent.
     pub fn processes(&self) -> Result<Vec<CardProcess>, GpuError> {
-        let mut out = Vec::new();
-        for (position, device, gpu) in self.whole_cards()? {
-            let lists = [
-                (false, device.running_compute_processes()),
-                (true, device.running_graphics_processes()),
-            ];
-            for (graphics, list) in lists {
-                let what = if graphics {
-                    "graphics processes"
-                } else {
-                    "compute processes"
-                };
-                for p in field(position, what, list).unwrap_or_default() {
-                    out.push(CardProcess {
-                        gpu,
-                        pid: p.pid,
-                        used_mib: used_mib(&p),
-                        graphics,
-                    });
-                }
-            }
-        }
-        Ok(out)
+        Ok(self.read()?.processes())
     }
 
     /// NVML accounting's records of `pids` on every card where accounting is on: the peak
@@ -118,13 +97,5 @@ impl NvmlInventory {
                 Some((position, device, parse_nvml_uuid(&uuid)?))
             })
             .collect())
-    }
-}
-
-/// NVML's figure in MiB, `None` when it withholds it (`NVML_VALUE_NOT_AVAILABLE`).
-fn used_mib(p: &ProcessInfo) -> Option<i64> {
-    match p.used_gpu_memory {
-        UsedGpuMemory::Used(bytes) => Some(mib_ceil(bytes)),
-        UsedGpuMemory::Unavailable => None,
     }
 }

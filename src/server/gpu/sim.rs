@@ -1,7 +1,7 @@
 //! Simulated cards from a `--sim-gpus` spec, so gpuq can be developed, tested
 //! and demonstrated on machines without NVIDIA hardware.
 
-use super::{GpuError, GpuInfo, GpuInventory, InventoryKind, OurProcesses};
+use super::{GpuError, GpuInfo, GpuInventory, InventoryKind, ReadCard, Reading};
 use uuid::Uuid;
 
 /// Namespace for simulated card UUIDs; fixed forever so that the same node and
@@ -138,8 +138,19 @@ impl GpuInventory for SimInventory {
         InventoryKind::Simulated
     }
 
-    fn snapshot(&self, _ours: &OurProcesses) -> Result<Vec<GpuInfo>, GpuError> {
-        Ok(self.cards.clone())
+    fn read(&self) -> Result<Reading, GpuError> {
+        Ok(Reading {
+            cards: self
+                .cards
+                .iter()
+                .map(|info| ReadCard {
+                    info: info.clone(),
+                    processes: Vec::new(),
+                    processes_known: false,
+                })
+                .collect(),
+            skipped: Vec::new(),
+        })
     }
 }
 

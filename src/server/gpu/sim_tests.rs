@@ -1,4 +1,5 @@
 use super::*;
+use crate::server::gpu::OurProcesses;
 
 const EXAMPLE: &str = "3x24576:NVIDIA GeForce RTX 3090,1x81920:NVIDIA A100 80GB";
 

@@ -12,7 +12,7 @@ impl FromRequestParts<AppState> for CurrentUser {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        Self::resolve(parts, state)
+        Self::resolve(parts, &state.ctx.pool, state.ctx.session_lifetime)
             .await?
             .ok_or(ApiError(AppError::Unauthorized))
     }
@@ -25,7 +25,7 @@ impl OptionalFromRequestParts<AppState> for CurrentUser {
         parts: &mut Parts,
         state: &AppState,
     ) -> Result<Option<Self>, ApiError> {
-        Ok(Self::resolve(parts, state).await?)
+        Ok(Self::resolve(parts, &state.ctx.pool, state.ctx.session_lifetime).await?)
     }
 }
 

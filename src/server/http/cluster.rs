@@ -8,7 +8,7 @@ use crate::model::{
 };
 use crate::server::admin;
 use crate::server::auth::CurrentUser;
-use crate::server::gpu::views as gpu_views;
+use crate::server::cards;
 use crate::server::manifest::{self, WorkloadPut};
 use crate::server::AppState;
 use axum::extract::{Path, State};
@@ -41,8 +41,8 @@ pub(super) async fn list_gpus(
     _user: CurrentUser,
 ) -> Result<Json<GpuList>, ApiError> {
     Ok(Json(GpuList {
-        gpus: gpu_views::list(&state).await?,
-        skipped: gpu_views::skipped(&state).await?,
+        gpus: cards::list(&state.ctx).await?,
+        skipped: cards::skipped(&state.ctx).await?,
     }))
 }
 
@@ -74,10 +74,10 @@ pub(super) async fn put_sim(
         );
     }
     if let Some(jobs) = &body.job_used_mib {
-        gpu_views::set_sim_job_usage(&state, &user, card, jobs).await?;
+        cards::set_sim_job_usage(&state.ctx, &user, card, jobs).await?;
     }
     if let Some(external) = body.external_mib {
-        gpu_views::set_sim_external(&state, &user, card, external).await?;
+        cards::set_sim_external(&state.ctx, &user, card, external).await?;
     }
     Ok(StatusCode::NO_CONTENT)
 }
@@ -95,7 +95,7 @@ pub(super) async fn patch_gpu(
     Path(uuid): Path<String>,
     ApiJson(body): ApiJson<GpuPatch>,
 ) -> Result<StatusCode, ApiError> {
-    gpu_views::set_state(&state, &user, card_id(&uuid)?, &body.state).await?;
+    cards::set_state(&state.ctx, &user, card_id(&uuid)?, &body.state).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -104,7 +104,7 @@ pub(super) async fn get_manifest(
     State(state): State<AppState>,
     _user: CurrentUser,
 ) -> Result<Json<ManifestView>, ApiError> {
-    Ok(Json(manifest::view(&state).await?))
+    Ok(Json(manifest::view(&state.ctx.pool).await?))
 }
 
 #[utoipa::path(put, path = "/api/v1/manifest/{workload}", tag = "manifest", security(("bearer" = [])), params(("workload" = String, Path)), request_body = WorkloadPut, responses((status = 200, body = WorkloadView), (status = 400, description = "invalid input; `field` names it", body = ErrorBody), (status = 401, description = "not signed in", body = ErrorBody), (status = 403, body = ErrorBody)))]
@@ -114,7 +114,9 @@ pub(super) async fn put_workload(
     Path(name): Path<String>,
     ApiJson(body): ApiJson<WorkloadPut>,
 ) -> Result<Json<WorkloadView>, ApiError> {
-    Ok(Json(manifest::put(&state, &user, &name, &body).await?))
+    Ok(Json(
+        manifest::put(&state.ctx.pool, &user, &name, &body).await?,
+    ))
 }
 
 #[derive(Deserialize, utoipa::ToSchema)]
@@ -132,7 +134,7 @@ pub(super) async fn rename_workload(
     ApiJson(body): ApiJson<WorkloadRename>,
 ) -> Result<Json<WorkloadView>, ApiError> {
     Ok(Json(
-        admin::rename_workload(&state, &user, &name, &body.to).await?,
+        admin::rename_workload(&state.ctx, &user, &name, &body.to).await?,
     ))
 }
 
@@ -143,7 +145,7 @@ pub(super) async fn manifest_history(
     State(state): State<AppState>,
     _user: CurrentUser,
 ) -> Result<Json<ManifestState>, ApiError> {
-    Ok(Json(admin::manifest_state(&state).await?))
+    Ok(Json(admin::manifest_state(&state.ctx).await?))
 }
 
 #[utoipa::path(delete, path = "/api/v1/manifest/{workload}", tag = "manifest", security(("bearer" = [])), params(("workload" = String, Path)), responses((status = 204), (status = 404, body = ErrorBody)))]
@@ -152,7 +154,7 @@ pub(super) async fn delete_workload(
     Admin(user): Admin,
     Path(name): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    manifest::delete(&state, &user, &name).await?;
+    manifest::delete(&state.ctx.pool, &user, &name).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -161,7 +163,7 @@ pub(super) async fn get_policy(
     State(state): State<AppState>,
     _user: CurrentUser,
 ) -> Result<Json<LaunchPolicy>, ApiError> {
-    Ok(Json(admin::launch_policy(&state).await?))
+    Ok(Json(admin::launch_policy(&state.ctx).await?))
 }
 
 #[utoipa::path(put, path = "/api/v1/settings/launch-policy", tag = "settings", security(("bearer" = [])), request_body = LaunchPolicy, responses((status = 200, body = LaunchPolicy), (status = 400, description = "invalid input; `field` names it", body = ErrorBody), (status = 401, description = "not signed in", body = ErrorBody), (status = 403, body = ErrorBody)))]
@@ -170,5 +172,5 @@ pub(super) async fn put_policy(
     Admin(user): Admin,
     ApiJson(policy): ApiJson<LaunchPolicy>,
 ) -> Result<Json<LaunchPolicy>, ApiError> {
-    Ok(Json(admin::save_policy(&state, &user, &policy).await?))
+    Ok(Json(admin::save_policy(&state.ctx, &user, &policy).await?))
 }

@@ -23,7 +23,7 @@ pub async fn pages_need_sign_in(
         return next.run(req).await;
     }
     let (parts, body) = req.into_parts();
-    match CurrentUser::resolve(&parts, &state).await {
+    match CurrentUser::resolve(&parts, &state.ctx.pool, state.ctx.session_lifetime).await {
         Ok(Some(_)) => next.run(Request::from_parts(parts, body)).await,
         Ok(None) => {
             let here = parts

@@ -23,7 +23,7 @@ pub async fn readyz(State(state): State<AppState>, req: Request) -> (StatusCode,
     let (status, body) = readiness(&state).await;
     let (parts, _) = req.into_parts();
     // A caller that cannot be resolved (the database is down) is shown no details.
-    let admin = CurrentUser::resolve(&parts, &state)
+    let admin = CurrentUser::resolve(&parts, &state.ctx.pool, state.ctx.session_lifetime)
         .await
         .ok()
         .flatten()
@@ -39,7 +39,7 @@ pub async fn readyz(State(state): State<AppState>, req: Request) -> (StatusCode,
 async fn readiness(state: &AppState) -> (StatusCode, Value) {
     let db = tokio::time::timeout(
         Duration::from_secs(2),
-        sqlx::query_scalar::<_, i32>("SELECT 1").fetch_one(&state.pool),
+        sqlx::query_scalar::<_, i32>("SELECT 1").fetch_one(&state.ctx.pool),
     )
     .await;
     let database = match db {
@@ -48,6 +48,7 @@ async fn readiness(state: &AppState) -> (StatusCode, Value) {
         Err(_) => Err("database did not answer within 2 s".to_owned()),
     };
     let docker = state
+        .ctx
         .docker
         .as_ref()
         .map(|h| h.problem().map_or(Ok(()), Err));

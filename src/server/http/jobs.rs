@@ -35,7 +35,7 @@ pub(super) async fn submit(
     user: CurrentUser,
     body: String,
 ) -> Result<(StatusCode, Json<JobAck>), ApiError> {
-    let ack = jobs::submit(&state, &user, &body).await?;
+    let ack = jobs::submit(&state.ctx, &user, &body).await?;
     Ok((StatusCode::CREATED, Json(ack)))
 }
 
@@ -46,7 +46,7 @@ pub(super) async fn list(
     query: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Json<JobPage>, ApiError> {
     let Query(q) = query.map_err(|e| AppError::invalid("query", e.body_text()))?;
-    Ok(Json(jobs::list(&state, &user, &q).await?))
+    Ok(Json(jobs::list(&state.ctx, &user, &q).await?))
 }
 
 #[utoipa::path(get, path = "/api/v1/jobs/{id}", tag = "jobs", security(("bearer" = [])), params(("id" = Uuid, Path)), responses((status = 200, body = JobView), (status = 404, body = ErrorBody)))]
@@ -55,7 +55,7 @@ pub(super) async fn show(
     user: CurrentUser,
     Path(id): Path<String>,
 ) -> Result<Json<JobView>, ApiError> {
-    Ok(Json(jobs::get(&state, &user, job_id(&id)?).await?))
+    Ok(Json(jobs::get(&state.ctx, &user, job_id(&id)?).await?))
 }
 
 /// Submits a copy of one of the caller's jobs as a new job (through today's rules).
@@ -65,7 +65,7 @@ pub(super) async fn resubmit(
     user: CurrentUser,
     Path(id): Path<String>,
 ) -> Result<(StatusCode, Json<JobAck>), ApiError> {
-    let ack = jobs::resubmit(&state, &user, job_id(&id)?).await?;
+    let ack = jobs::resubmit(&state.ctx, &user, job_id(&id)?).await?;
     Ok((StatusCode::CREATED, Json(ack)))
 }
 
@@ -75,7 +75,7 @@ pub(super) async fn cancel(
     user: CurrentUser,
     Path(id): Path<String>,
 ) -> Result<Json<JobAck>, ApiError> {
-    Ok(Json(jobs::cancel(&state, &user, job_id(&id)?).await?))
+    Ok(Json(jobs::cancel(&state.ctx, &user, job_id(&id)?).await?))
 }
 
 pub(super) fn job_id(text: &str) -> Result<Uuid, AppError> {
@@ -105,9 +105,9 @@ pub(super) async fn logs(
     let Query(q) = query.map_err(|e| AppError::invalid("query", e.body_text()))?;
     let id = job_id(&id)?;
     let body = if q.follow.unwrap_or(false) {
-        axum::body::Body::from_stream(jobs::logs::follow(&state, &user, id, q.tail).await?)
+        axum::body::Body::from_stream(jobs::logs::follow(&state.ctx, &user, id, q.tail).await?)
     } else {
-        axum::body::Body::from_stream(jobs::logs::read(&state, &user, id, q.tail).await?)
+        axum::body::Body::from_stream(jobs::logs::read(&state.ctx, &user, id, q.tail).await?)
     };
     Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body).into_response())
 }

@@ -21,10 +21,10 @@ pub(super) async fn events(
     State(state): State<AppState>,
     user: CurrentUser,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
-    let slot = state.streams.take(&user)?;
-    let notes = state.notifier.subscribe();
+    let slot = state.ctx.streams.take(&user)?;
+    let notes = state.ctx.notifier.subscribe();
     let filter = LiveFilter::new(user);
-    let pool = state.pool.clone();
+    let pool = state.ctx.pool.clone();
     let st = (notes, filter, pool, slot);
     let stream = stream::unfold(st, |(mut notes, mut filter, pool, slot)| async move {
         let event = loop {

@@ -99,7 +99,7 @@ pub fn app(state: AppState, opts: HttpOptions) -> Router {
     } else {
         SESSION_COOKIE
     };
-    let sessions = SessionManagerLayer::new(session_store(&state.pool))
+    let sessions = SessionManagerLayer::new(session_store(&state.ctx.pool))
         .with_name(cookie)
         .with_path("/")
         .with_http_only(true)

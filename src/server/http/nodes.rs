@@ -28,7 +28,7 @@ pub(super) async fn list_nodes(
     State(state): State<AppState>,
     _user: CurrentUser,
 ) -> Result<Json<Vec<NodeView>>, ApiError> {
-    Ok(Json(nodes::list(&state.pool).await?))
+    Ok(Json(nodes::list(&state.ctx.pool).await?))
 }
 
 /// A node's new admin state.
@@ -47,7 +47,7 @@ pub(super) async fn patch_node(
     Path(name): Path<String>,
     ApiJson(body): ApiJson<NodePatch>,
 ) -> Result<StatusCode, ApiError> {
-    nodes::set_state(&state.pool, &user, &name, &body.state).await?;
+    nodes::set_state(&state.ctx.pool, &user, &name, &body.state).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -68,7 +68,7 @@ pub(super) async fn forget_node(
     Admin(user): Admin,
     Path(name): Path<String>,
 ) -> Result<Json<Forgotten>, ApiError> {
-    let jobs_failed = nodes::forget(&state.pool, &user, &name).await?;
+    let jobs_failed = nodes::forget(&state.ctx.pool, &user, &name).await?;
     Ok(Json(Forgotten {
         node: name,
         jobs_failed,

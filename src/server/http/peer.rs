@@ -30,7 +30,8 @@ async fn log(
     let Query(q) = query.map_err(|e| AppError::invalid("query", e.body_text()))?;
     let id = job_id(&id)?;
     let grant = headers.get(GRANT_HEADER).and_then(|v| v.to_str().ok());
-    let body = jobs::logs::for_peer(&state, id, grant, q.tail, q.follow.unwrap_or(false)).await?;
+    let body =
+        jobs::logs::for_peer(&state.ctx, id, grant, q.tail, q.follow.unwrap_or(false)).await?;
     Ok((
         [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
         axum::body::Body::from_stream(body),

@@ -27,7 +27,7 @@ pub(super) async fn list(
     State(state): State<AppState>,
     _user: CurrentUser,
 ) -> Result<Json<ManifestSuggestions>, ApiError> {
-    Ok(Json(suggest::suggestions(&state).await?))
+    Ok(Json(suggest::suggestions(&state.ctx.pool).await?))
 }
 
 /// Body of `POST /api/v1/manifest/suggestions/apply`.
@@ -49,6 +49,6 @@ pub(super) async fn apply(
     ApiJson(body): ApiJson<ApplySuggestion>,
 ) -> Result<Json<WorkloadView>, ApiError> {
     Ok(Json(
-        suggest::apply(&state, &user, &body.workload, &body.gpu_model).await?,
+        suggest::apply(&state.ctx.pool, &user, &body.workload, &body.gpu_model).await?,
     ))
 }

@@ -45,7 +45,7 @@ impl RangeQuery {
     }
 
     async fn range(&self, state: &AppState) -> Result<Range, AppError> {
-        let sampling = usage::sampling(&state.pool)
+        let sampling = usage::sampling(&state.ctx.pool)
             .await
             .or_internal("reading the sampling settings")?;
         Range::parse(
@@ -66,7 +66,7 @@ pub(super) async fn report(
     let q = RangeQuery::read(query)?;
     Ok(Json(
         usage::report(
-            &state.pool,
+            &state.ctx.pool,
             q.from.as_deref().unwrap_or(""),
             q.to.as_deref().unwrap_or(""),
             Utc::now(),
@@ -107,7 +107,7 @@ where
     S: futures_util::Stream<Item = Result<String, std::io::Error>> + Send + 'static,
 {
     let range = RangeQuery::read(query)?.range(&state).await?;
-    let body = Body::from_stream(rows(state.pool.clone(), range));
+    let body = Body::from_stream(rows(state.ctx.pool.clone(), range));
     Ok(attachment(stem, range, body))
 }
 

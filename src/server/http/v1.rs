@@ -61,8 +61,8 @@ pub(super) async fn create_token(
         return Err(AppError::Forbidden(TOKEN_CANNOT_MINT.into()).into());
     }
     let user = service::login(
-        &state.pool,
-        &state.hashing,
+        &state.ctx.pool,
+        &state.ctx.hashing,
         &req.username,
         &req.password,
         &client,
@@ -70,7 +70,7 @@ pub(super) async fn create_token(
     )
     .await?;
     let token = service::create_token(
-        &state.pool,
+        &state.ctx.pool,
         user.id,
         &user.username,
         &req.name,
@@ -85,7 +85,7 @@ pub(super) async fn list_tokens(
     State(state): State<AppState>,
     user: CurrentUser,
 ) -> Result<Json<Vec<TokenView>>, ApiError> {
-    Ok(Json(service::list_tokens(&state.pool, user.id).await?))
+    Ok(Json(service::list_tokens(&state.ctx.pool, user.id).await?))
 }
 
 #[utoipa::path(delete, path = "/api/v1/tokens/{id}", tag = "auth", security(("bearer" = [])), params(("id" = Uuid, Path)), responses((status = 204), (status = 404, body = ErrorBody)))]
@@ -94,7 +94,7 @@ pub(super) async fn revoke_token(
     user: CurrentUser,
     Path(id): Path<Uuid>,
 ) -> Result<StatusCode, ApiError> {
-    service::revoke_token(&state.pool, user.id, &user.username, id).await?;
+    service::revoke_token(&state.ctx.pool, user.id, &user.username, id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -103,7 +103,7 @@ pub(super) async fn list_users(
     State(state): State<AppState>,
     _user: Admin,
 ) -> Result<Json<Vec<UserView>>, ApiError> {
-    Ok(Json(admin::list_users(&state).await?))
+    Ok(Json(admin::list_users(&state.ctx).await?))
 }
 
 #[derive(Deserialize, utoipa::ToSchema)]
@@ -120,7 +120,8 @@ pub(super) async fn create_user(
     Admin(user): Admin,
     ApiJson(req): ApiJson<NewUser>,
 ) -> Result<(StatusCode, Json<UserView>), ApiError> {
-    let view = admin::create_user(&state, &user, &req.username, req.role, &req.password).await?;
+    let view =
+        admin::create_user(&state.ctx, &user, &req.username, req.role, &req.password).await?;
     Ok((StatusCode::CREATED, Json(view)))
 }
 
@@ -145,8 +146,8 @@ pub(super) async fn update_user(
     Path(id): Path<Uuid>,
     ApiJson(req): ApiJson<UserPatch>,
 ) -> Result<StatusCode, ApiError> {
-    admin::set_job_ids(&state, &user, id, req.job_uid, req.job_gid).await?;
-    admin::update_user(&state, &user, id, req.role, req.disabled).await?;
+    admin::set_job_ids(&state.ctx, &user, id, req.job_uid, req.job_gid).await?;
+    admin::update_user(&state.ctx, &user, id, req.role, req.disabled).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -167,7 +168,7 @@ pub(super) async fn change_password(
     ApiJson(req): ApiJson<PasswordChange>,
 ) -> Result<StatusCode, ApiError> {
     let at =
-        admin::change_password(&state, &user, &req.current_password, &req.new_password).await?;
+        admin::change_password(&state.ctx, &user, &req.current_password, &req.new_password).await?;
     admin::restamp_session(&session, &user, at).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -5,17 +5,17 @@ use crate::model::{AppError, JobDetail, JobEventKind, JobEventView, Role};
 use crate::server::auth::CurrentUser;
 use crate::server::db::events;
 use crate::server::error::OrInternal;
-use crate::server::AppState;
+use crate::server::Ctx;
 use uuid::Uuid;
 
 /// A job with its timeline, and whether the viewer may cancel or resubmit it.
-pub async fn detail(state: &AppState, user: &CurrentUser, id: Uuid) -> Result<JobDetail, AppError> {
-    let job = super::get(state, user, id).await?;
+pub async fn detail(ctx: &Ctx, user: &CurrentUser, id: Uuid) -> Result<JobDetail, AppError> {
+    let job = super::get(ctx, user, id).await?;
     // The trail holds reasons and details: only for those who see the job's details.
     let rows = if job.details_hidden {
         Vec::new()
     } else {
-        events::job_events_of(&state.pool, id)
+        events::job_events_of(&ctx.pool, id)
             .await
             .or_internal("reading a job's events")?
     };

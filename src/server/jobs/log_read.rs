@@ -1,32 +1,22 @@
 //! Reading a stored log without holding it in memory. A whole log streams from the file a chunk at
 //! a time; a tail reads backwards from the end, never more than [`MAX_TAIL_LINES`] lines or
 //! [`MAX_TAIL_BYTES`] bytes; and every read waits for a place under a bound on reads at once, per
-//! process and per user ([`LogReads`]). gpuq is shielded from the OOM killer, so memory it takes
+//! process and per user ([`crate::server::limits::LogReads`]). gpuq is shielded from the OOM killer, so memory it takes
 //! for reads is taken from the jobs: none of these may grow with the size of a log.
 
 use crate::model::AppError;
+use crate::server::limits::ReadPlace;
 use crate::server::runner::logs::text_of;
 use bytes::Bytes;
 use futures_util::stream::{self, BoxStream, StreamExt};
-use std::collections::HashMap;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use uuid::Uuid;
 
 /// The most lines a `tail` may ask for; past it the whole log is streamed by leaving `tail` out.
 pub const MAX_TAIL_LINES: usize = 10_000;
 /// The most bytes of the file a tail reads, from its end: a tail of long lines holds fewer lines.
 pub const MAX_TAIL_BYTES: u64 = 4 << 20;
-/// Log reads one user may have in progress at once, on one node.
-pub const READS_PER_USER: usize = 4;
-/// Log reads one node serves at once unless `--log-reads` says otherwise.
-pub const DEFAULT_LOG_READS: usize = 16;
-/// How long a read waits for a place when every place is taken, before it is refused.
-const WAIT: Duration = Duration::from_secs(3);
 /// The most of the file read (and held) at once by a streaming read or a follow.
 pub(super) const CHUNK: u64 = 256 << 10;
 /// The first line of a tail cut short by [`MAX_TAIL_BYTES`].
@@ -35,95 +25,6 @@ pub const TAIL_CUT: &str =
 
 /// A log as it streams: text chunks, whole lines each (a forwarded one as the owning node sent it).
 pub type LogStream = BoxStream<'static, std::io::Result<Bytes>>;
-
-/// The bound on log reads (whole logs and tails) in progress on this node: `size` at once, of
-/// which [`READS_PER_USER`] per user, so one member cannot take every place.
-#[derive(Clone, Debug)]
-pub struct LogReads {
-    places: Arc<Semaphore>,
-    size: usize,
-    per_user: Arc<Mutex<HashMap<Uuid, usize>>>,
-}
-
-/// A place under [`LogReads`], held for as long as the read streams; dropping it frees it.
-#[derive(Debug)]
-pub struct ReadPlace {
-    _place: OwnedSemaphorePermit,
-    _mine: UserPlace,
-}
-
-#[derive(Debug)]
-struct UserPlace {
-    per_user: Arc<Mutex<HashMap<Uuid, usize>>>,
-    user: Uuid,
-}
-
-impl Drop for UserPlace {
-    fn drop(&mut self) {
-        let mut held = self.per_user.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(n) = held.get_mut(&self.user) {
-            *n -= 1;
-            if *n == 0 {
-                held.remove(&self.user);
-            }
-        }
-    }
-}
-
-impl Default for LogReads {
-    fn default() -> Self {
-        LogReads::new(DEFAULT_LOG_READS)
-    }
-}
-
-impl LogReads {
-    /// A bound of `size` reads at once (at least one).
-    pub fn new(size: usize) -> Self {
-        let size = size.max(1);
-        LogReads {
-            places: Arc::new(Semaphore::new(size)),
-            size,
-            per_user: Arc::default(),
-        }
-    }
-
-    /// A place for a read by `user`: refused at once (429) when they have [`READS_PER_USER`] in
-    /// progress, and (503) when no place frees up within a few seconds.
-    pub async fn enter(&self, user: Uuid) -> Result<ReadPlace, AppError> {
-        let mine = {
-            let mut held = self.per_user.lock().unwrap_or_else(|e| e.into_inner());
-            let n = held.entry(user).or_default();
-            if *n >= READS_PER_USER {
-                return Err(AppError::OverCap {
-                    message: format!(
-                        "you already have {READS_PER_USER} log reads in progress, the most one \
-                         user may have at once; wait for one to end"
-                    ),
-                    retry_after_s: 1,
-                });
-            }
-            *n += 1;
-            UserPlace {
-                per_user: Arc::clone(&self.per_user),
-                user,
-            }
-        };
-        match tokio::time::timeout(WAIT, Arc::clone(&self.places).acquire_owned()).await {
-            Ok(Ok(place)) => Ok(ReadPlace {
-                _place: place,
-                _mine: mine,
-            }),
-            Ok(Err(_)) => Err(AppError::Internal),
-            Err(_) => Err(AppError::Busy {
-                message: format!(
-                    "this node is serving {} log reads, the most it serves at once",
-                    self.size
-                ),
-                retry_after_s: 2,
-            }),
-        }
-    }
-}
 
 /// Refuses a `tail` longer than [`MAX_TAIL_LINES`], naming the field.
 pub fn check_tail(tail: Option<usize>) -> Result<(), AppError> {
@@ -286,7 +187,9 @@ fn read_last_lines(f: &mut File, len: u64, n: usize) -> std::io::Result<(u64, Ve
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::server::limits::LogReads;
     use std::io::Write;
+    use uuid::Uuid;
 
     fn log_of(lines: usize, partial: bool) -> (tempfile::TempDir, PathBuf, u64) {
         let dir = tempfile::tempdir().unwrap();
@@ -379,34 +282,5 @@ mod tests {
             "every whole line once, in order, the half-written one left out"
         );
         assert_eq!(read_whole(&path.with_file_name("none.log")).await, "");
-    }
-
-    #[tokio::test]
-    async fn reads_past_the_bounds_are_refused_until_places_free_up() {
-        let reads = LogReads::new(2);
-        let (alice, bob) = (Uuid::new_v4(), Uuid::new_v4());
-        let per_user = LogReads::new(100);
-        let mut held = Vec::new();
-        for _ in 0..READS_PER_USER {
-            held.push(per_user.enter(alice).await.unwrap());
-        }
-        let e = per_user.enter(alice).await.unwrap_err();
-        assert_eq!((e.status(), e.retry_after_s()), (429, Some(1)), "{e}");
-        assert!(
-            per_user.enter(bob).await.is_ok(),
-            "another user still reads"
-        );
-        held.pop();
-        assert!(
-            per_user.enter(alice).await.is_ok(),
-            "a place freed is taken again"
-        );
-
-        let a = reads.enter(alice).await.unwrap();
-        let _b = reads.enter(bob).await.unwrap();
-        let e = reads.enter(Uuid::new_v4()).await.unwrap_err();
-        assert_eq!((e.status(), e.retry_after_s()), (503, Some(2)), "{e}");
-        drop(a);
-        assert!(reads.enter(Uuid::new_v4()).await.is_ok());
     }
 }

@@ -14,7 +14,7 @@ use crate::server::db::{jobs, nodes, users};
 use crate::server::error::OrInternal;
 use crate::server::notifier::{Note, Subscription};
 use crate::server::runner::logs::log_path;
-use crate::server::AppState;
+use crate::server::Ctx;
 use bytes::Bytes;
 use futures_util::stream::{self, Stream, StreamExt};
 use sqlx::PgPool;
@@ -34,16 +34,16 @@ enum Source {
 /// A job's log as it streams: its last `tail` lines, or (`None`) the whole log read from the file
 /// a chunk at a time (see [`log_read`] for the bounds).
 pub async fn read(
-    state: &AppState,
+    ctx: &Ctx,
     viewer: &CurrentUser,
     id: Uuid,
     tail: Option<usize>,
 ) -> Result<LogStream, AppError> {
     check_tail(tail)?;
-    match source(state, viewer, id).await?.0 {
-        Source::Here(path) => read_here(state, viewer.id, path, tail).await,
+    match source(ctx, viewer, id).await?.0 {
+        Source::Here(path) => read_here(ctx, viewer.id, path, tail).await,
         Source::There { node, url } => {
-            let peers = state.peers.as_ref().ok_or(AppError::Internal)?;
+            let peers = ctx.peers.as_ref().ok_or(AppError::Internal)?;
             let answer = peers.log(&node, &url, id, viewer.id, tail, false).await?;
             Ok(relay(answer, ()))
         }
@@ -52,13 +52,13 @@ pub async fn read(
 
 /// The last `tail` lines of a job's log, as one text (the job's page).
 pub async fn tail(
-    state: &AppState,
+    ctx: &Ctx,
     viewer: &CurrentUser,
     id: Uuid,
     tail: usize,
 ) -> Result<String, AppError> {
     check_tail(Some(tail))?;
-    let mut chunks = read(state, viewer, id, Some(tail)).await?;
+    let mut chunks = read(ctx, viewer, id, Some(tail)).await?;
     let mut text = Vec::new();
     while let Some(chunk) = chunks.next().await {
         let chunk = chunk.map_err(|e| {
@@ -77,12 +77,12 @@ pub async fn tail(
 
 /// A log in this node's folder, under the bound on reads at once.
 async fn read_here(
-    state: &AppState,
+    ctx: &Ctx,
     user: Uuid,
     path: PathBuf,
     tail: Option<usize>,
 ) -> Result<LogStream, AppError> {
-    let place = state.log_reads.enter(user).await?;
+    let place = ctx.log_reads.enter(user).await?;
     match tail {
         None => Ok(log_read::whole(path, place)),
         Some(_) => {
@@ -110,24 +110,24 @@ fn relay<T: Send + 'static>(answer: reqwest::Response, held: T) -> LogStream {
 /// The last `tail` lines of a job's log (the whole log when `None`, streamed from the file), then
 /// new lines as they come until the job has ended.
 pub async fn follow(
-    state: &AppState,
+    ctx: &Ctx,
     viewer: &CurrentUser,
     id: Uuid,
     tail: Option<usize>,
 ) -> Result<LogStream, AppError> {
     check_tail(tail)?;
-    let (source, owner) = source(state, viewer, id).await?;
-    let slot = state.streams.take(viewer)?;
+    let (source, owner) = source(ctx, viewer, id).await?;
+    let slot = ctx.streams.take(viewer)?;
     match source {
         Source::Here(path) => {
             let reader = Reader {
                 viewer: viewer.id,
                 owner,
             };
-            follow_here(state, path, id, reader, tail, slot).await
+            follow_here(ctx, path, id, reader, tail, slot).await
         }
         Source::There { node, url } => {
-            let peers = state.peers.as_ref().ok_or(AppError::Internal)?;
+            let peers = ctx.peers.as_ref().ok_or(AppError::Internal)?;
             let answer = peers.log(&node, &url, id, viewer.id, tail, true).await?;
             // The slot is held while the far node streams.
             Ok(relay(answer, slot))
@@ -139,13 +139,13 @@ pub async fn follow(
 /// [`crate::server::peers`]): only a log this node holds, never forwarded again. Without
 /// `follow`, the tail (or the whole log) alone.
 pub async fn for_peer(
-    state: &AppState,
+    ctx: &Ctx,
     id: Uuid,
     grant: Option<&str>,
     tail: Option<usize>,
     follow: bool,
 ) -> Result<LogStream, AppError> {
-    let Some(peers) = &state.peers else {
+    let Some(peers) = &ctx.peers else {
         return Err(AppError::NotFound(
             "this process serves no other node".into(),
         ));
@@ -161,49 +161,45 @@ pub async fn for_peer(
         AppError::Unauthorized
     })?;
     check_tail(tail)?;
-    let job = super::find(&state.pool, id).await?;
+    let job = super::find(&ctx.pool, id).await?;
     if job.job.node.as_deref() != Some(peers.node.as_str()) {
         return Err(AppError::NotFound(format!(
             "job {id} did not run on node `{}`",
             peers.node
         )));
     }
-    let path = log_path(&state.logs_dir, id);
+    let path = log_path(&ctx.logs_dir, id);
     if follow {
-        let slot = state.streams.take_for(user)?;
+        let slot = ctx.streams.take_for(user)?;
         let reader = Reader {
             viewer: user,
             owner: job.owner_id,
         };
-        follow_here(state, path, id, reader, tail, slot).await
+        follow_here(ctx, path, id, reader, tail, slot).await
     } else {
-        read_here(state, user, path, tail).await
+        read_here(ctx, user, path, tail).await
     }
 }
 
 /// Where the viewer reads job `id`'s log, when they may read it (its owner, managers and
 /// admins), and the job's owner. Here when this process is alone, ran the job, or holds its log
 /// file; otherwise on the job's node, unless that node is lost.
-async fn source(
-    state: &AppState,
-    viewer: &CurrentUser,
-    id: Uuid,
-) -> Result<(Source, Uuid), AppError> {
-    let job = super::find(&state.pool, id).await?;
+async fn source(ctx: &Ctx, viewer: &CurrentUser, id: Uuid) -> Result<(Source, Uuid), AppError> {
+    let job = super::find(&ctx.pool, id).await?;
     let owner = job.owner_id;
     if !super::access::sees_details(viewer, owner) {
         return Err(AppError::Forbidden(
             "members read only their own jobs' logs".into(),
         ));
     }
-    let path = log_path(&state.logs_dir, id);
-    let (Some(peers), Some(node)) = (&state.peers, job.job.node) else {
+    let path = log_path(&ctx.logs_dir, id);
+    let (Some(peers), Some(node)) = (&ctx.peers, job.job.node) else {
         return Ok((Source::Here(path), owner));
     };
     if node == peers.node || tokio::fs::try_exists(&path).await.unwrap_or(false) {
         return Ok((Source::Here(path), owner));
     }
-    let Some(row) = nodes::get(&state.pool, &node)
+    let Some(row) = nodes::get(&ctx.pool, &node)
         .await
         .or_internal("reading a node")?
     else {
@@ -262,25 +258,25 @@ impl Reader {
 /// Follows a log in this node's folder from its last `tail` lines (for `reader`, who holds
 /// `slot`), or from its start.
 async fn follow_here(
-    state: &AppState,
+    ctx: &Ctx,
     path: PathBuf,
     id: Uuid,
     reader: Reader,
     tail: Option<usize>,
-    slot: super::live::StreamSlot,
+    slot: crate::server::limits::StreamSlot,
 ) -> Result<LogStream, AppError> {
     // Listen before reading: an end announced in between is then heard, not lost.
-    let notes = state.notifier.subscribe();
-    let grew = state.notifier.subscribe_logs();
+    let notes = ctx.notifier.subscribe();
+    let grew = ctx.notifier.subscribe_logs();
     // A tail is read whole before it is sent: it takes a place under the bound on reads.
     let place = match tail {
-        Some(_) => Some(state.log_reads.enter(reader.viewer).await?),
+        Some(_) => Some(ctx.log_reads.enter(reader.viewer).await?),
         None => None,
     };
     let (text, offset) = snapshot_of(path.clone(), tail).await?;
     drop(place);
     let st = Follow {
-        pool: state.pool.clone(),
+        pool: ctx.pool.clone(),
         id,
         reader,
         path,
@@ -323,7 +319,7 @@ struct Follow {
     notes: Subscription,
     grew: broadcast::Receiver<Uuid>,
     /// This follow's place under the viewer's bound on live streams, freed when it ends.
-    _slot: super::live::StreamSlot,
+    _slot: crate::server::limits::StreamSlot,
 }
 
 /// Why a follow woke up.

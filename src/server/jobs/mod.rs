@@ -6,10 +6,8 @@ pub mod held;
 pub mod live;
 pub mod log_read;
 pub mod logs;
-pub mod rate;
 pub mod retention;
 pub mod views;
-pub mod volumes;
 
 use crate::model::spec::{JobSpec, SpecError, SpecLimits, VramNeed};
 use crate::model::{
@@ -20,7 +18,8 @@ use crate::server::admission::planner::{self, never_fits, Card, Need, QueuedJob}
 use crate::server::auth::CurrentUser;
 use crate::server::db::{events, gpus, jobs, manifest, settings};
 use crate::server::error::OrInternal;
-use crate::server::AppState;
+use crate::server::runtime::volumes;
+use crate::server::Ctx;
 use serde_json::json;
 use std::collections::BTreeMap;
 use uuid::Uuid;
@@ -34,8 +33,8 @@ fn spec_error(e: SpecError) -> AppError {
 
 /// The cards jobs could ever use (seen by their node and not taken offline), as the planner sees
 /// them.
-pub async fn usable_cards(state: &AppState) -> Result<Vec<Card>, AppError> {
-    let rows = gpus::list(&state.pool).await.or_internal("reading cards")?;
+pub async fn usable_cards(ctx: &Ctx) -> Result<Vec<Card>, AppError> {
+    let rows = gpus::list(&ctx.pool).await.or_internal("reading cards")?;
     Ok(rows
         .iter()
         .filter(|g| g.present && g.state != GpuState::Offline)
@@ -65,12 +64,12 @@ struct Checked {
 
 /// Everything a submission is checked against, without storing anything: the parser, the launch
 /// policy, the manifest and the cards present.
-async fn check(state: &AppState, user: &CurrentUser, body: &str) -> Result<Checked, AppError> {
-    let pool = &state.pool;
+async fn check(ctx: &Ctx, user: &CurrentUser, body: &str) -> Result<Checked, AppError> {
+    let pool = &ctx.pool;
     let policy = settings::launch_policy(pool)
         .await
         .or_internal("reading the launch policy")?;
-    let cards = usable_cards(state).await?;
+    let cards = usable_cards(ctx).await?;
     let limits = SpecLimits {
         max_gpu_count: largest_node(&cards),
         max_timeout_s: policy.max_timeout_s,
@@ -140,7 +139,7 @@ async fn check(state: &AppState, user: &CurrentUser, body: &str) -> Result<Check
             spec.gpu_count(),
             spec.exclusive(),
             &cards,
-            state.pass.headroom_mib,
+            ctx.pass.headroom_mib,
         )
     });
     Ok(Checked {
@@ -195,22 +194,19 @@ async fn check_queued_cap(
 
 /// What would happen to a spec submitted now: fits at the next pass (and where), waits (and why,
 /// behind the jobs already queued), or can never run here.
-pub async fn preview(
-    state: &AppState,
-    user: &CurrentUser,
-    body: &str,
-) -> Result<Preview, AppError> {
-    state.submit_rate.take(user, rate::Action::Preview)?;
+pub async fn preview(ctx: &Ctx, user: &CurrentUser, body: &str) -> Result<Preview, AppError> {
+    ctx.submit_rate
+        .take(user, crate::server::limits::rate::Action::Preview)?;
     let Checked {
         spec, need, never, ..
-    } = check(state, user, body).await?;
+    } = check(ctx, user, body).await?;
     if let Some(reason) = never {
         return Ok(Preview::Never(reason));
     }
     let Some(need) = need else {
         return Ok(Preview::FitsNow("runs without GPUs".into()));
     };
-    let (st, _) = pass::dry_run(&state.pool, &state.pass, chrono::Utc::now())
+    let (st, _) = pass::dry_run(&ctx.pool, &ctx.pass, chrono::Utc::now())
         .await
         .or_internal("planning a preview")?;
     let mut input = st.input;
@@ -250,22 +246,23 @@ pub async fn preview(
 /// over a cap, or a job that could never run here) stores nothing and announces nothing: only a
 /// queued job costs a row, and those are bounded by `max_queued_per_user`. Every submission first
 /// takes a token of the caller's [`rate::SubmitRate`] bucket.
-pub async fn submit(state: &AppState, user: &CurrentUser, body: &str) -> Result<JobAck, AppError> {
-    state.submit_rate.take(user, rate::Action::Submit)?;
+pub async fn submit(ctx: &Ctx, user: &CurrentUser, body: &str) -> Result<JobAck, AppError> {
+    ctx.submit_rate
+        .take(user, crate::server::limits::rate::Action::Submit)?;
     let Checked {
         spec,
         field,
         never,
         policy,
         ..
-    } = check(state, user, body).await?;
+    } = check(ctx, user, body).await?;
     if let Some(reason) = never {
         return Err(AppError::invalid(
             field,
             format!("this job can never run here: {reason}"),
         ));
     }
-    let mut tx = state
+    let mut tx = ctx
         .pool
         .begin()
         .await
@@ -326,16 +323,16 @@ pub(crate) async fn find(pool: &sqlx::PgPool, id: Uuid) -> Result<jobs::JobRow, 
 
 /// Submits a new job with the spec of an earlier one (its owner only: the env is private). The
 /// spec goes through today's parser, manifest and launch policy, like any submission.
-pub async fn resubmit(state: &AppState, user: &CurrentUser, id: Uuid) -> Result<JobAck, AppError> {
-    let job = find(&state.pool, id).await?;
+pub async fn resubmit(ctx: &Ctx, user: &CurrentUser, id: Uuid) -> Result<JobAck, AppError> {
+    let job = find(&ctx.pool, id).await?;
     if !access::may_resubmit(user, job.owner_id) {
         return Err(AppError::Forbidden(
             "only the job's owner may resubmit it (its environment is private)".into(),
         ));
     }
-    let ack = submit(state, user, &job.spec.to_string()).await?;
+    let ack = submit(ctx, user, &job.spec.to_string()).await?;
     events::job_event(
-        &state.pool,
+        &ctx.pool,
         ack.job_id,
         &user.username,
         JobEventKind::ResubmittedFrom,
@@ -348,8 +345,8 @@ pub async fn resubmit(state: &AppState, user: &CurrentUser, id: Uuid) -> Result<
 
 /// Cancels a job (its owner or an admin). Queued and admitted jobs end at once; a started job is
 /// stopped by the runner of its node, which hears the request as a notification.
-pub async fn cancel(state: &AppState, user: &CurrentUser, id: Uuid) -> Result<JobAck, AppError> {
-    let pool = &state.pool;
+pub async fn cancel(ctx: &Ctx, user: &CurrentUser, id: Uuid) -> Result<JobAck, AppError> {
+    let pool = &ctx.pool;
     let job = find(pool, id).await?;
     if !access::may_cancel(user, job.owner_id) {
         return Err(AppError::Forbidden(

@@ -6,7 +6,7 @@ use crate::server::admission::pass;
 use crate::server::auth::CurrentUser;
 use crate::server::db::jobs::{self, GrantRow, JobFilter, JobSort, ListRow, ListViewer};
 use crate::server::error::OrInternal;
-use crate::server::AppState;
+use crate::server::Ctx;
 use serde::Deserialize;
 use std::collections::HashMap;
 use uuid::Uuid;
@@ -32,19 +32,15 @@ pub struct ListQuery {
 
 /// How many jobs wait, and since when the oldest does.
 pub async fn queue_summary(
-    state: &AppState,
+    ctx: &Ctx,
 ) -> Result<(i64, Option<chrono::DateTime<chrono::Utc>>), AppError> {
-    jobs::queue_summary(&state.pool)
+    jobs::queue_summary(&ctx.pool)
         .await
         .or_internal("summarising the queue")
 }
 
 /// A page of jobs, newest first unless asked otherwise.
-pub async fn list(
-    state: &AppState,
-    viewer: &CurrentUser,
-    q: &ListQuery,
-) -> Result<JobPage, AppError> {
+pub async fn list(ctx: &Ctx, viewer: &CurrentUser, q: &ListQuery) -> Result<JobPage, AppError> {
     let statuses = match &q.status {
         Some(s) if !s.trim().is_empty() => s
             .split(',')
@@ -87,7 +83,7 @@ pub async fn list(
         limit: per_page,
         offset: (page - 1).saturating_mul(per_page),
     };
-    let mut conn = state
+    let mut conn = ctx
         .pool
         .acquire()
         .await
@@ -96,7 +92,7 @@ pub async fn list(
         .await
         .or_internal("listing jobs")?;
     drop(conn);
-    let jobs = views(state, viewer, rows).await?;
+    let jobs = views(ctx, viewer, rows).await?;
     Ok(JobPage {
         jobs,
         page,
@@ -106,25 +102,25 @@ pub async fn list(
 }
 
 /// One job.
-pub async fn get(state: &AppState, viewer: &CurrentUser, id: Uuid) -> Result<JobView, AppError> {
-    let row = super::find(&state.pool, id).await?;
+pub async fn get(ctx: &Ctx, viewer: &CurrentUser, id: Uuid) -> Result<JobView, AppError> {
+    let row = super::find(&ctx.pool, id).await?;
     let row = ListRow {
         owner_id: row.owner_id,
         env: row.spec.get("env").cloned(),
         volumes: row.spec.get("volumes").cloned(),
         job: row.job,
     };
-    let mut v = views(state, viewer, vec![row]).await?;
+    let mut v = views(ctx, viewer, vec![row]).await?;
     v.pop().ok_or(AppError::Internal)
 }
 
 async fn views(
-    state: &AppState,
+    ctx: &Ctx,
     viewer: &CurrentUser,
     rows: Vec<ListRow>,
 ) -> Result<Vec<JobView>, AppError> {
     let ids: Vec<Uuid> = rows.iter().map(|r| r.job.id).collect();
-    let grants = jobs::grants_of(&state.pool, &ids)
+    let grants = jobs::grants_of(&ctx.pool, &ids)
         .await
         .or_internal("reading grants")?;
     let mut by_job: HashMap<Uuid, Vec<GrantRow>> = HashMap::new();
@@ -132,7 +128,7 @@ async fn views(
         by_job.entry(g.job_id).or_default().push(g);
     }
     let lost: std::collections::HashSet<String> = if rows.iter().any(|r| r.job.node.is_some()) {
-        crate::server::db::nodes::lost_names(&state.pool)
+        crate::server::db::nodes::lost_names(&ctx.pool)
             .await
             .or_internal("reading lost nodes")?
             .into_iter()
@@ -141,7 +137,7 @@ async fn views(
         Default::default()
     };
     let waiting = if rows.iter().any(|r| r.job.status == JobStatus::Queued) {
-        wait_info(state).await?
+        wait_info(ctx).await?
     } else {
         HashMap::new()
     };
@@ -157,8 +153,8 @@ async fn views(
 }
 
 /// Queue position (1-based, in admission order) and wait reason of every queued job.
-async fn wait_info(state: &AppState) -> Result<HashMap<Uuid, (i64, String)>, AppError> {
-    let (st, plan) = pass::dry_run(&state.pool, &state.pass, chrono::Utc::now())
+async fn wait_info(ctx: &Ctx) -> Result<HashMap<Uuid, (i64, String)>, AppError> {
+    let (st, plan) = pass::dry_run(&ctx.pool, &ctx.pass, chrono::Utc::now())
         .await
         .or_internal("planning a dry run")?;
     let reasons: HashMap<Uuid, String> = plan

@@ -10,15 +10,15 @@ use crate::model::{
 use crate::server::auth::CurrentUser;
 use crate::server::db::vram_stats;
 use crate::server::error::OrInternal;
-use crate::server::AppState;
+use sqlx::PgPool;
 
 /// The learning manifest: every workload type × model and every raw-declared image × model that
 /// a finished job with an observed peak ran on (anyone signed in may read it, like the manifest).
-pub async fn suggestions(state: &AppState) -> Result<ManifestSuggestions, AppError> {
-    let workloads = vram_stats::by_workload(&state.pool, None)
+pub async fn suggestions(pool: &PgPool) -> Result<ManifestSuggestions, AppError> {
+    let workloads = vram_stats::by_workload(pool, None)
         .await
         .or_internal("reading observed peaks per workload type")?;
-    let images = vram_stats::by_image(&state.pool)
+    let images = vram_stats::by_image(pool)
         .await
         .or_internal("reading observed peaks per image")?;
     Ok(ManifestSuggestions {
@@ -51,12 +51,12 @@ pub async fn suggestions(state: &AppState) -> Result<ManifestSuggestions, AppErr
 /// edit goes through [`put`], so it is validated, audited (`manifest.put`) and wakes the
 /// schedulers like any edit.
 pub async fn apply(
-    state: &AppState,
+    pool: &PgPool,
     user: &CurrentUser,
     workload: &str,
     gpu_model: &str,
 ) -> Result<WorkloadView, AppError> {
-    let (mut conn, m) = super::load(state).await?;
+    let (mut conn, m) = super::load(pool).await?;
     let Some(needs) = m.needs.get(workload) else {
         return Err(AppError::NotFound(format!("no workload type `{workload}`")));
     };
@@ -88,5 +88,5 @@ pub async fn apply(
         description: m.descriptions.get(workload).cloned().unwrap_or_default(),
         vram_mib,
     };
-    put(state, user, workload, &body).await
+    put(pool, user, workload, &body).await
 }

@@ -6,10 +6,10 @@ use crate::model::LaunchPolicy;
 use crate::model::{gpu_id, JobEventKind, JobStatus};
 use crate::server::db::runs::{self, Ending, RunRow};
 use crate::server::db::{events, job_uids, settings};
-use crate::server::jobs::volumes;
 use crate::server::runtime::hints::{self, CardShare};
 use crate::server::runtime::mountinfo::{self, FolderOrigin, MountCheck};
 use crate::server::runtime::simdev::sim_device_path;
+use crate::server::runtime::volumes;
 use crate::server::runtime::{verify, GrantedGpu, LaunchRequest, Mount, RunAs, RuntimeError};
 use chrono::{DateTime, Utc};
 use serde_json::json;
@@ -144,7 +144,7 @@ impl Runner {
     /// After the start, before the job counts as running: each bind of the container must show
     /// the very folder the runner resolved ([`mountinfo`]); one that shows any other is stopped
     /// and the job fails naming it. A container whose first process is already gone has no mount
-    /// table left to read (and its bind was made from a locked path, see `jobs::volumes`).
+    /// table left to read (and its bind was made from a locked path, see `runtime::volumes`).
     async fn check_binds(
         &self,
         container: &str,

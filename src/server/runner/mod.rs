@@ -1,4 +1,4 @@
-//! Layer 2, the runner: each gpuq process claims the admitted jobs of its own node, launches each
+//! Isolation, the runner: each gpuq process claims the admitted jobs of its own node, launches each
 //! in a fenced container, follows its logs, enforces its deadline and cancellation, records how it
 //! ended and gives its cards back. At start-up it first re-adopts what Docker still runs.
 //!

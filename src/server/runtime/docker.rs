@@ -417,33 +417,6 @@ impl Docker {
         Ok(list.into_iter().filter_map(managed).collect())
     }
 
-    /// Host PIDs of every process in this node's running gpuq containers: what NVML reports for
-    /// the processes using a card, so their memory is not mistaken for a foreign process's. A
-    /// container that exits between the listing and its process table is skipped.
-    pub async fn managed_pids(&self, node: &str) -> Result<Vec<u32>, RuntimeError> {
-        let mut pids = Vec::new();
-        for c in self.list_managed(Some(node)).await? {
-            if !c.running {
-                continue;
-            }
-            match self
-                .inner
-                .top_processes(&c.id, None::<bollard::query_parameters::TopOptions>)
-                .await
-            {
-                Ok(top) => pids.extend(pids_of(
-                    top.titles.as_deref().unwrap_or_default(),
-                    top.processes.as_deref().unwrap_or_default(),
-                )),
-                Err(e) => match map_err(e) {
-                    RuntimeError::NotFound(_) | RuntimeError::Conflict(_) => {}
-                    other => return Err(other),
-                },
-            }
-        }
-        Ok(pids)
-    }
-
     /// Log lines with dockerd's timestamps. To resume without duplicates, pass
     /// the whole second of the latest line seen as `since_unix` (docker's
     /// `since` is inclusive and per-second) and drop the lines of that second
@@ -539,16 +512,6 @@ fn kill_event(msg: bollard::models::EventMessage) -> KillEvent {
             .or(msg.time.map(|s| s * 1_000_000_000))
             .unwrap_or_default(),
     }
-}
-
-/// The `PID` column of a `docker top` table (host PID namespace).
-fn pids_of(titles: &[String], rows: &[Vec<String>]) -> Vec<u32> {
-    let Some(col) = titles.iter().position(|t| t == "PID") else {
-        return Vec::new();
-    };
-    rows.iter()
-        .filter_map(|r| r.get(col).and_then(|p| p.trim().parse().ok()))
-        .collect()
 }
 
 /// Deterministic name, so a retried create of the same attempt conflicts

@@ -12,6 +12,7 @@ pub mod hints;
 pub mod json_log;
 pub mod mountinfo;
 pub mod simdev;
+pub mod volumes;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

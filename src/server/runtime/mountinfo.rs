@@ -1,7 +1,7 @@
 //! What a started container really got at each bind, read from its mount table
 //! (`/proc/<pid>/mountinfo`, which any user may read), against where the runner resolved the
 //! folder: the same filesystem (`major:minor`) and the same path from that filesystem's root.
-//! A second line of defence after the runner's locked-path resolution (`jobs::volumes`): a
+//! A second line of defence after the runner's locked-path resolution (`runtime::volumes`): a
 //! container whose bind shows any other folder is stopped before it is reported running.
 
 use std::path::{Component, Path, PathBuf};

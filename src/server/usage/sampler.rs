@@ -2,44 +2,28 @@
 //! older than the retention.
 //!
 //! Reserved memory comes from the ledger (`gpus.reserved_mib`, exact by construction). Used, foreign
-//! and busy figures come from a fresh inventory reading, because the `gpus` row cannot say
-//! "unknown": its `external_mib` is 0 when nothing was observed, and it has no utilisation. The one
+//! and busy figures come from the card observer's newest snapshot (at most one tick old), because
+//! the `gpus` row cannot say "unknown": its `external_mib` is 0 when nothing was observed, and it
+//! has no utilisation. The one
 //! exception is the foreign memory of a simulated card, which is set through the API and lives only
 //! in the `gpus` row; it is what admission subtracts, so it is what the chart shows.
 
 use super::Sampling;
-use crate::server::gpu::sync::NodeCards;
-use crate::server::gpu::{GpuInfo, GpuInventory, OurProcesses};
+use crate::server::gpu::observer::{Cards, Snapshot};
+use crate::server::gpu::GpuInfo;
 use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
-use std::sync::Arc;
 use tokio::sync::watch;
 
-/// Writes one sample per card of `node` that the inventory sees now; returns how many.
+/// Writes one sample per card of `node` that `snapshot` saw; returns how many.
 pub async fn sample(
     pool: &PgPool,
-    inventory: &Arc<dyn GpuInventory>,
     node: &str,
     at: DateTime<Utc>,
+    snapshot: &Snapshot,
 ) -> Result<u64> {
-    sample_with(pool, inventory, node, at, OurProcesses::default()).await
-}
-
-/// [`sample`], telling the inventory which processes are gpuq's own (NVML cards).
-pub async fn sample_with(
-    pool: &PgPool,
-    inventory: &Arc<dyn GpuInventory>,
-    node: &str,
-    at: DateTime<Utc>,
-    ours: OurProcesses,
-) -> Result<u64> {
-    let inv = Arc::clone(inventory);
-    let cards = tokio::task::spawn_blocking(move || inv.snapshot(&ours))
-        .await
-        .context("inventory task")?
-        .context("reading the GPU inventory")?;
-    record(pool, node, at, &cards).await
+    record(pool, node, at, snapshot.cards()?).await
 }
 
 /// Writes one sample per observed card that the `gpus` table knows on `node` (a card the inventory
@@ -88,11 +72,17 @@ pub async fn prune(pool: &PgPool, before: DateTime<Utc>) -> Result<u64> {
     Ok(done.rows_affected())
 }
 
-/// Samples `cards` every `sampling.every` (naming gpuq's own processes) and prunes past
+/// Samples the card observer's newest snapshot of `node` every `sampling.every` and prunes past
 /// `sampling.retention` until `stop` turns true. The settings are recorded first, so every
 /// process's usage pages check ranges against them.
-pub async fn run(cards: NodeCards, sampling: Sampling, stop: watch::Receiver<bool>) {
-    if let Err(e) = super::save_sampling(&cards.pool, &sampling).await {
+pub async fn run(
+    pool: PgPool,
+    cards: Cards,
+    node: String,
+    sampling: Sampling,
+    stop: watch::Receiver<bool>,
+) {
+    if let Err(e) = super::save_sampling(&pool, &sampling).await {
         tracing::warn!(
             error = format!("{e:#}"),
             "recording the sampling settings failed"
@@ -101,9 +91,8 @@ pub async fn run(cards: NodeCards, sampling: Sampling, stop: watch::Receiver<boo
     crate::server::periodic::every(sampling.every, stop, || async {
         let now = Utc::now();
         let done = async {
-            let ours = cards.ours().await;
-            sample_with(&cards.pool, &cards.inventory, &cards.node, now, ours).await?;
-            prune(&cards.pool, now - sampling.retention_chrono()).await
+            sample(&pool, &node, now, &cards.latest()).await?;
+            prune(&pool, now - sampling.retention_chrono()).await
         };
         if let Err(e) = done.await {
             tracing::warn!(error = format!("{e:#}"), "GPU sampling failed");

@@ -2,12 +2,13 @@
 //! of its cards, compared with what it committed.
 //!
 //! Every `--vram-sample-ms` the sampler of a node:
-//! 1. reads each card's size and memory in use, and the processes on it (NVML); on simulated
-//!    cards, the usage admins gave each job (`PUT /api/v1/gpus/{uuid}/sim`);
-//! 2. maps each process's host PID to its container through `/proc/<pid>/cgroup`
-//!    ([`container_of_pid`]) and the container to its job (the job's recorded container id).
-//!    Memory of a process in no gpuq job's container is foreign: it lowers the card's free
-//!    memory and is never acted on;
+//! 1. asks the card observer for a fresh reading: each card's size and memory in use, and the
+//!    processes on it, each already put to its job
+//!    ([`JobOwners::job_of`](crate::server::gpu::observer::JobOwners::job_of): the container in
+//!    `/proc/<pid>/cgroup` against the job's recorded container id); on simulated cards, the
+//!    usage admins gave each job (`PUT /api/v1/gpus/{uuid}/sim`);
+//! 2. counts each job's processes on the cards it holds. Memory of a process of no job holding
+//!    that card is foreign: it lowers the card's free memory and is never acted on;
 //! 3. writes each (job, card)'s reading to `job_vram` (now, peak, consecutive readings above the
 //!    commitment), and what changed only;
 //! 4. polices ([`police`]): a `vram_over_commitment` event after `--vram-overuse-samples`
@@ -16,20 +17,16 @@
 //!    SIGKILL through the runner), ending `failed` with a `vram_overuse` reason;
 //! 5. when a job has ended, stores NVML accounting's peak of its processes, where kept.
 
-mod cgroup;
 pub mod police;
 
-pub use cgroup::{container_of, container_of_pid};
-
 use crate::server::db::{settings, vram};
-use crate::server::gpu::{GpuInventory, InventoryKind, OurProcesses};
-use anyhow::{Context, Result};
+use crate::server::gpu::observer::{Cards, Snapshot};
+use crate::server::gpu::InventoryKind;
+use anyhow::{anyhow, Context, Result};
 use police::{CardReading, JobReading, Rules};
 use serde_json::json;
 use sqlx::PgPool;
 use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 use uuid::Uuid;
@@ -45,8 +42,6 @@ pub struct VramConfig {
     pub overuse_samples: i32,
     /// Free memory below which a card is short (`--vram-reserve-mib`).
     pub reserve_mib: i64,
-    /// Where host processes are read (`/proc`; a test may point elsewhere).
-    pub proc_root: PathBuf,
 }
 
 /// One round's observations.
@@ -77,7 +72,7 @@ pub struct Round {
 /// The sampler of one node, with what it remembers between rounds.
 pub struct Sampler {
     pool: PgPool,
-    inventory: Arc<dyn GpuInventory>,
+    cards: Cards,
     cfg: VramConfig,
     /// The last reading written per (job, card): unchanged ones within the commitment are not
     /// written again.
@@ -89,11 +84,11 @@ pub struct Sampler {
 }
 
 impl Sampler {
-    /// A sampler of `inventory`'s cards.
-    pub fn new(pool: PgPool, inventory: Arc<dyn GpuInventory>, cfg: VramConfig) -> Self {
+    /// A sampler of the cards `cards` observes.
+    pub fn new(pool: PgPool, cards: Cards, cfg: VramConfig) -> Self {
         Sampler {
             pool,
-            inventory,
+            cards,
             cfg,
             written: HashMap::new(),
             seen: HashMap::new(),
@@ -106,8 +101,8 @@ impl Sampler {
         let held = vram::held_on(&self.pool, &self.cfg.node)
             .await
             .context("reading the jobs holding this node's cards")?;
-        let observed = match self.inventory.kind() {
-            InventoryKind::Nvml => self.observe_nvml(&held).await?,
+        let observed = match self.cards.kind() {
+            InventoryKind::Nvml => observe_nvml(&held, &*self.cards.fresh().await?)?,
             InventoryKind::Simulated => self.observe_sim().await?,
         };
         let policy = settings::launch_policy(&self.pool)
@@ -188,7 +183,7 @@ impl Sampler {
         // A simulated card's memory in use is written while usage is simulated on it, and cleared
         // once, when that ends; otherwise it is left as it is.
         let mut simulating = HashSet::new();
-        if self.inventory.kind() == InventoryKind::Simulated {
+        if self.cards.kind() == InventoryKind::Simulated {
             for card in &observed.cards {
                 if card.used_mib.is_some() {
                     simulating.insert(card.gpu);
@@ -211,63 +206,6 @@ impl Sampler {
             tracing::debug!(?round, "VRAM round");
         }
         Ok(round)
-    }
-
-    /// Real cards: sizes and use from NVML, each process's memory put to its job by container.
-    async fn observe_nvml(&self, held: &[vram::HeldCard]) -> Result<Observed> {
-        let inv = Arc::clone(&self.inventory);
-        let (cards, processes) = tokio::task::spawn_blocking(move || {
-            let cards = inv.snapshot(&OurProcesses::default());
-            let processes = inv.processes().unwrap_or_else(|| Ok(Vec::new()));
-            (cards, processes)
-        })
-        .await
-        .context("NVML task")?;
-        let cards = cards.context("reading the cards")?;
-        let processes = processes.context("reading the processes on the cards")?;
-        let by_container: HashMap<&str, Uuid> = held
-            .iter()
-            .filter_map(|h| Some((h.container_id.as_deref()?, h.job_id)))
-            .collect();
-        let holds: HashSet<(Uuid, Uuid)> = held.iter().map(|h| (h.job_id, h.gpu_uuid)).collect();
-        let mut out = Observed {
-            cards: cards
-                .iter()
-                .map(|c| CardReading {
-                    gpu: c.uuid,
-                    total_mib: c.total_mib,
-                    used_mib: c.used_mib,
-                })
-                .collect(),
-            ..Observed::default()
-        };
-        // Every running job with a container is observed: no process on a card means 0 there.
-        for h in held {
-            if h.container_id.is_some() {
-                out.used.insert((h.job_id, h.gpu_uuid), 0);
-            }
-        }
-        // A process in both the compute and graphics lists is counted once.
-        let mut counted: HashSet<(Uuid, u32)> = HashSet::new();
-        for p in processes {
-            if !counted.insert((p.gpu, p.pid)) {
-                continue;
-            }
-            let container = container_of_pid(&self.cfg.proc_root, p.pid);
-            let job = container
-                .as_deref()
-                .and_then(|c| by_container.get(c).copied());
-            match job {
-                Some(job) if holds.contains(&(job, p.gpu)) => {
-                    *out.used.entry((job, p.gpu)).or_insert(0) += p.used_mib.unwrap_or(0);
-                    out.pids.push((job, p.gpu, p.pid));
-                }
-                Some(job) => tracing::warn!(%job, gpu = %p.gpu, pid = p.pid,
-                    "a job's process is on a card it was not given; counted as foreign"),
-                None => {}
-            }
-        }
-        Ok(out)
     }
 
     /// Simulated cards: the usage admins or tests gave each job, over the card's foreign memory.
@@ -310,9 +248,7 @@ impl Sampler {
                 continue;
             };
             let pids: Vec<u32> = procs.iter().map(|p| p.1).collect();
-            let inv = Arc::clone(&self.inventory);
-            let Ok(peaks) = tokio::task::spawn_blocking(move || inv.accounting_peaks(&pids)).await
-            else {
+            let Ok(peaks) = self.cards.accounting_peaks(pids).await else {
                 continue;
             };
             // A job's peak on a card: the sum of its processes' peaks there (an upper bound when
@@ -334,15 +270,54 @@ impl Sampler {
     }
 }
 
+/// Real cards: sizes and use from the observer's fresh reading, each process's memory put to the
+/// job that owns it, where that job holds the card.
+fn observe_nvml(held: &[vram::HeldCard], snapshot: &Snapshot) -> Result<Observed> {
+    let cards = snapshot.cards().context("reading the cards")?;
+    if let Some(why) = &snapshot.owners_unknown {
+        return Err(anyhow!("{why}").context("putting the processes on the cards to jobs"));
+    }
+    let holds: HashSet<(Uuid, Uuid)> = held.iter().map(|h| (h.job_id, h.gpu_uuid)).collect();
+    let mut out = Observed {
+        cards: cards
+            .iter()
+            .map(|c| CardReading {
+                gpu: c.uuid,
+                total_mib: c.total_mib,
+                used_mib: c.used_mib,
+            })
+            .collect(),
+        ..Observed::default()
+    };
+    // Every running job with a container is observed: no process on a card means 0 there.
+    for h in held {
+        if h.container_id.is_some() {
+            out.used.insert((h.job_id, h.gpu_uuid), 0);
+        }
+    }
+    // A process in both the compute and graphics lists is counted once.
+    let mut counted: HashSet<(Uuid, u32)> = HashSet::new();
+    for p in &snapshot.processes {
+        if !counted.insert((p.gpu, p.pid)) {
+            continue;
+        }
+        match p.job {
+            Some(job) if holds.contains(&(job, p.gpu)) => {
+                *out.used.entry((job, p.gpu)).or_insert(0) += p.used_mib.unwrap_or(0);
+                out.pids.push((job, p.gpu, p.pid));
+            }
+            Some(job) => tracing::warn!(%job, gpu = %p.gpu, pid = p.pid,
+                "a job's process is on a card it was not given; counted as foreign"),
+            None => {}
+        }
+    }
+    Ok(out)
+}
+
 /// Samples every `cfg.every` until `stop` turns true.
-pub async fn run(
-    pool: PgPool,
-    inventory: Arc<dyn GpuInventory>,
-    cfg: VramConfig,
-    mut stop: watch::Receiver<bool>,
-) {
+pub async fn run(pool: PgPool, cards: Cards, cfg: VramConfig, mut stop: watch::Receiver<bool>) {
     let every = cfg.every;
-    let mut sampler = Sampler::new(pool, inventory, cfg);
+    let mut sampler = Sampler::new(pool, cards, cfg);
     loop {
         let next = match sampler.round().await {
             Ok(round) => confirm_sooner(every, &round),

@@ -1,6 +1,6 @@
 //! The threat model as code: each test here is an attack a member of a shared GPU host might try,
 //! run from a member account against the real server, Postgres and dockerd, and shows it refused.
-//! The README's "Security model" section says what these cover and what the host's admin must do.
+//! docs/security.md says what these cover and what the host's admin must do.
 //!
 //! - `accounts`: inheriting a moved user's job uid, a default uid range that is also someone's
 //!   rootless-container range, a disabled member's jobs running on, telling

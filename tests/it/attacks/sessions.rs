@@ -12,13 +12,9 @@ use std::time::{Duration, Instant};
 #[sqlx::test(migrations = false)]
 async fn a_session_ends_its_lifetime_after_sign_in_however_busy(pool: PgPool) {
     let lifetime = Duration::from_secs(3);
-    let app = TestApp::custom(pool, HttpOptions::default(), |state| {
-        assert_eq!(
-            state.session_lifetime,
-            chrono::TimeDelta::days(7),
-            "default"
-        );
-        state.session_lifetime = chrono::TimeDelta::from_std(lifetime).unwrap();
+    let app = TestApp::custom(pool, HttpOptions::default(), |ctx| {
+        assert_eq!(ctx.session_lifetime, chrono::TimeDelta::days(7), "default");
+        ctx.session_lifetime = chrono::TimeDelta::from_std(lifetime).unwrap();
     })
     .await;
     app.add_user("carol", Role::Member).await;

@@ -7,7 +7,7 @@
 use crate::support::{read_stream_until, TestApp, PASSWORD};
 use gpuq::model::Role;
 use gpuq::server::http::HttpOptions;
-use gpuq::server::jobs::rate::SubmitRate;
+use gpuq::server::limits::SubmitRate;
 use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
 use serde_json::{json, Value};
 use sqlx::PgPool;
@@ -59,8 +59,8 @@ async fn never_fit_submits_store_nothing_and_announce_nothing(pool: PgPool) {
 
 #[sqlx::test(migrations = false)]
 async fn submits_and_previews_are_rate_limited_per_user(pool: PgPool) {
-    let app = TestApp::custom(pool, HttpOptions::default(), |state| {
-        state.submit_rate = SubmitRate::new(5, 3);
+    let app = TestApp::custom(pool, HttpOptions::default(), |ctx| {
+        ctx.submit_rate = SubmitRate::new(5, 3);
     })
     .await;
     app.sim_cards("1x24576:NVIDIA GeForce RTX 3090", "flood")

@@ -115,7 +115,7 @@ async fn one_member_cannot_hold_open_unbounded_live_streams(pool: PgPool) {
     let bob = app.bearer("bob", Role::Member).await;
     let alice = app.bearer("alice", Role::Member).await;
     let mut open = Vec::new();
-    for _ in 0..gpuq::server::jobs::live::STREAMS_PER_USER {
+    for _ in 0..gpuq::server::limits::STREAMS_PER_USER {
         let (status, body) = app.stream("/api/v1/events", &bob).await;
         assert_eq!(status, 200);
         open.push(body);

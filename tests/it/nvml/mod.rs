@@ -1,10 +1,12 @@
 //! Every NVML path, through the fake `libnvidia-ml.so.1` (`tests/fixtures/fake-nvml/`): the
 //! inventory, MIG cards, withheld fields, per-process memory, accounting and failures on demand
 //! (`inventory`); the driver vanishing mid-run and `gpuq serve --gpu-source nvml` end to end
-//! (`serve`); a job's container fenced to its cards by UUID (`fence`).
+//! (`serve`); a job's container fenced to its cards by UUID (`fence`); the card observer feeding
+//! the inventory, the usage samples and VRAM policing from one reading (`observer`).
 
 mod fence;
 mod inventory;
+mod observer;
 mod serve;
 
 const A: &str = "1f1f7a0e-3c5b-2d6c-9c9e-0a3b1c2d3e4f";

@@ -7,10 +7,9 @@ use crate::support::{
     api_as_admin, database_url, free_port, json_of, rows, start_server, text, TestApp,
 };
 use gpuq::model::Role;
-use gpuq::server::gpu::{self, GpuInventory};
+use gpuq::server::gpu;
 use serde_json::Value;
 use sqlx::PgPool;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Cards by uuid → (state, used_mib), as `GET /api/v1/gpus` shows them.
@@ -29,8 +28,11 @@ async fn the_driver_vanishing_mid_run_leaves_gpuq_running_and_it_recovers(pool: 
     let app = TestApp::new(pool).await;
     let admin = app.bearer("root", Role::Admin).await;
     let fake = FakeNvml::new(&two_cards());
-    let inv: Arc<dyn GpuInventory> = Arc::new(fake.inventory());
-    let refresh = || gpu::sync::refresh(&app.pool, &inv, "fake-node");
+    let cards = fake.observe(&app.pool, "fake-node").await;
+    let refresh = || {
+        let (pool, cards) = (&app.pool, &cards);
+        async move { gpu::sync::refresh(pool, "fake-node", &cards.fresh().await.unwrap()).await }
+    };
     assert!(refresh().await.unwrap());
     let online = |used_a: i64, used_b: i64| {
         vec![
@@ -210,8 +212,8 @@ async fn mig_devices_are_listed_as_not_scheduled_and_never_offered(pool: PgPool)
         "gpu GPU-{A} \"{A100}\" total_mib=81920 mig=1\n\
          gpu MIG-{B} \"{A100} MIG 3g.40gb\" total_mib=40192\n"
     ));
-    let inv: Arc<dyn GpuInventory> = Arc::new(fake.inventory());
-    gpu::sync::refresh(&app.pool, &inv, "mig-node")
+    let cards = fake.observe(&app.pool, "mig-node").await;
+    gpu::sync::refresh(&app.pool, "mig-node", &cards.latest())
         .await
         .unwrap();
     let list = app.api("GET", "/api/v1/gpus", Some(&member), None).await;
@@ -251,9 +253,11 @@ async fn mig_devices_are_listed_as_not_scheduled_and_never_offered(pool: PgPool)
     assert_eq!(reserved, 0);
     // MIG turned off: the card is offered and the list empties.
     fake.set(&format!("gpu GPU-{A} \"{A100}\" total_mib=81920 mig=0\n"));
-    assert!(gpu::sync::refresh(&app.pool, &inv, "mig-node")
-        .await
-        .unwrap());
+    assert!(
+        gpu::sync::refresh(&app.pool, "mig-node", &cards.fresh().await.unwrap())
+            .await
+            .unwrap()
+    );
     let v = app
         .api("GET", "/api/v1/gpus", Some(&member), None)
         .await

@@ -8,7 +8,7 @@ use gpuq::server::auth::service;
 use gpuq::server::http::{app, HttpOptions};
 use gpuq::server::notifier::Notifier;
 use gpuq::server::peers::{ClusterSecret, Peers};
-use gpuq::server::AppState;
+use gpuq::server::{AppState, Ctx};
 use http_body_util::BodyExt;
 use serde_json::Value;
 use sqlx::PgPool;
@@ -123,8 +123,8 @@ impl TestApp {
         hashing: gpuq::server::auth::password::HashGate,
         peers: Option<Peers>,
     ) -> Self {
-        Self::build_edited(pool, logs_dir, backstop, opts, hashing, |state| {
-            state.peers = peers;
+        Self::build_edited(pool, logs_dir, backstop, opts, hashing, |ctx| {
+            ctx.peers = peers;
         })
     }
 
@@ -134,32 +134,32 @@ impl TestApp {
         backstop: std::time::Duration,
         opts: HttpOptions,
         hashing: gpuq::server::auth::password::HashGate,
-        edit: impl FnOnce(&mut AppState),
+        edit: impl FnOnce(&mut Ctx),
     ) -> Self {
         let notifier = Notifier::new(backstop);
-        let mut state = AppState::new(
+        let mut ctx = Ctx::new(
             pool.clone(),
-            "target/site",
             pass_config(),
             logs_dir.clone(),
             notifier.clone(),
         );
-        state.hashing = hashing.clone();
+        ctx.hashing = hashing.clone();
         // The tests submit in loops far faster than a person does; `attacks::submits` checks the
         // per-user rate with an app of its own.
-        state.submit_rate = gpuq::server::jobs::rate::SubmitRate::new(0, 0);
-        edit(&mut state);
+        ctx.submit_rate = gpuq::server::limits::SubmitRate::new(0, 0);
+        edit(&mut ctx);
         TestApp {
             pool,
             notifier,
             logs_dir,
             hashing,
-            router: app(state, opts),
+            router: app(AppState::new(ctx, "target/site"), opts),
         }
     }
 
-    /// An app with these HTTP options whose state `edit` adjusts (rate limits, session lifetime).
-    pub async fn custom(pool: PgPool, opts: HttpOptions, edit: impl FnOnce(&mut AppState)) -> Self {
+    /// An app with these HTTP options whose domain context `edit` adjusts (rate limits, session
+    /// lifetime).
+    pub async fn custom(pool: PgPool, opts: HttpOptions, edit: impl FnOnce(&mut Ctx)) -> Self {
         gpuq::server::db::migrate(&pool).await.expect("migrations");
         let logs_dir =
             std::env::temp_dir().join(format!("gpuq-test-logs-{}", uuid::Uuid::new_v4()));
@@ -436,11 +436,16 @@ impl TestApp {
     /// Registers simulated cards of `node` (e.g. `2x24576:RTX,1x81920:A100`); returns their ids in
     /// index order.
     pub async fn sim_cards(&self, spec: &str, node: &str) -> Vec<uuid::Uuid> {
-        use gpuq::server::gpu::{self, GpuInventory, GpuMode};
-        let inv: std::sync::Arc<dyn GpuInventory> = std::sync::Arc::from(
-            gpu::from_config(GpuMode::Sim, Some(spec), node).expect("sim spec"),
-        );
-        gpu::sync::refresh(&self.pool, &inv, node)
+        use gpuq::server::gpu::{self, observer, GpuMode};
+        let source = observer::Source {
+            pool: self.pool.clone(),
+            inventory: std::sync::Arc::from(
+                gpu::from_config(GpuMode::Sim, Some(spec), node).expect("sim spec"),
+            ),
+            node: node.to_owned(),
+            proc_root: "/proc".into(),
+        };
+        gpu::sync::refresh(&self.pool, node, &source.read().await)
             .await
             .expect("inventory");
         sqlx::query_scalar("SELECT uuid FROM gpus WHERE node = $1 ORDER BY idx")

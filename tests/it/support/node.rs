@@ -7,6 +7,11 @@ use serde_json::Value;
 /// runner and a scheduler, as `gpuq serve` runs them.
 pub struct Node {
     inner: gpuq::server::runner::LocalNode,
+    /// The card tasks, once started ([`Node::watch_cards`]): their stop, and the tasks.
+    cards: Option<(
+        tokio::sync::watch::Sender<bool>,
+        Vec<tokio::task::JoinHandle<()>>,
+    )>,
 }
 
 impl Node {
@@ -67,11 +72,39 @@ impl Node {
         let inner = LocalNode::start(app.pool.clone(), docker, cfg, pass, app.notifier.clone())
             .await
             .expect("the node starts");
-        Node { inner }
+        Node { inner, cards: None }
     }
 
-    /// Stops the runner, scheduler and notifier (containers already running are left alone).
-    pub async fn stop(self) {
+    /// Starts this node's card tasks as `gpuq serve` does (`card_tasks::start`): the card
+    /// observer, the inventory sync, the usage sampler and, with `tasks.vram`, VRAM policing.
+    pub async fn watch_cards(
+        &mut self,
+        app: &TestApp,
+        tasks: gpuq::server::card_tasks::CardTasks,
+    ) -> gpuq::server::gpu::observer::Cards {
+        assert!(self.cards.is_none(), "the card tasks run already");
+        let (stop, rx) = tokio::sync::watch::channel(false);
+        let (cards, run) = gpuq::server::card_tasks::start(&app.pool, tasks, &rx)
+            .await
+            .expect("the card tasks start");
+        self.cards = Some((stop, run.into_iter().map(tokio::spawn).collect()));
+        cards
+    }
+
+    /// Stops the card tasks, if they run, and waits until they have.
+    pub async fn stop_cards(&mut self) {
+        if let Some((stop, tasks)) = self.cards.take() {
+            let _ = stop.send(true);
+            for t in tasks {
+                t.await.expect("a card task");
+            }
+        }
+    }
+
+    /// Stops the card tasks, runner, scheduler and notifier (containers already running are left
+    /// alone).
+    pub async fn stop(mut self) {
+        self.stop_cards().await;
         self.inner.stop().await;
     }
 }

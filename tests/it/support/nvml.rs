@@ -2,6 +2,7 @@
 //! its source is newer), then copied for each test, so every test has its own library and its
 //! own state file (`<library>.state`) even when tests share a process.
 
+use gpuq::server::gpu::observer::{self, Cards};
 use gpuq::server::gpu::NvmlInventory;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -97,6 +98,35 @@ impl FakeNvml {
     /// NVML loaded from this copy.
     pub fn inventory(&self) -> NvmlInventory {
         NvmlInventory::new(Some(&self.lib)).unwrap()
+    }
+
+    /// A card observer of this copy for `node` (processes looked up in `/proc`), running until
+    /// its handles are dropped. Its own tick is an hour: it reads when asked ([`Cards::fresh`]).
+    pub async fn observe(&self, pool: &sqlx::PgPool, node: &str) -> Cards {
+        let source = observer::Source {
+            pool: pool.clone(),
+            inventory: std::sync::Arc::new(self.inventory()),
+            node: node.to_owned(),
+            proc_root: "/proc".into(),
+        };
+        observer::spawn(source, std::time::Duration::from_secs(3600)).await
+    }
+
+    /// Starts the library's call counter (`<library>.calls`); [`FakeNvml::calls`] reads it.
+    pub fn count_calls(&self) {
+        std::fs::write(self.lib.with_extension("1.calls"), "").unwrap();
+    }
+
+    /// The calls counted so far, per NVML function, and `total`.
+    pub fn calls(&self) -> std::collections::HashMap<String, u64> {
+        std::fs::read_to_string(self.lib.with_extension("1.calls"))
+            .unwrap()
+            .lines()
+            .filter_map(|l| {
+                let (f, n) = l.split_once(' ')?;
+                Some((f.to_owned(), n.parse().ok()?))
+            })
+            .collect()
     }
 }
 

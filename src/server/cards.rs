@@ -2,16 +2,16 @@
 
 use crate::model::{gpu_id, AppError, AuditKind, GpuHolder, GpuState, GpuView, SkippedGpuView};
 use crate::server::auth::CurrentUser;
+use crate::server::context::Ctx;
 use crate::server::db::{events, gpus, vram};
 use crate::server::error::OrInternal;
-use crate::server::AppState;
 use serde_json::json;
 use std::collections::{BTreeMap, HashMap};
 use uuid::Uuid;
 
 /// Devices the nodes see but do not schedule.
-pub async fn skipped(state: &AppState) -> Result<Vec<SkippedGpuView>, AppError> {
-    Ok(gpus::skipped(&state.pool)
+pub async fn skipped(ctx: &Ctx) -> Result<Vec<SkippedGpuView>, AppError> {
+    Ok(gpus::skipped(&ctx.pool)
         .await
         .or_internal("reading skipped devices")?
         .into_iter()
@@ -26,16 +26,16 @@ pub async fn skipped(state: &AppState) -> Result<Vec<SkippedGpuView>, AppError> 
 }
 
 /// Every card with what holds it.
-pub async fn list(state: &AppState) -> Result<Vec<GpuView>, AppError> {
-    let rows = gpus::list(&state.pool).await.or_internal("reading cards")?;
-    let holders = gpus::holders(&state.pool)
+pub async fn list(ctx: &Ctx) -> Result<Vec<GpuView>, AppError> {
+    let rows = gpus::list(&ctx.pool).await.or_internal("reading cards")?;
+    let holders = gpus::holders(&ctx.pool)
         .await
         .or_internal("reading holders")?;
     let mut by_card: HashMap<Uuid, Vec<GpuHolder>> = HashMap::new();
     for h in holders {
         by_card.entry(h.gpu_uuid).or_default().push(h.holder);
     }
-    let headroom = state.pass.headroom_mib;
+    let headroom = ctx.pass.headroom_mib;
     Ok(rows
         .into_iter()
         .map(|g| GpuView {
@@ -61,12 +61,12 @@ pub async fn list(state: &AppState) -> Result<Vec<GpuView>, AppError> {
 
 /// Sets the memory "foreign processes" use on a simulated card (admins; tests of hybrid accounting).
 pub async fn set_sim_external(
-    state: &AppState,
+    ctx: &Ctx,
     user: &CurrentUser,
     uuid: Uuid,
     external_mib: i64,
 ) -> Result<(), AppError> {
-    let card = sim_card(state, uuid, "its foreign memory is measured").await?;
+    let card = sim_card(ctx, uuid, "its foreign memory is measured").await?;
     if !(0..=card.total_mib).contains(&external_mib) {
         return Err(AppError::invalid(
             "external_mib",
@@ -76,7 +76,7 @@ pub async fn set_sim_external(
             ),
         ));
     }
-    let mut tx = state
+    let mut tx = ctx
         .pool
         .begin()
         .await
@@ -109,8 +109,8 @@ async fn record_card_edit(
 
 /// A simulated card, or why not: 404 for no card, 409 for a real one (`measured` says what is
 /// measured on it instead).
-async fn sim_card(state: &AppState, uuid: Uuid, measured: &str) -> Result<gpus::GpuRow, AppError> {
-    let card = gpus::get(&state.pool, uuid)
+async fn sim_card(ctx: &Ctx, uuid: Uuid, measured: &str) -> Result<gpus::GpuRow, AppError> {
+    let card = gpus::get(&ctx.pool, uuid)
         .await
         .or_internal("reading a card")?
         .ok_or_else(|| AppError::NotFound(format!("no card {}", gpu_id(&uuid))))?;
@@ -126,13 +126,13 @@ async fn sim_card(state: &AppState, uuid: Uuid, measured: &str) -> Result<gpus::
 /// Sets what jobs use on a simulated card (admins), so the sampler and the policing see usage
 /// without a driver. Every job named must hold the card now; nothing is set unless all do.
 pub async fn set_sim_job_usage(
-    state: &AppState,
+    ctx: &Ctx,
     user: &CurrentUser,
     uuid: Uuid,
     jobs: &BTreeMap<Uuid, i64>,
 ) -> Result<(), AppError> {
-    let card = sim_card(state, uuid, "what its jobs use is measured").await?;
-    let mut tx = state
+    let card = sim_card(ctx, uuid, "what its jobs use is measured").await?;
+    let mut tx = ctx
         .pool
         .begin()
         .await
@@ -167,7 +167,7 @@ pub async fn set_sim_job_usage(
 
 /// Drains, undrains or takes a card offline (admins).
 pub async fn set_state(
-    state: &AppState,
+    ctx: &Ctx,
     user: &CurrentUser,
     uuid: Uuid,
     new: &str,
@@ -177,7 +177,7 @@ pub async fn set_state(
         .ok()
         .filter(|s| GpuState::SETTABLE.contains(s))
         .ok_or_else(|| AppError::invalid("state", "state must be online, draining or offline"))?;
-    let mut tx = state
+    let mut tx = ctx
         .pool
         .begin()
         .await
