@@ -94,8 +94,15 @@ pub struct ServeArgs {
     #[arg(long, env = "GPUQ_DOCKER_SOCKET")]
     pub docker_socket: Option<String>,
     /// Uids (and gids) allocated to users who have no job uid yet, `FIRST-LAST`: each user's jobs
-    /// run as their own uid, never as root. Keep it clear of the host's real accounts.
-    #[arg(long, env = "GPUQ_JOB_UID_RANGE", default_value = "200000-299999")]
+    /// run as their own uid, never as root. Keep it clear of the host's real accounts and
+    /// subordinate ids; the default is above those of a typical host (accounts, `/etc/subuid`,
+    /// systemd's container ranges, SSSD and FreeIPA directory ids) and below 2^31. Changing it
+    /// moves no one: uids already given stay their users'.
+    #[arg(
+        long,
+        env = "GPUQ_JOB_UID_RANGE",
+        default_value = "2001000000-2099999999"
+    )]
     pub job_uid_range: String,
     /// Size cap of one job's log file, in bytes (at least 4096). Past it the runner writes one
     /// line saying the output was cut and stops reading the job's output from Docker.

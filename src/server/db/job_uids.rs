@@ -24,6 +24,16 @@ pub struct JobIds {
 }
 
 /// The uids gpuq allocates from, both ends included (`--job-uid-range`, e.g. `200000-299999`).
+///
+/// The default, `2001000000-2099999999`, is where no one else on a typical host hands out ids:
+/// above local accounts and groups (Debian's `UID_MAX` 60000, `nobody` 65534, systemd's dynamic
+/// and homed users), `useradd`'s subordinate ranges for rootless containers (`/etc/subuid` from
+/// 100000 up to `SUB_UID_MAX` 600100000), systemd's container ranges (524288-1879048191),
+/// SSSD's and FreeIPA's id-mapped directory users (up to 2000200000); below systemd's foreign
+/// range (2147352576) and 2^31, past which some tools read ids as negative (and the column is
+/// a Postgres `integer`). The doctor checks the range against the host's account and
+/// subordinate-id files. Uids given earlier from another range stay their users' (they are stored
+/// with the user), so changing the range, or its default, moves no one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct JobUidRange {
     /// Lowest uid handed out.
@@ -32,12 +42,23 @@ pub struct JobUidRange {
     pub last: u32,
 }
 
+impl JobUidRange {
+    /// The default range (see the type's documentation for why there).
+    pub const DEFAULT: JobUidRange = JobUidRange {
+        first: 2_001_000_000,
+        last: 2_099_999_999,
+    };
+    /// The default before gpuq moved it clear of `useradd`'s subordinate ids: installations made
+    /// then hold uids from it.
+    pub const BEFORE: JobUidRange = JobUidRange {
+        first: 200_000,
+        last: 299_999,
+    };
+}
+
 impl Default for JobUidRange {
     fn default() -> Self {
-        JobUidRange {
-            first: 200_000,
-            last: 299_999,
-        }
+        JobUidRange::DEFAULT
     }
 }
 
@@ -271,10 +292,14 @@ mod tests {
     #[test]
     fn ranges_parse_with_clear_errors() {
         assert_eq!(
-            "200000-299999".parse::<JobUidRange>(),
+            "2001000000-2099999999".parse::<JobUidRange>(),
             Ok(JobUidRange::default())
         );
-        assert_eq!(JobUidRange::default().to_string(), "200000-299999");
+        assert_eq!(JobUidRange::default().to_string(), "2001000000-2099999999");
+        assert_eq!(
+            "200000-299999".parse::<JobUidRange>(),
+            Ok(JobUidRange::BEFORE)
+        );
         assert!("0-10".parse::<JobUidRange>().unwrap_err().contains("root"));
         assert!("10-5".parse::<JobUidRange>().unwrap_err().contains("empty"));
         assert!("abc"

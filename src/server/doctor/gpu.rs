@@ -231,6 +231,8 @@ pub(super) struct DockerSide {
     pub checks: Vec<Check>,
     pub conn: Option<Docker>,
     pub root_dir: Option<String>,
+    /// Whether dockerd remaps user namespaces; `None` when it did not answer.
+    pub userns_remap: Option<bool>,
 }
 
 /// Docker reachable (version, cgroup driver and version) and the NVIDIA runtime as it sees it.
@@ -283,6 +285,7 @@ pub(super) async fn docker(opts: &DoctorOptions) -> DockerSide {
             live_restore(&facts),
         ],
         root_dir: facts.root_dir.clone(),
+        userns_remap: Some(facts.userns_remap),
         conn: Some(conn),
     }
 }
@@ -321,6 +324,7 @@ fn docker_down(opts: &DoctorOptions, why: String) -> DockerSide {
         checks: vec![check],
         conn: None,
         root_dir: None,
+        userns_remap: None,
     }
 }
 

@@ -6,7 +6,7 @@
 mod egress;
 mod gpu;
 mod host;
-mod uids;
+pub mod uids;
 
 use serde::Serialize;
 use std::net::SocketAddr;
@@ -127,7 +127,7 @@ pub async fn run(opts: &DoctorOptions) -> Vec<Check> {
     checks.extend(host::database(opts, docker.root_dir.as_deref(), &cards.vram()).await);
     checks.push(host::listen(opts));
     if opts.runner {
-        checks.push(uids::job_uids(opts.job_uid_range));
+        checks.push(uids::job_uids(opts.job_uid_range, docker.userns_remap));
     }
     checks.push(egress::egress(opts).await);
     checks

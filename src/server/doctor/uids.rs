@@ -2,6 +2,7 @@
 //! host: no account in `/etc/passwd` or group in `/etc/group`, and no range handed out for user
 //! namespaces in `/etc/subuid` and `/etc/subgid` (rootless containers, podman, systemd-nspawn).
 //! A job running as a uid some account or container also has owns that one's files, and theirs.
+//! With dockerd's `userns-remap`, a job's uid must also fit the remapped range, which it does not.
 
 use super::Check;
 use crate::server::db::job_uids::JobUidRange;
@@ -10,7 +11,7 @@ const NAME: &str = "job-uids";
 
 /// One owner of ids on this host that overlaps the job range: where it is written and what.
 #[derive(Debug, PartialEq, Eq)]
-pub(super) struct Clash {
+pub struct Clash {
     /// The file it is written in.
     pub file: &'static str,
     /// The entry, as `name uid` or `name first-last`.
@@ -52,7 +53,7 @@ fn sub_ranges(file: &'static str, text: &str, range: JobUidRange) -> Vec<Clash> 
 }
 
 /// Every clash of `range` with the host's account and subordinate-id files, read by `read`.
-pub(super) fn clashes(range: JobUidRange, read: impl Fn(&str) -> Option<String>) -> Vec<Clash> {
+pub fn clashes(range: JobUidRange, read: impl Fn(&str) -> Option<String>) -> Vec<Clash> {
     let mut out = Vec::new();
     for (file, sub) in [
         ("/etc/passwd", false),
@@ -71,10 +72,23 @@ pub(super) fn clashes(range: JobUidRange, read: impl Fn(&str) -> Option<String>)
     out
 }
 
-/// The check on this host's files.
-pub(super) fn job_uids(range: JobUidRange) -> Check {
-    let found = clashes(range, |f| std::fs::read_to_string(f).ok());
+/// The check on this host's files, and on dockerd's user namespaces (`userns_remap`, when Docker
+/// answered).
+pub(super) fn job_uids(range: JobUidRange, userns_remap: Option<bool>) -> Check {
     let shown = format!("{}-{}", range.first, range.last);
+    if userns_remap == Some(true) {
+        return Check::fail(
+            NAME,
+            format!(
+                "dockerd remaps user namespaces (userns-remap): a job's uid must fall inside the \
+                 remapped range (usually 65536 ids), and jobs' uids {shown} do not, so their \
+                 containers cannot start"
+            ),
+            "turn userns-remap off for the dockerd gpuq uses (jobs already run as uids of their \
+             own, never root), or give gpuq a dockerd of its own without it",
+        );
+    }
+    let found = clashes(range, |f| std::fs::read_to_string(f).ok());
     if found.is_empty() {
         return Check::pass(
             NAME,
@@ -154,7 +168,14 @@ mod tests {
             )
         };
         assert_eq!(clashes(RANGE, files), vec![]);
-        let c = super::job_uids(RANGE);
+        let c = super::job_uids(RANGE, Some(false));
         assert!(c.detail.contains("200000-299999"));
+    }
+
+    #[test]
+    fn a_dockerd_that_remaps_user_namespaces_fails_the_check() {
+        let c = super::job_uids(JobUidRange::default(), Some(true));
+        assert_eq!(c.status, super::super::Status::Fail);
+        assert!(c.detail.contains("userns-remap"), "{}", c.detail);
     }
 }

@@ -132,6 +132,11 @@ impl Docker {
             cgroup_version: info.cgroup_version.map(|v| v.to_string()),
             root_dir: info.docker_root_dir,
             live_restore: info.live_restore_enabled.unwrap_or(false),
+            userns_remap: info
+                .security_options
+                .unwrap_or_default()
+                .iter()
+                .any(|o| o.split(',').any(|kv| kv == "name=userns")),
             runtimes,
             cdi_spec_dirs: info.cdi_spec_dirs.unwrap_or_default(),
         })
@@ -530,6 +535,8 @@ pub struct DockerHostFacts {
     pub root_dir: Option<String>,
     /// Whether containers keep running while the daemon restarts (`live-restore`).
     pub live_restore: bool,
+    /// Whether the daemon remaps containers' user namespaces (`userns-remap`).
+    pub userns_remap: bool,
     /// Registered OCI runtimes (`runc`, `nvidia`, …).
     pub runtimes: Vec<String>,
     /// Where the daemon reads CDI specs from (empty when CDI is off).

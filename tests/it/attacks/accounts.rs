@@ -387,3 +387,92 @@ async fn a_disabled_or_demoted_users_log_follows_end(pool: PgPool) {
     stop.send(true).unwrap();
     notifier.await.unwrap();
 }
+
+/// The account and subordinate-id files of a typical shared host: system accounts, a hundred
+/// people with the accounts and rootless-container ranges `useradd` gives them (65536 ids each
+/// from 100000 in `/etc/subuid` and `/etc/subgid`), `nobody`.
+fn typical_host(file: &str) -> Option<String> {
+    let people = 1000..1100u32;
+    let text = match file {
+        "/etc/passwd" => {
+            let mut t = "root:x:0:0::/root:/bin/sh\ndaemon:x:1:1::/:/usr/sbin/nologin\n\
+                         postgres:x:108:114::/var/lib/postgresql:/bin/bash\n"
+                .to_string();
+            for uid in people {
+                t.push_str(&format!("u{uid}:x:{uid}:{uid}::/home/u{uid}:/bin/bash\n"));
+            }
+            t + "nobody:x:65534:65534::/nonexistent:/usr/sbin/nologin\n"
+        }
+        "/etc/group" => {
+            let mut t = "root:x:0:\ndocker:x:999:\n".to_string();
+            for gid in people {
+                t.push_str(&format!("u{gid}:x:{gid}:\n"));
+            }
+            t + "nogroup:x:65534:\n"
+        }
+        "/etc/subuid" | "/etc/subgid" => people
+            .enumerate()
+            .map(|(i, uid)| format!("u{uid}:{}:65536\n", 100_000 + 65_536 * i as u64))
+            .collect(),
+        _ => return None,
+    };
+    Some(text)
+}
+
+/// On a typical host the uids jobs get by default are no one else's. Before, the default
+/// 200000-299999 was also what `useradd` gave the second and third people for their rootless
+/// containers (`u1001:165536:65536`, `u1002:231072:65536`): a member's job ran as uid 200000,
+/// which is uid 34464 inside u1001's podman containers, so each owned the other's files. The
+/// doctor finds such clashes; the default range (what `gpuq serve` and the doctor use without the
+/// flag) has none, and fits the 31 bits uids are safe in.
+#[test]
+fn the_default_job_uid_range_is_no_one_elses_on_a_typical_host() {
+    use clap::Parser;
+    use gpuq::server::cli::{Cli, Command};
+    use gpuq::server::doctor::uids::clashes;
+
+    let before: Vec<String> = clashes(JobUidRange::BEFORE, typical_host)
+        .iter()
+        .map(|c| format!("{} in {}", c.entry, c.file))
+        .collect();
+    assert!(
+        before.contains(&"u1001 165536-231071 in /etc/subuid".to_string()),
+        "{before:?}"
+    );
+    let found = clashes(JobUidRange::DEFAULT, typical_host);
+    assert!(found.is_empty(), "the default range clashes: {found:?}");
+    const { assert!(JobUidRange::DEFAULT.last < 1 << 31) };
+    // The default is what `gpuq serve` (and so the doctor) uses without the flag.
+    let Command::Serve(serve) = Cli::try_parse_from(["gpuq", "serve"]).unwrap().command else {
+        panic!("not `gpuq serve`");
+    };
+    assert_eq!(
+        serve.job_uid_range.parse::<JobUidRange>(),
+        Ok(JobUidRange::DEFAULT)
+    );
+}
+
+/// An installation upgraded from the old default range: alice's jobs ran as uid 200000 and keep
+/// it (her files on shared folders stay hers); bob, new, gets the first uid of the new default.
+#[sqlx::test(migrations = false)]
+async fn an_upgraded_installation_keeps_the_uids_it_gave(pool: PgPool) {
+    use gpuq::server::db::job_uids;
+    let (app, _admin, alice) = TestApp::with_admin_and_member(pool, "alice").await;
+    let bob = app.bearer("bob", Role::Member).await;
+    let hers = app.submit_ok(&alice, job("true", &[])).await;
+    let his = app.submit_ok(&bob, job("true", &[])).await;
+    // What the earlier gpuq allocated for her first job.
+    let before = job_uids::for_job(&app.pool, hers, JobUidRange::BEFORE)
+        .await
+        .unwrap();
+    assert_eq!(before.map(|i| i.uid), Some(200_000));
+
+    let range = JobUidRange::DEFAULT;
+    let now = job_uids::for_job(&app.pool, hers, range).await.unwrap();
+    assert_eq!(now, before, "alice's uid moved with the default");
+    let new = job_uids::for_job(&app.pool, his, range).await.unwrap();
+    assert_eq!(
+        new.map(|i| (i.uid, i.gid)),
+        Some((range.first, range.first))
+    );
+}

@@ -2,7 +2,8 @@
 //! run from a member account against the real server, Postgres and dockerd, and shows it refused.
 //! docs/security.md says what these cover and what the host's admin must do.
 //!
-//! - `accounts`: inheriting a moved user's job uid, a disabled member's jobs running on, telling
+//! - `accounts`: inheriting a moved user's job uid, a default uid range that is also someone's
+//!   rootless-container range, a disabled member's jobs running on, telling
 //!   a disabled account from a wrong password, other users' edits and a demoted manager's view
 //!   on the live stream, a disabled or demoted user's open log follows.
 //! - `isolation`: getting out of a job onto the host (symlink swap of a queued job's volume, a
