@@ -7,10 +7,12 @@
 //! process ([`Note::Backstop`]) covers what no notification announces (deadlines, starvation,
 //! retries); nothing polls per job.
 
-use crate::model::LiveEvent;
+use crate::model::{AuditKind, LiveEvent};
 use crate::server::db::events::{EVENTS_CHANNEL, WAKE_CHANNEL};
 use sqlx::postgres::{PgListener, PgPoolOptions};
 use sqlx::PgPool;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{broadcast, watch};
@@ -36,6 +38,27 @@ pub struct Notifier {
     notes: broadcast::Sender<Note>,
     logs: broadcast::Sender<Uuid>,
     backstop: Duration,
+    policy: Arc<PolicyEpoch>,
+}
+
+/// Whether a launch policy read earlier may still be used: the epoch moves on before any note
+/// that follows a policy change is published, so whoever acts on a later note sees it moved.
+#[derive(Debug, Default)]
+struct PolicyEpoch {
+    epoch: AtomicU64,
+    /// The LISTEN connection is up: only then is a change certain to be heard.
+    listening: AtomicBool,
+}
+
+impl PolicyEpoch {
+    fn advance(&self) {
+        self.epoch.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn listening(&self, up: bool) {
+        self.listening.store(up, Ordering::SeqCst);
+        self.advance();
+    }
 }
 
 /// Room for notes a slow subscriber has not read yet; past it the subscriber hears `Missed`.
@@ -51,7 +74,22 @@ impl Notifier {
             notes: broadcast::channel(CAPACITY).0,
             logs: broadcast::channel(CAPACITY).0,
             backstop: backstop.max(Duration::from_millis(10)),
+            policy: Arc::default(),
         }
+    }
+
+    /// The launch policy's epoch: a policy read while it held this value may be used for as long
+    /// as it still does. It moves on when a policy change is heard, when the LISTEN connection is
+    /// made or lost, and on every backstop tick (so even a change whose notification never came
+    /// is seen within one backstop interval). `None` while the notifier does not listen: then
+    /// nothing read earlier may be used.
+    pub fn policy_epoch(&self) -> Option<u64> {
+        // The epoch first: a connection lost in between has moved it on by the time it is used.
+        let epoch = self.policy.epoch.load(Ordering::SeqCst);
+        self.policy
+            .listening
+            .load(Ordering::SeqCst)
+            .then_some(epoch)
     }
 
     /// Starts hearing notes from now on.
@@ -74,6 +112,9 @@ impl Notifier {
     }
 
     fn publish(&self, note: Note) {
+        if stales_policy(&note) {
+            self.policy.advance();
+        }
         // No subscribers is fine: nobody is waiting right now.
         let _ = self.notes.send(note);
     }
@@ -104,13 +145,14 @@ impl Notifier {
                 },
             };
             retry = Duration::from_millis(200);
+            self.policy.listening(true);
             if connected_before {
                 self.publish(Note::Missed);
             }
             connected_before = true;
             loop {
                 tokio::select! {
-                    _ = stop.changed() => return,
+                    _ = stop.changed() => break,
                     _ = timer.tick() => self.publish(Note::Backstop),
                     // `try_recv` answers `None` when the connection is lost, instead of quietly
                     // reconnecting as `recv` would: what was sent meanwhile must count as missed.
@@ -127,6 +169,10 @@ impl Notifier {
                     },
                 }
             }
+            self.policy.listening(false);
+            if *stop.borrow() {
+                return;
+            }
         }
     }
 }
@@ -141,6 +187,16 @@ async fn listen(pool: &PgPool) -> sqlx::Result<PgListener> {
     let mut l = PgListener::connect_with(&own).await?;
     l.listen_all([WAKE_CHANNEL, EVENTS_CHANNEL]).await?;
     Ok(l)
+}
+
+/// Whether `note` may mean that a launch policy read before it is stale: a policy change, notes
+/// possibly missed, the backstop tick.
+fn stales_policy(note: &Note) -> bool {
+    match note {
+        Note::Event(LiveEvent::Changed { what, .. }) => *what == AuditKind::LaunchPolicy,
+        Note::Missed | Note::Backstop => true,
+        Note::Wake | Note::Event(_) => false,
+    }
 }
 
 fn note_of(channel: &str, payload: &str) -> Note {
@@ -218,6 +274,50 @@ mod tests {
         sub.skip_queued();
         n.publish(Note::Backstop);
         assert_eq!(sub.recv().await, Note::Backstop);
+    }
+
+    #[test]
+    fn policy_changes_missed_notes_and_the_backstop_stale_the_policy() {
+        let changed = |what| {
+            Note::Event(LiveEvent::Changed {
+                what,
+                subject: "launch_policy".into(),
+            })
+        };
+        assert!(stales_policy(&changed(AuditKind::LaunchPolicy)));
+        assert!(stales_policy(&Note::Missed));
+        assert!(stales_policy(&Note::Backstop));
+        assert!(!stales_policy(&changed(AuditKind::ManifestPut)));
+        assert!(!stales_policy(&Note::Wake));
+        let job = LiveEvent::job(Uuid::nil(), JobStatus::Admitted);
+        assert!(!stales_policy(&Note::Event(job)));
+    }
+
+    #[tokio::test]
+    async fn the_policy_epoch_moves_before_the_note_that_stales_it() {
+        let n = Notifier::new(Duration::from_secs(60));
+        assert_eq!(n.policy_epoch(), None, "not listening: nothing may be kept");
+        n.policy.listening(true);
+        let before = n.policy_epoch().unwrap();
+        let mut sub = n.subscribe();
+        n.publish(Note::Wake);
+        assert_eq!(sub.recv().await, Note::Wake);
+        assert_eq!(n.policy_epoch(), Some(before), "a wake changes no policy");
+        let change = Note::Event(LiveEvent::Changed {
+            what: AuditKind::LaunchPolicy,
+            subject: "launch_policy".into(),
+        });
+        n.publish(change.clone());
+        assert_eq!(sub.recv().await, change);
+        let after = n.policy_epoch().unwrap();
+        assert_ne!(
+            after, before,
+            "whoever hears the change sees the epoch moved"
+        );
+        n.policy.listening(false);
+        assert_eq!(n.policy_epoch(), None);
+        n.policy.listening(true);
+        assert_ne!(n.policy_epoch(), Some(after), "a reconnect moves it too");
     }
 
     #[tokio::test]

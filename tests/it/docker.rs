@@ -4,7 +4,9 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::support::docker::{all_logs, docker, request, request_alone, run, Cleanup, IMAGE};
+use crate::support::docker::{
+    all_logs, docker, docker_cli, request, request_alone, run, Cleanup, IMAGE,
+};
 use futures_util::future::join_all;
 use futures_util::StreamExt;
 use gpuq::server::runtime::{
@@ -198,6 +200,24 @@ async fn missing_image_is_reported_not_pulled() {
     }
     assert!(d.image_exists(IMAGE).await.unwrap());
     assert!(!d.image_exists(&r.image).await.unwrap());
+}
+
+/// dockerd before 23 checks a container's network only when it starts it: a start whose network
+/// was removed since the create says so (the runner then launches the job again and looks gpuq's
+/// job network up anew) instead of failing like any other start.
+#[tokio::test]
+async fn a_start_whose_network_was_removed_says_the_network_is_gone() {
+    let d = docker().await;
+    let net = format!("gpuq-test-gone-{}", uuid::Uuid::new_v4().simple());
+    docker_cli(&["network", "create", &net]);
+    let id = docker_cli(&["create", "--network", &net, IMAGE, "true"]);
+    docker_cli(&["network", "rm", &net]);
+    let started = d.start(&id).await;
+    docker_cli(&["rm", "-f", &id]);
+    match started {
+        Err(RuntimeError::NetworkGone(m)) => assert!(m.contains(&net), "{m}"),
+        other => panic!("expected NetworkGone, got {other:?}"),
+    }
 }
 
 #[tokio::test]

@@ -156,6 +156,26 @@ async fn only_root_images_run_as_root(pool: PgPool) {
     node.stop().await;
 }
 
+/// The runner keeps the launch policy it read until the notifier says it may have changed, yet
+/// the very next launch after a change follows it: with the backstop timer an hour away, only the
+/// change's own notification can tell the runner.
+#[sqlx::test(migrations = false)]
+async fn a_policy_change_reaches_the_next_launch_without_the_backstop(pool: PgPool) {
+    let app = TestApp::with_backstop(pool, std::time::Duration::from_secs(3600)).await;
+    let (admin, alice) = app.admin_and_member("alice").await;
+    let node = IsoNode::start(&app, "iso-policy", vec![], Default::default()).await;
+    let shm = "busybox df -k /dev/shm | busybox tail -1";
+    for mib in [64, 128, 128, 64] {
+        app.set_policy(&admin, json!({ "shm_mib": mib })).await;
+        let text = run_ok(&app, &alice, shm).await;
+        assert!(
+            text.contains(&format!(" {} ", mib * 1024)),
+            "a /dev/shm of {mib} MiB: {text}"
+        );
+    }
+    node.stop().await;
+}
+
 #[sqlx::test(migrations = false)]
 async fn the_policys_limits_user_and_network_are_what_docker_runs(pool: PgPool) {
     let (app, admin, alice) = TestApp::with_admin_and_member(pool, "alice").await;

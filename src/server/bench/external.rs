@@ -15,11 +15,22 @@
 //!    at a time; each latency runs from just before `POST /api/v1/jobs/{id}/cancel` to the
 //!    `timeNano` of the container's kill event with signal 15 (same machine, same clock), and the
 //!    next cancel waits for it. Then the bench waits for all N to end.
-//! 3. **Burst**, dockerd's floor first, then gpuq: `--burst-jobs` containers running `true`, made
-//!    directly through dockerd by `--workers` workers (create with gpuq's own fence config on a
-//!    simulated card → start → wait → remove), then as many one-card `true` jobs submitted
-//!    through the REST API by `--workers` submitters and timed from the first submit to the last
-//!    job's terminal status; CPU seconds per container of each process over each leg.
+//! 3. **Start latency**, one container at a time, `--latency-samples` of each row, the rows taken
+//!    in turn: create → start answered straight through dockerd, plain (Docker's defaults), with
+//!    each element of gpuq's fence alone on top of plain, with the whole fence, with each of
+//!    gpuq's own looks (image inspect, verify, mount check) on top of the whole fence; then gpuq
+//!    from the submit to the job's `started` event, step by step (`phases`).
+//! 4. **Burst**: `--burst-jobs` containers running `true` per leg, made directly through dockerd
+//!    by `--workers` workers (create → start → wait → remove; plain, with the whole fence, and
+//!    through gpuq's own `Docker::create`), and as many one-card `true` jobs submitted through the
+//!    REST API by `--workers` submitters, timed from the first submit to the last job's end; cut
+//!    into `--burst-rounds` rounds that each run every leg in turn; CPU seconds per container of
+//!    each process over each leg.
+//!
+//! Every dockerd container is built from gpuq's own fence config (`fence::partial_config`) for a
+//! one-card job on a simulated card, with the server's launch policy (read through the API), so
+//! the rows differ from gpuq's jobs only in what they name. Then a summary: plain, the whole fence
+//! and gpuq side by side.
 //!
 //! The server under test needs simulated cards with room for the idle jobs (256 MiB each, the
 //! launch policy's default floor), e.g.
@@ -27,7 +38,10 @@
 
 mod burst;
 mod cpu;
+mod fence;
+mod floor;
 mod idle;
+mod phases;
 
 use anyhow::{bail, Context, Result};
 use futures_util::{StreamExt, TryStreamExt};
@@ -71,6 +85,9 @@ pub struct ExternalBenchOptions {
     /// Containers in each leg of the burst.
     #[arg(long, default_value_t = 1000)]
     pub burst_jobs: usize,
+    /// Rounds the burst is cut into, each running every leg in turn.
+    #[arg(long, default_value_t = 4)]
+    pub burst_rounds: usize,
     /// Concurrent dockerd workers (floor) and REST submitters (gpuq).
     #[arg(long, default_value_t = 16)]
     pub workers: usize,
@@ -80,6 +97,12 @@ pub struct ExternalBenchOptions {
     /// Skip the idle cost and cancel latency sections.
     #[arg(long, default_value_t = false)]
     pub skip_idle: bool,
+    /// Containers (and gpuq jobs) in each row of the start latency section.
+    #[arg(long, default_value_t = 30)]
+    pub latency_samples: usize,
+    /// Skip the start latency section.
+    #[arg(long, default_value_t = false)]
+    pub skip_latency: bool,
     /// Skip the burst section.
     #[arg(long, default_value_t = false)]
     pub skip_burst: bool,
@@ -125,11 +148,151 @@ pub async fn run(
     if !opts.skip_idle {
         idle::section(&ctx, out).await?;
     }
-    if !opts.skip_burst {
-        burst::section(&ctx, out).await?;
+    if opts.skip_latency && opts.skip_burst {
+        ctx.pool.close().await;
+        return Ok(());
     }
+    let bind = BindFolder::make()?;
+    let shape = shape(&ctx, &bind).await?;
+    writeln!(
+        out,
+        "The server's launch policy, which every dockerd row follows too: network {:?}, {} root \
+         filesystem, memory {} MiB, {} processes\n",
+        shape.policy.network,
+        if shape.policy.tmpfs_mib().is_some() {
+            "read-only"
+        } else {
+            "writable"
+        },
+        shape.policy.memory_limit_mib,
+        shape.policy.pids_limit
+    )?;
+    let latency = match opts.skip_latency {
+        true => None,
+        false => Some(fence::section(&ctx, &shape, out).await?),
+    };
+    let burst = match opts.skip_burst {
+        true => None,
+        false => Some(burst::section(&ctx, &shape, out).await?),
+    };
+    summary(out, latency.as_ref(), burst.as_ref())?;
     ctx.pool.close().await;
     Ok(())
+}
+
+/// What every dockerd row is made of: the server's policy, the simulated cards and a folder to
+/// bind.
+async fn shape(ctx: &Ctx, bind: &BindFolder) -> Result<floor::Shape> {
+    let policy = answer(
+        ctx.api.get("/settings/launch-policy").send().await,
+        "GET /api/v1/settings/launch-policy",
+    )
+    .await?;
+    let policy: crate::model::LaunchPolicy =
+        serde_json::from_value(policy).context("the server's launch policy")?;
+    let cards = crate::server::runtime::ensure_sim_devices(floor::FLOOR_CARDS)
+        .context("the dockerd rows' containers get a simulated card, like gpuq's (needs root)")?;
+    let path = bind.0.clone();
+    let origin = tokio::task::spawn_blocking(move || {
+        crate::server::runtime::mountinfo::origins_of([path.as_path()])
+    })
+    .await?
+    .map_err(|e| anyhow::anyhow!(e))?
+    .pop()
+    .context("no origin for the bind folder")?;
+    Ok(floor::Shape {
+        image: ctx.opts.image.clone(),
+        policy,
+        cards,
+        bind: Some((bind.0.clone(), origin)),
+    })
+}
+
+/// A folder of the bench's own to bind into the bind rows' containers; removed when dropped.
+struct BindFolder(std::path::PathBuf);
+
+impl BindFolder {
+    fn make() -> Result<Self> {
+        let path = std::env::temp_dir().join(format!("gpuq-bench-bind-{}", std::process::id()));
+        std::fs::create_dir_all(&path).with_context(|| format!("creating {}", path.display()))?;
+        Ok(BindFolder(path))
+    }
+}
+
+impl Drop for BindFolder {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+/// Plain dockerd, dockerd with the whole fence and gpuq, side by side.
+fn summary(
+    out: &mut impl Write,
+    latency: Option<&fence::Latency>,
+    burst: Option<&burst::Burst>,
+) -> Result<()> {
+    writeln!(out, "== Summary ==")?;
+    writeln!(
+        out,
+        "  {:<34} {:>12} {:>12} {:>14}",
+        "", "start p50", "start p90", "burst, jobs/s"
+    )?;
+    let names = [
+        "(a) dockerd plain",
+        "(b) dockerd with the whole fence",
+        "(c) gpuq",
+    ];
+    for (i, name) in names.into_iter().enumerate() {
+        let p = |q: f64| {
+            latency.map_or("-".into(), |l| {
+                let v = [&l.plain, &l.whole, &l.gpuq][i];
+                fence::ms(crate::server::bench::percentile(v, q))
+            })
+        };
+        let rate = burst.map_or("-".into(), |b| {
+            format!("{:.2}", [&b.plain, &b.whole, &b.gpuq][i].per_s())
+        });
+        writeln!(
+            out,
+            "  {name:<34} {:>12} {:>12} {rate:>14}",
+            p(50.0),
+            p(90.0)
+        )?;
+    }
+    let p50 = |v: &Vec<Duration>| crate::server::bench::percentile(v, 50.0).as_secs_f64();
+    let lat_ratio = latency.map_or("-".into(), |l| {
+        format!("{:.2}×", p50(&l.gpuq) / p50(&l.whole).max(1e-9))
+    });
+    let burst_ratio = burst.map_or("-".into(), |b| {
+        format!("{:.2}×", b.whole.per_s() / b.gpuq.per_s().max(1e-9))
+    });
+    writeln!(
+        out,
+        "  {:<34} {lat_ratio:>12} {:>12} {burst_ratio:>14}",
+        "(c) / (b), time per job", ""
+    )?;
+    Ok(())
+}
+
+/// Waits until dockerd holds no container of `ids` (gpuq removes each after recording its end).
+async fn wait_removed(docker: &Docker, ids: &[Uuid]) -> Result<()> {
+    let ours: std::collections::HashSet<Uuid> = ids.iter().copied().collect();
+    let t = Instant::now();
+    loop {
+        let left = docker
+            .list_managed(None)
+            .await?
+            .iter()
+            .filter(|c| ours.contains(&c.job_id))
+            .count();
+        if left == 0 {
+            return Ok(());
+        }
+        if t.elapsed() > Duration::from_secs(120) {
+            bail!("{left} of the bench's containers still there after 120 s");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// The server's REST API with an admin's bearer token.

@@ -7,6 +7,7 @@
 
 mod launch;
 pub mod logs;
+mod policy;
 mod reconcile;
 mod supervise;
 
@@ -93,6 +94,8 @@ pub struct Runner {
     runtime_roots: std::sync::OnceLock<Vec<PathBuf>>,
     /// The installation's id, read once from the database: every container is labelled with it.
     installation: tokio::sync::OnceCell<String>,
+    /// The launch policy, read again only when the notifier says it may have changed.
+    policy: policy::PolicyCache,
 }
 
 impl Runner {
@@ -129,6 +132,7 @@ impl Runner {
             lease,
             runtime_roots: std::sync::OnceLock::new(),
             installation: tokio::sync::OnceCell::new(),
+            policy: policy::PolicyCache::default(),
         })
     }
 

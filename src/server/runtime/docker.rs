@@ -3,6 +3,7 @@
 
 mod convert;
 mod daemon;
+mod parts;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -35,6 +36,10 @@ pub struct Docker {
     inner: bollard::Docker,
     /// The unix socket dockerd answers on, when it is one: where its start time is read.
     socket: Option<std::path::PathBuf>,
+    /// The id of gpuq's job network once [`Docker::ensure_job_network`] has checked it, shared by
+    /// every clone: a network's driver and options never change, so one check per network is
+    /// enough. Forgotten when dockerd says it is gone; the next launch looks it up anew.
+    job_network: std::sync::Arc<std::sync::Mutex<Option<String>>>,
 }
 
 /// Held while gpuq's job network is looked up or created, so this process never creates it twice
@@ -85,7 +90,11 @@ impl Docker {
             .negotiate_version()
             .await
             .map_err(|e| RuntimeError::Unreachable(convert::chain(&e)))?;
-        Ok(Self { inner, socket })
+        Ok(Self {
+            inner,
+            socket,
+            job_network: Default::default(),
+        })
     }
 
     /// When the dockerd behind this connection started, if the host can tell (see
@@ -175,15 +184,16 @@ impl Docker {
     /// Creates (does not start) the container `gpuq-<job_id>-<attempt>`. In
     /// `Fenced` mode the created container is inspected and verified against
     /// the request, and removed again if dockerd recorded anything else.
+    ///
+    /// A missing image is [`RuntimeError::ImageMissing`] (dockerd's own answer: gpuq never
+    /// pulls, so no separate look first); a job network removed since it was looked up is
+    /// [`RuntimeError::NetworkGone`].
     pub async fn create(
         &self,
         req: &LaunchRequest,
         mode: LaunchMode,
     ) -> Result<String, RuntimeError> {
         let mut body = container_config(req, mode)?;
-        if !self.image_exists(&req.image).await? {
-            return Err(RuntimeError::ImageMissing(req.image.clone()));
-        }
         // By id: should two processes have created the network at once, both pick the same one.
         let network = match req.network {
             JobNetwork::Isolated => Some(self.ensure_job_network().await?),
@@ -193,17 +203,7 @@ impl Docker {
             hc.network_mode = Some(id.clone());
         }
         let name = container_name(req);
-        let options = CreateContainerOptionsBuilder::new().name(&name).build();
-        let id = match self.inner.create_container(Some(options), body).await {
-            Ok(resp) => resp.id,
-            // The image can vanish between the check and the create.
-            Err(e) => {
-                return Err(match map_err(e) {
-                    RuntimeError::NotFound(_) => RuntimeError::ImageMissing(req.image.clone()),
-                    other => other,
-                })
-            }
-        };
+        let id = self.create_named(&name, &req.image, body).await?;
         tracing::info!(container = %id, %name, ?mode, "created gpuq container");
         if mode == LaunchMode::Fenced {
             let checked = match self.inspect(&id).await {
@@ -229,12 +229,59 @@ impl Docker {
         Ok(id)
     }
 
+    /// Creates the container `name` from `body`; dockerd's 404 says whether the image or the
+    /// network is missing.
+    async fn create_named(
+        &self,
+        name: &str,
+        image: &str,
+        body: bollard::models::ContainerCreateBody,
+    ) -> Result<String, RuntimeError> {
+        let options = CreateContainerOptionsBuilder::new().name(name).build();
+        match self.inner.create_container(Some(options), body).await {
+            Ok(resp) => Ok(resp.id),
+            Err(e) => Err(match map_err(e) {
+                RuntimeError::NotFound(m) if is_network_gone(&m) => self.network_gone(m),
+                RuntimeError::NotFound(_) => RuntimeError::ImageMissing(image.to_owned()),
+                other => other,
+            }),
+        }
+    }
+
+    /// Forgets the job network's id after dockerd said `message` (the network is gone), so the
+    /// next launch looks it up or creates it again.
+    fn network_gone(&self, message: String) -> RuntimeError {
+        if let Ok(mut known) = self.job_network.lock() {
+            *known = None;
+        }
+        RuntimeError::NetworkGone(message)
+    }
+
     /// The id of gpuq's job network ([`JOB_NETWORK`]), created if missing as a bridge with traffic
     /// between its containers disabled. A network of that name that lets containers talk to each
     /// other (made by someone else) is refused, never used. Should several exist (two processes
-    /// created it at once), every process keeps the lowest id and removes the others.
+    /// created it at once), every process keeps the lowest id and removes the others. Looked up
+    /// once per connection: later calls answer the id checked then (see `job_network`).
     pub async fn ensure_job_network(&self) -> Result<String, RuntimeError> {
+        if let Some(id) = self.known_job_network() {
+            return Ok(id);
+        }
         let _held = NET_LOCK.lock().await;
+        if let Some(id) = self.known_job_network() {
+            return Ok(id);
+        }
+        let id = self.look_up_job_network().await?;
+        if let Ok(mut known) = self.job_network.lock() {
+            *known = Some(id.clone());
+        }
+        Ok(id)
+    }
+
+    fn known_job_network(&self) -> Option<String> {
+        self.job_network.lock().ok().and_then(|k| k.clone())
+    }
+
+    async fn look_up_job_network(&self) -> Result<String, RuntimeError> {
         let mut found = self.job_networks().await?;
         if found.is_empty() {
             let request = bollard::models::NetworkCreateRequest {
@@ -334,12 +381,17 @@ impl Docker {
         Ok(facts(resp))
     }
 
-    /// Starts a created container.
+    /// Starts a created container. [`RuntimeError::NetworkGone`] when its network was removed
+    /// after the create (dockerd before 23 checks a network only at start).
     pub async fn start(&self, id: &str) -> Result<(), RuntimeError> {
-        self.inner
+        let started = self
+            .inner
             .start_container(id, None::<StartContainerOptions>)
-            .await
-            .map_err(map_err)
+            .await;
+        started.map_err(|e| match map_err(e) {
+            RuntimeError::NotFound(m) if is_network_gone(&m) => self.network_gone(m),
+            other => other,
+        })
     }
 
     /// Waits until the container is no longer running and returns its exit
@@ -458,15 +510,16 @@ impl Docker {
             .boxed()
     }
 
-    /// dockerd's `kill` events of gpuq-labelled containers from `since_unix_nanos` on (dockerd
-    /// replays the ones already past, so nothing is lost between subscribing and the stream's
-    /// first read), as they happen. A `docker stop` shows as a kill with signal 15, then one with
-    /// signal 9 if the grace ran out. Used by `gpuq bench external`; the stream never ends by
-    /// itself.
-    pub fn kill_events(
+    /// dockerd's events of gpuq-labelled containers whose action is one of `actions` (`create`,
+    /// `start`, `kill`, …) from `since_unix_nanos` on (dockerd replays the ones already past, so
+    /// nothing is lost between subscribing and the stream's first read), as they happen. A
+    /// `docker stop` shows as a kill with signal 15, then one with signal 9 if the grace ran out.
+    /// Used by `gpuq bench external`; the stream never ends by itself.
+    pub fn container_events(
         &self,
         since_unix_nanos: i64,
-    ) -> impl Stream<Item = Result<KillEvent, RuntimeError>> + Send + Unpin + 'static {
+        actions: &[&str],
+    ) -> impl Stream<Item = Result<ContainerEvent, RuntimeError>> + Send + Unpin + 'static {
         let since = format!(
             "{}.{:09}",
             since_unix_nanos.div_euclid(1_000_000_000),
@@ -474,7 +527,7 @@ impl Docker {
         );
         let filters = HashMap::from([
             ("type", vec!["container".to_string()]),
-            ("event", vec!["kill".to_string()]),
+            ("event", actions.iter().map(|a| a.to_string()).collect()),
             ("label", vec![format!("{LABEL_MANAGED}=true")]),
         ]);
         let options = EventsOptionsBuilder::new()
@@ -483,27 +536,30 @@ impl Docker {
             .build();
         self.inner
             .events(Some(options))
-            .map(|item| item.map(kill_event).map_err(map_err))
+            .map(|item| item.map(container_event).map_err(map_err))
             .boxed()
     }
 }
 
-/// One `kill` event of a gpuq container, as dockerd reported it.
+/// One event of a gpuq container, as dockerd reported it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KillEvent {
+pub struct ContainerEvent {
+    /// What happened: `create`, `start`, `kill`, …
+    pub action: String,
     /// The job, from the container's `org.gpuq.job-id` label (`None` if absent or not a UUID).
     pub job_id: Option<uuid::Uuid>,
     /// The container's name (`gpuq-<job>-<attempt>`).
     pub name: String,
-    /// The signal dockerd sent (15 for SIGTERM, 9 for SIGKILL), if it said.
+    /// For a kill, the signal dockerd sent (15 for SIGTERM, 9 for SIGKILL), if it said.
     pub signal: Option<i32>,
     /// dockerd's time of the event, nanoseconds since the Unix epoch.
     pub at_unix_nanos: i64,
 }
 
-fn kill_event(msg: bollard::models::EventMessage) -> KillEvent {
+fn container_event(msg: bollard::models::EventMessage) -> ContainerEvent {
     let attrs = msg.actor.and_then(|a| a.attributes).unwrap_or_default();
-    KillEvent {
+    ContainerEvent {
+        action: msg.action.unwrap_or_default(),
         job_id: attrs.get(LABEL_JOB_ID).and_then(|j| j.parse().ok()),
         name: attrs.get("name").cloned().unwrap_or_default(),
         signal: attrs.get("signal").and_then(|s| s.parse().ok()),
@@ -512,6 +568,12 @@ fn kill_event(msg: bollard::models::EventMessage) -> KillEvent {
             .or(msg.time.map(|s| s * 1_000_000_000))
             .unwrap_or_default(),
     }
+}
+
+/// Whether dockerd's 404 is about a network (`network <name or id> not found`), not the image or
+/// the container.
+fn is_network_gone(message: &str) -> bool {
+    message.starts_with("network ") && message.ends_with(" not found")
 }
 
 /// Deterministic name, so a retried create of the same attempt conflicts

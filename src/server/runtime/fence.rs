@@ -409,6 +409,9 @@ fn build_env(req: &LaunchRequest) -> Result<Vec<String>, RuntimeError> {
 }
 
 mod checks;
+mod parts;
+
+pub use parts::{partial_config, FencePart};
 
 #[cfg(test)]
 mod tests;

@@ -284,6 +284,10 @@ pub enum RuntimeError {
     /// The container does not exist.
     #[error("container not found: {0}")]
     NotFound(String),
+    /// gpuq's job network was removed after gpuq looked it up (dockerd says `network … not
+    /// found`); it has been forgotten, and a new launch looks it up or creates it again.
+    #[error("the job network is gone: {0}")]
+    NetworkGone(String),
     /// A container with that name already exists.
     #[error("conflict: {0}")]
     Conflict(String),

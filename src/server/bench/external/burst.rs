@@ -1,85 +1,145 @@
-//! Section 3: a burst of trivial containers, straight through dockerd (the floor) and then as gpuq
-//! jobs, with the CPU time each process spent per container.
+//! Section 4: bursts of trivial containers, straight through dockerd (plain, with the fence's
+//! options, and as gpuq's own create makes them) and as gpuq jobs, with the CPU time each process
+//! spent per container. The burst is cut into `--burst-rounds` rounds and each round runs every
+//! leg in turn, so a busy spell of the machine falls on all legs alike.
 
 use super::cpu::{Used, Watched, HEADS};
-use super::{describe, statuses, wait_for, Ctx, TERMINAL};
-use crate::server::runtime::{
-    ensure_sim_devices, Docker, GrantedGpu, LaunchMode, LaunchRequest, RunAs,
-};
-use anyhow::{bail, Context, Result};
+use super::floor::{self, Checks, Make, Shape};
+use super::{describe, statuses, wait_for, wait_removed, Ctx, TERMINAL};
+use crate::server::runtime::fence::FencePart;
+use anyhow::{bail, Result};
 use serde_json::json;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use uuid::Uuid;
 
-/// Node label of the floor's containers, so no gpuq server takes them for its own.
-const FLOOR_NODE: &str = "bench-floor";
-/// Simulated cards the floor's containers are spread over (`/dev/gpuq-sim0` …).
-const FLOOR_CARDS: usize = 8;
-
-/// One leg's figures.
-struct Leg {
+/// One leg's figures, over all rounds.
+pub(super) struct Leg {
     containers: usize,
     wall: Duration,
     cpu: Used,
 }
 
-pub(super) async fn section(ctx: &Ctx, out: &mut impl Write) -> Result<()> {
-    let (n, w) = (ctx.opts.burst_jobs, ctx.opts.workers);
+impl Leg {
+    fn new() -> Leg {
+        Leg {
+            containers: 0,
+            wall: Duration::ZERO,
+            cpu: Used::zero(),
+        }
+    }
+
+    fn add(&mut self, containers: usize, wall: Duration, cpu: &Used) {
+        self.containers += containers;
+        self.wall += wall;
+        self.cpu = self.cpu.plus(cpu);
+    }
+
+    /// Containers (or jobs) per second.
+    pub fn per_s(&self) -> f64 {
+        self.containers as f64 / self.wall.as_secs_f64().max(1e-9)
+    }
+}
+
+/// The legs the summary names.
+pub(super) struct Burst {
+    pub plain: Leg,
+    pub whole: Leg,
+    pub gpuq: Leg,
+}
+
+/// The dockerd legs, in the order each round runs them (gpuq's comes last).
+const FLOORS: [(&str, Make); 3] = [
+    (
+        "dockerd plain",
+        Make::Parts(&[], crate::model::JobNetwork::Isolated),
+    ),
+    (
+        "dockerd, the whole fence",
+        Make::Parts(&FencePart::ALL, crate::model::JobNetwork::Isolated),
+    ),
+    ("dockerd, gpuq's Docker::create (Fenced)", Make::GpuqCreate),
+];
+
+pub(super) async fn section(ctx: &Ctx, shape: &Shape, out: &mut impl Write) -> Result<Burst> {
+    let (n, w, rounds) = (
+        ctx.opts.burst_jobs,
+        ctx.opts.workers,
+        ctx.opts.burst_rounds.clamp(1, ctx.opts.burst_jobs.max(1)),
+    );
     writeln!(
         out,
-        "== Burst: {n} containers running `true` ({}), dockerd's floor first, then gpuq ==",
+        "== Burst: {n} containers running `true` ({}) per leg, {w} at a time, in {rounds} rounds \
+         of every leg in turn ==",
         ctx.opts.image
     )?;
     let watched = Watched::find(ctx.opts.server_pid);
-    eprintln!("bench: floor: {n} containers through dockerd, {w} workers");
-    let floor = floor(ctx, &watched).await?;
+    let mut floors: Vec<Leg> = FLOORS.iter().map(|_| Leg::new()).collect();
+    let (mut gpuq, mut submits, mut ended) = (Leg::new(), Duration::ZERO, BTreeMap::new());
+    for round in 0..rounds {
+        let size = n / rounds + usize::from(round < n % rounds);
+        for ((name, make), leg) in FLOORS.iter().zip(floors.iter_mut()) {
+            eprintln!("bench: burst round {}/{rounds}: {name}, {size}", round + 1);
+            let make = match *make {
+                Make::Parts(parts, _) => Make::Parts(parts, shape.policy.network),
+                other => other,
+            };
+            floor_leg(ctx, shape, make, size, &watched, leg).await?;
+        }
+        eprintln!("bench: burst round {}/{rounds}: gpuq, {size}", round + 1);
+        let (took, counts) = gpuq_leg(ctx, size, &watched, &mut gpuq).await?;
+        submits += took;
+        for (status, count) in counts {
+            *ended.entry(status).or_insert(0) += count;
+        }
+    }
+    for ((name, _), leg) in FLOORS.iter().zip(&floors) {
+        let what = format!("{name}: create → start → wait → remove");
+        let rate = leg.per_s();
+        writeln!(
+            out,
+            "  {what:<70} {:>10}   {rate:>6.2} containers/s",
+            secs(leg.wall)
+        )?;
+    }
+    let what = format!("gpuq: {w} submitters, first submit → last job ended");
+    let rate = gpuq.per_s();
     writeln!(
         out,
-        "  {:<62} {:>10}   {:>8.1} containers/s",
-        format!("dockerd floor: {w} workers, create → start → wait → remove"),
-        secs(floor.wall),
-        per_s(&floor)
+        "  {what:<70} {:>10}   {rate:>6.2} jobs/s",
+        secs(gpuq.wall)
     )?;
-    out.flush()?;
-    eprintln!("bench: gpuq: {n} jobs through the REST API, {w} submitters");
-    let (gpuq, submits, ended) = gpuq(ctx, &watched).await?;
-    writeln!(
-        out,
-        "  {:<62} {:>10}   {:>8.1} jobs/s",
-        format!("gpuq: {w} submitters, first submit → last job ended"),
-        secs(gpuq.wall),
-        per_s(&gpuq)
-    )?;
-    writeln!(
-        out,
-        "  {:<62} {:>10}",
-        "  of which submitting (all POSTs answered)",
-        secs(submits)
-    )?;
-    writeln!(out, "  {:<62} {}", "  jobs ended as", describe(&ended))?;
-    writeln!(
-        out,
-        "  {:<62} {:>10}   {:>8.2}",
-        "gpuq / floor (throughput)",
-        "",
-        per_s(&gpuq) / per_s(&floor)
-    )?;
+    let what = "  of which submitting (all POSTs answered)";
+    writeln!(out, "  {what:<70} {:>10}", secs(submits))?;
+    writeln!(out, "  {:<70} {}", "  jobs ended as", describe(&ended))?;
+    for ((name, _), leg) in FLOORS.iter().zip(&floors) {
+        let what = format!("time per job, gpuq / {name}");
+        writeln!(out, "  {what:<70} {:>10}   {:>6.2}", "", leg.per_s() / rate)?;
+    }
+    print_cpu(out, &floors, &gpuq)?;
+    let mut floors = floors.into_iter();
+    let (Some(plain), Some(whole)) = (floors.next(), floors.next()) else {
+        bail!("the burst's dockerd legs are missing");
+    };
+    Ok(Burst { plain, whole, gpuq })
+}
 
+fn print_cpu(out: &mut impl Write, floors: &[Leg], gpuq: &Leg) -> Result<()> {
     writeln!(out, "\n  CPU seconds per container (ms)")?;
-    write!(out, "  {:<14}", "")?;
+    write!(out, "  {:<40}", "")?;
     for h in HEADS {
         write!(out, " {h:>13}")?;
     }
     writeln!(out)?;
-    for (name, leg) in [("dockerd floor", &floor), ("gpuq", &gpuq)] {
-        write!(out, "  {name:<14}")?;
+    let names = FLOORS.iter().map(|(name, _)| *name).chain(["gpuq"]);
+    for (name, leg) in names.zip(floors.iter().chain([gpuq])) {
+        write!(out, "  {name:<40}")?;
         for c in leg.cpu.columns() {
             let cell = c.map_or("-".into(), |s| {
-                format!("{:.2}", 1e3 * s / leg.containers as f64)
+                format!("{:.2}", 1e3 * s / leg.containers.max(1) as f64)
             });
             write!(out, " {cell:>13}")?;
         }
@@ -98,97 +158,50 @@ fn secs(d: Duration) -> String {
     format!("{:.2} s", d.as_secs_f64())
 }
 
-fn per_s(leg: &Leg) -> f64 {
-    leg.containers as f64 / leg.wall.as_secs_f64().max(1e-9)
-}
-
-/// `--workers` tasks share the containers, each doing create → start → wait → remove with the
-/// same fenced config gpuq gives a one-card job on a simulated card (the create checks the image,
-/// creates and inspects the container, as gpuq's runner does).
-async fn floor(ctx: &Ctx, watched: &Watched) -> Result<Leg> {
-    let n = ctx.opts.burst_jobs;
-    let cards = ensure_sim_devices(FLOOR_CARDS)
-        .context("the floor's containers get a simulated card, like gpuq's (needs root)")?;
+/// `--workers` tasks share `n` containers, each doing create → start → wait → remove with the
+/// config a one-card job on a simulated card gets (or part of it, as `make` says).
+async fn floor_leg(
+    ctx: &Ctx,
+    shape: &Shape,
+    make: Make,
+    n: usize,
+    watched: &Watched,
+    leg: &mut Leg,
+) -> Result<()> {
     let next = Arc::new(AtomicUsize::new(0));
     let before = watched.sample();
     let t = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..ctx.opts.workers {
-        let (docker, next, cards) = (ctx.docker.clone(), Arc::clone(&next), cards.clone());
-        let image = ctx.opts.image.clone();
+        let (docker, next, shape) = (ctx.docker.clone(), Arc::clone(&next), shape.clone());
         tasks.spawn(async move {
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 if i >= n {
                     return Ok::<_, anyhow::Error>(());
                 }
-                let card = cards[i % cards.len()].clone();
-                one_container(&docker, &image, i, card).await?;
+                let req = shape.request(i, &["true"], false)?;
+                floor::one(&docker, &req, make, Checks::default(), None).await?;
             }
         });
     }
     while let Some(done) = tasks.join_next().await {
         done??;
     }
-    let wall = t.elapsed();
-    Ok(Leg {
-        containers: n,
-        wall,
-        cpu: before.until(&watched.sample()),
-    })
+    leg.add(n, t.elapsed(), &before.until(&watched.sample()));
+    Ok(())
 }
 
-async fn one_container(
-    docker: &Docker,
-    image: &str,
-    i: usize,
-    card: std::path::PathBuf,
-) -> Result<()> {
-    let req = LaunchRequest {
-        job_id: Uuid::new_v4(),
-        attempt: 1,
-        node: FLOOR_NODE.into(),
-        installation: None,
-        image: image.into(),
-        argv: vec!["true".into()],
-        env: BTreeMap::new(),
-        framework_env: BTreeMap::new(),
-        mounts: Vec::new(),
-        gpus: vec![GrantedGpu {
-            uuid: format!("GPU-bench-floor-{}", i % FLOOR_CARDS),
-            sim_device: Some(card),
-        }],
-        memory_limit_mib: 16 * 1024,
-        pids_limit: 4096,
-        log_max_bytes: 64 * 1024 * 1024,
-        run_as: RunAs::User {
-            uid: 65534,
-            gid: 65534,
-        },
-        nano_cpus: None,
-        shm_mib: 2048,
-        tmp_mib: crate::model::LaunchPolicy::default().tmpfs_mib(),
-        network: crate::model::JobNetwork::Isolated,
-        image_volumes: Vec::new(),
-    };
-    let id = docker.create(&req, LaunchMode::Fenced).await?;
-    let run = async {
-        docker.start(&id).await?;
-        docker.wait(&id).await
-    };
-    let code = run.await;
-    docker.remove(&id).await?;
-    match code? {
-        0 => Ok(()),
-        c => bail!("floor container {id} exited {c}"),
-    }
-}
-
-/// Submits the burst through the REST API and waits for every job to end and every container to
-/// be removed. Returns the leg (wall time to the last terminal status), the submitting time and
-/// the jobs' end statuses.
-async fn gpuq(ctx: &Ctx, watched: &Watched) -> Result<(Leg, Duration, BTreeMap<String, i64>)> {
-    let n = ctx.opts.burst_jobs;
+/// Submits `n` jobs through the REST API and waits for every job to end and every container to be
+/// removed. The wall time runs from the first submit to the last job's `finished_at` (Postgres's
+/// clock on this machine): the wait polls seldom, so that it costs the measured server nothing.
+/// Returns the submitting time and the jobs' end statuses.
+async fn gpuq_leg(
+    ctx: &Ctx,
+    n: usize,
+    watched: &Watched,
+    leg: &mut Leg,
+) -> Result<(Duration, BTreeMap<String, i64>)> {
     let bodies = (0..n)
         .map(|i| {
             json!({
@@ -198,39 +211,41 @@ async fn gpuq(ctx: &Ctx, watched: &Watched) -> Result<(Leg, Duration, BTreeMap<S
         })
         .collect();
     let before = watched.sample();
+    let t0 = super::idle::now_unix_nanos();
     let t = Instant::now();
     let ids = ctx.api.submit_all(bodies, ctx.opts.workers).await?;
     let submits = t.elapsed();
     let limit = Duration::from_secs(120 + n as u64 / 2);
-    wait_for(&ctx.pool, &ids, &TERMINAL, Duration::from_millis(20), limit).await?;
-    let wall = t.elapsed();
+    wait_for(
+        &ctx.pool,
+        &ids,
+        &TERMINAL,
+        Duration::from_millis(500),
+        limit,
+    )
+    .await?;
     let ended = statuses(&ctx.pool, &ids).await?;
     wait_removed(&ctx.docker, &ids).await?;
-    let leg = Leg {
-        containers: n,
-        wall,
-        cpu: before.until(&watched.sample()),
-    };
-    Ok((leg, submits, ended))
+    let cpu = before.until(&watched.sample());
+    let wall = last_finish(ctx, &ids).await?.saturating_sub(from_nanos(t0));
+    leg.add(n, wall, &cpu);
+    Ok((submits, ended))
 }
 
-/// Waits until dockerd holds no container of `ids` (gpuq removes each after recording its end).
-async fn wait_removed(docker: &Docker, ids: &[Uuid]) -> Result<()> {
-    let ours: HashSet<Uuid> = ids.iter().copied().collect();
-    let t = Instant::now();
-    loop {
-        let left = docker
-            .list_managed(None)
-            .await?
-            .iter()
-            .filter(|c| ours.contains(&c.job_id))
-            .count();
-        if left == 0 {
-            return Ok(());
-        }
-        if t.elapsed() > Duration::from_secs(120) {
-            bail!("{left} burst containers still there after 120 s");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+/// When the last of `ids` ended, as a time since the Unix epoch.
+async fn last_finish(ctx: &Ctx, ids: &[Uuid]) -> Result<Duration> {
+    let micros: Option<i64> = sqlx::query_scalar(
+        "SELECT (extract(epoch FROM max(finished_at)) * 1e6)::bigint FROM jobs WHERE id = ANY($1)",
+    )
+    .bind(ids)
+    .fetch_one(&ctx.pool)
+    .await?;
+    match micros {
+        Some(us) if us > 0 => Ok(Duration::from_micros(us as u64)),
+        _ => bail!("the burst's jobs have no finish time"),
     }
+}
+
+fn from_nanos(nanos: i64) -> Duration {
+    Duration::from_nanos(nanos.max(0) as u64)
 }

@@ -84,6 +84,31 @@ impl Sample {
 }
 
 impl Used {
+    /// Nothing used yet.
+    pub(super) fn zero() -> Used {
+        Used {
+            server: Some(0.0),
+            dockerd: Some(0.0),
+            containerd: Some(0.0),
+            postgres: 0.0,
+            bench: 0.0,
+            machine: 0.0,
+        }
+    }
+
+    /// Both windows together.
+    pub(super) fn plus(&self, other: &Used) -> Used {
+        let sum = |a: Option<f64>, b: Option<f64>| Some(a? + b?);
+        Used {
+            server: sum(self.server, other.server),
+            dockerd: sum(self.dockerd, other.dockerd),
+            containerd: sum(self.containerd, other.containerd),
+            postgres: self.postgres + other.postgres,
+            bench: self.bench + other.bench,
+            machine: self.machine + other.machine,
+        }
+    }
+
     /// The figures in column order: server, dockerd, containerd, Postgres, bench, machine.
     pub(super) fn columns(&self) -> [Option<f64>; 6] {
         [

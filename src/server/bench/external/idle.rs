@@ -3,7 +3,7 @@
 use super::cpu::{Used, Watched};
 use super::{describe, statuses, wait_for, Ctx};
 use crate::server::bench::{ms, percentile};
-use crate::server::runtime::docker::KillEvent;
+use crate::server::runtime::docker::ContainerEvent;
 use anyhow::{Context, Result};
 use futures_util::StreamExt;
 use serde_json::json;
@@ -149,7 +149,8 @@ async fn xacts(ctx: &Ctx) -> Result<i64> {
     .context("reading pg_stat_database")
 }
 
-fn now_unix_nanos() -> i64 {
+/// The wall clock, as dockerd's events and Postgres's timestamps count it.
+pub(super) fn now_unix_nanos() -> i64 {
     let d = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();
@@ -161,7 +162,7 @@ fn now_unix_nanos() -> i64 {
 async fn cancel_each(ctx: &Ctx, ids: &[Uuid]) -> Result<(Vec<Duration>, usize)> {
     let (tx, mut rx) = mpsc::unbounded_channel();
     // `since` makes dockerd replay what happens before the subscription is in place.
-    let mut events = ctx.docker.kill_events(now_unix_nanos());
+    let mut events = ctx.docker.container_events(now_unix_nanos(), &["kill"]);
     let forward = tokio::spawn(async move {
         while let Some(ev) = events.next().await {
             if tx.send(ev).is_err() {
@@ -179,7 +180,7 @@ async fn cancel_each(ctx: &Ctx, ids: &[Uuid]) -> Result<(Vec<Duration>, usize)> 
         let deadline = tokio::time::Instant::now() + SIGTERM_LIMIT;
         let mut at = early.remove(&id);
         while at.is_none() {
-            let ev: KillEvent = match tokio::time::timeout_at(deadline, rx.recv()).await {
+            let ev: ContainerEvent = match tokio::time::timeout_at(deadline, rx.recv()).await {
                 Ok(Some(ev)) => ev.context("dockerd's event stream")?,
                 Ok(None) => anyhow::bail!("dockerd's event stream ended"),
                 Err(_) => break,
