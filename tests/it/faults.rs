@@ -171,7 +171,12 @@ async fn postgres_restarted_under_a_burst_loses_no_job_and_leaks_no_card(pool: P
     let pg_dir = cluster_folder("gpuq-pgr");
     let mut pg = start_cluster(pg_dir.path()).await;
     let socket = pg_dir.path().join("pg/run");
-    let url = format!("postgres://gpuq@localhost/gpuq?host={}", socket.display());
+    // The cluster wants its password on the socket too.
+    let url = format!(
+        "postgres://gpuq:{}@localhost/gpuq?host={}",
+        pg.password(),
+        socket.display()
+    );
     let dir = tempfile::tempdir().unwrap();
     let port = crate::support::free_port();
     let data_dir = dir.path().to_str().unwrap().to_owned();
