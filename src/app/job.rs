@@ -35,9 +35,15 @@ pub fn JobPage() -> impl IntoView {
     // The log follows while the job runs: every second, and on every live event. An ended job's
     // log is whole (the runner records the end only after its log), so the polling stops there.
     let log_tick = RwSignal::new(0u64);
-    let ended =
-        Signal::derive(move || matches!(detail.get(), Some(Ok(d)) if d.job.status.is_terminal()));
-    follow(log_tick, ended);
+    // A plain signal, set by an effect: the timer reads it, and a timer that fires while the page
+    // still hydrates must not read the resource outside a <Suspense/>.
+    let ended = RwSignal::new(false);
+    Effect::new(move |_| {
+        if let Some(Ok(d)) = detail.get() {
+            ended.set(d.job.status.is_terminal());
+        }
+    });
+    follow(log_tick, ended.into());
     let log = Resource::new(
         move || (id(), live.get(), log_tick.get()),
         |(id, ..)| for_job(id, |id| job_log(id, 200)),
