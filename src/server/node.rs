@@ -256,6 +256,36 @@ pub async fn start(setup: NodeSetup) -> Result<NodeTasks> {
     })
 }
 
+/// A node that only runs jobs (the tests' nodes, the benchmarks): a scheduler and a runner on an
+/// already connected dockerd, without heartbeat, card tasks, retention or metrics. Returns once
+/// the runner has re-adopted what Docker runs.
+pub async fn start_runner(
+    pool: PgPool,
+    notifier: Notifier,
+    pass: PassConfig,
+    docker: Docker,
+    cfg: RunnerConfig,
+) -> Result<NodeTasks> {
+    let mut tasks = start(NodeSetup {
+        pool,
+        notifier,
+        pass,
+        heartbeat: None,
+        runner: Some(RunnerSetup {
+            docker: DockerAt::Connected(docker),
+            cfg,
+            health: Default::default(),
+            lease: None,
+        }),
+        cards: None,
+        retention: None,
+        metrics: None,
+    })
+    .await?;
+    tasks.ready().await?;
+    Ok(tasks)
+}
+
 /// The runner: connect (retrying while Docker is unreachable), re-adopt what Docker still runs,
 /// and only then start admitting, then launch admitted jobs until stopped.
 async fn run_runner(

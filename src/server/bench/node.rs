@@ -2,7 +2,7 @@
 //! process, fenced launches against this machine's dockerd, on cards already registered.
 
 use crate::server::admission::PassConfig;
-use crate::server::node::{self, DockerAt, NodeSetup, NodeTasks, RunnerSetup};
+use crate::server::node::{self, NodeTasks};
 use crate::server::notifier::Notifier;
 use crate::server::runner::RunnerConfig;
 use crate::server::runtime::{Docker, LaunchMode};
@@ -41,22 +41,6 @@ pub(super) async fn start(
         mode: LaunchMode::Fenced,
         job_uids: Default::default(),
     };
-    let mut local = node::start(NodeSetup {
-        pool: pool.clone(),
-        notifier,
-        pass,
-        heartbeat: None,
-        runner: Some(RunnerSetup {
-            docker: DockerAt::Connected(docker),
-            cfg,
-            health: Default::default(),
-            lease: None,
-        }),
-        cards: None,
-        retention: None,
-        metrics: None,
-    })
-    .await?;
-    local.ready().await?;
+    let local = node::start_runner(pool.clone(), notifier, pass, docker, cfg).await?;
     Ok((ctx, local))
 }

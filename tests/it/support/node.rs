@@ -53,7 +53,7 @@ impl Node {
         never: Vec<std::path::PathBuf>,
         docker: gpuq::server::runtime::Docker,
     ) -> Node {
-        use gpuq::server::node::{self, DockerAt, NodeSetup, RunnerSetup};
+        use gpuq::server::node;
         use gpuq::server::runner::RunnerConfig;
         let mut never_mount = vec![app.logs_dir.clone()];
         never_mount.extend(never);
@@ -70,24 +70,9 @@ impl Node {
             cpu_node: node.to_owned(),
             ..pass_config()
         };
-        let mut inner = node::start(NodeSetup {
-            pool: app.pool.clone(),
-            notifier: app.notifier.clone(),
-            pass,
-            heartbeat: None,
-            runner: Some(RunnerSetup {
-                docker: DockerAt::Connected(docker),
-                cfg,
-                health: Default::default(),
-                lease: None,
-            }),
-            cards: None,
-            retention: None,
-            metrics: None,
-        })
-        .await
-        .expect("the node starts");
-        inner.ready().await.expect("the runner starts");
+        let inner = node::start_runner(app.pool.clone(), app.notifier.clone(), pass, docker, cfg)
+            .await
+            .expect("the node starts");
         Node { inner, cards: None }
     }
 
