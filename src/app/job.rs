@@ -140,6 +140,7 @@ fn Detail(d: JobDetail, cancel: ServerAction<CancelJob>) -> impl IntoView {
                 {j.exit_code.map(|c| format!(" (exit code {c})"))}
                 {j.status_reason.clone().map(|r| format!(" — {r}"))}
             </p>
+            {j.stop_cause.map(|c| view! { <p id="stop-cause">"Stopped by " {c.describe()}</p> })}
             {waiting.map(|w| view! { <p id="wait-reason">{w}</p> })}
             {j.node_lost.then(|| view! {
                 <p id="node-lost"><span class="badge badge-over">"node lost"</span>

@@ -30,6 +30,57 @@ vocabulary! {
     }
 }
 
+vocabulary! {
+    /// Why a job was stopped, or ended before it ran, by someone or something other than its own
+    /// exit: stored with the job (`jobs.stop_cause`) when the stop is asked for, so the end it
+    /// leads to says who stopped it without looking anything up again.
+    pub enum StopCause {
+        /// Its owner cancelled it.
+        Owner = "owner",
+        /// An admin (not its owner) cancelled it.
+        Admin = "admin",
+        /// It ran past its deadline.
+        Timeout = "timeout",
+        /// gpuq stopped it: above its VRAM commitment on a card that ran short.
+        VramOveruse = "vram_overuse",
+        /// Its node was lost and an admin forgot it.
+        NodeLost = "node_lost",
+        /// Its owner was disabled.
+        UserDisabled = "user_disabled",
+        /// A restart of the container runtime (dockerd) killed it.
+        RuntimeRestart = "runtime_restart",
+    }
+}
+
+impl StopCause {
+    /// Who or what stopped the job, as the job page says it ("Stopped by …").
+    pub fn describe(self) -> &'static str {
+        match self {
+            StopCause::Owner => "its owner",
+            StopCause::Admin => "an admin",
+            StopCause::Timeout => "its deadline",
+            StopCause::VramOveruse => {
+                "gpuq, for VRAM above its commitment on a card that ran short"
+            }
+            StopCause::NodeLost => "the loss of its node",
+            StopCause::UserDisabled => "gpuq, as its owner's account was disabled",
+            StopCause::RuntimeRestart => "a restart of the container runtime",
+        }
+    }
+
+    /// Whether a job stopped for this cause ends `failed` (gpuq stopped it for a rule it broke or
+    /// a loss it suffered) rather than `cancelled` (a person asked) or `timed_out`.
+    pub fn ends_failed(self) -> bool {
+        matches!(
+            self,
+            StopCause::VramOveruse
+                | StopCause::NodeLost
+                | StopCause::UserDisabled
+                | StopCause::RuntimeRestart
+        )
+    }
+}
+
 /// The queue order, defined once: higher priority first, then submit order. SQL orders by this
 /// (the `jobs` columns, unqualified); Rust code orders by [`queue_key`]; a test checks that both
 /// agree.
@@ -144,6 +195,11 @@ pub struct JobView {
     pub assigned_gpus: Vec<AssignedGpu>,
     /// Container exit code.
     pub exit_code: Option<i32>,
+    /// Who or what stopped it, when something other than its own exit ended it (or is ending it:
+    /// set when the stop is asked for). Hidden, like `status_reason`, from viewers who may not read
+    /// the job's details.
+    #[serde(default)]
+    pub stop_cause: Option<StopCause>,
     /// Submitted.
     pub created_at: DateTime<Utc>,
     /// Cards reserved.

@@ -25,7 +25,8 @@ pub use gpu::{
     SkippedGpuView, WorkloadView,
 };
 pub use job::{
-    queue_key, AssignedGpu, JobAck, JobPage, JobStatus, JobView, QueueKey, QUEUE_ORDER_SQL,
+    queue_key, AssignedGpu, JobAck, JobPage, JobStatus, JobView, QueueKey, StopCause,
+    QUEUE_ORDER_SQL,
 };
 pub use node::{NodeState, NodeView, NODE_LOST_REASON};
 pub use policy::{glob_match, JobNetwork, LaunchPolicy, VolumeRule, VramEnforcement};

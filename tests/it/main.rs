@@ -19,6 +19,7 @@ mod edges;
 mod faults;
 mod hints;
 mod isolation;
+mod lifecycle;
 mod logs_json;
 mod metrics;
 mod nodes;

@@ -136,7 +136,10 @@ async fn deadlines_and_cancellation_stop_running_jobs(pool: PgPool) {
         "cancelled within the grace period"
     );
     assert!(v["finished_at"].is_string());
+    assert_eq!(v["stop_cause"], "owner", "its owner stopped it: {v}");
+    assert_eq!(v["status_reason"], "cancelled while running", "{v}");
     let v = wait_status(&app, &member, slow, &["timed_out"], 30).await;
+    assert_eq!(v["stop_cause"], "timeout", "{v}");
     assert!(
         v["status_reason"].as_str().unwrap().contains("deadline"),
         "{v}"

@@ -170,6 +170,10 @@ async fn an_overrunning_job_on_a_short_card_is_stopped_and_its_neighbour_runs_on
     )
     .await;
     assert_eq!(v["status"], "failed", "{v}");
+    assert_eq!(
+        v["stop_cause"], "vram_overuse",
+        "the cause travels with the stop: {v}"
+    );
     let reason = v["status_reason"].as_str().unwrap();
     assert!(
         reason.starts_with("vram_overuse: declared 4000 MiB") && reason.contains("used 9000 MiB"),

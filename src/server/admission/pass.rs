@@ -8,7 +8,7 @@
 use super::planner::{self, Card, Need, Plan, PlanInput, QueuedJob, WaitReason, Waiting};
 use crate::model::{LiveEvent, QUEUE_ORDER_SQL};
 use crate::server::db::gpus::GpuRow;
-use crate::server::db::{events, gpus, manifest, nodes, settings};
+use crate::server::db::{events, gpus, lifecycle, manifest, nodes, settings};
 use crate::server::metrics;
 use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
@@ -372,18 +372,9 @@ async fn apply_plan(
     };
     let ids: Vec<Uuid> = plan.admitted.iter().map(|p| p.job_id).collect();
     let nodes: Vec<String> = plan.admitted.iter().map(node_of).collect();
-    let still_queued: HashSet<Uuid> = sqlx::query_scalar(
-        "UPDATE jobs j SET status = 'admitted', admitted_at = clock_timestamp(), node = t.node, status_reason = NULL \
-         FROM unnest($1::uuid[], $2::text[]) AS t(id, node) \
-         WHERE j.id = t.id AND j.status = 'queued' RETURNING j.id",
-    )
-    .bind(&ids)
-    .bind(&nodes)
-    .fetch_all(&mut **tx)
-    .await
-    .context("marking jobs admitted")?
-    .into_iter()
-    .collect();
+    let still_queued: HashSet<Uuid> = lifecycle::admit(tx, &ids, &nodes)
+        .await
+        .context("marking jobs admitted")?;
     let exclusive: HashMap<Uuid, bool> = state
         .input
         .queue

@@ -3,6 +3,7 @@
 use super::{ms, summarize, synth, BenchOptions, Summary};
 use crate::model::Role;
 use crate::server::admission::{run_pass, PassConfig, PassOutcome};
+use crate::server::db::lifecycle::{self, Actor, BatchEntry, BatchRow};
 use crate::server::db::{gpus, manifest, users};
 use anyhow::{bail, Context, Result};
 use chrono::Utc;
@@ -98,45 +99,31 @@ async fn insert_jobs(
     prefix: &str,
     aged: bool,
 ) -> Result<Duration> {
-    let gpu: Vec<i32> = specs.iter().map(|s| s.gpu_count as i32).collect();
-    let workload: Vec<Option<&str>> = specs
+    let rows: Vec<BatchRow> = specs
         .iter()
-        .map(|s| {
-            s.workload
+        .map(|s| BatchRow {
+            gpu_count: s.gpu_count as i32,
+            workload: s
+                .workload
                 .and_then(|w| synth::WORKLOADS.get(w))
-                .map(|(n, _)| *n)
+                .map(|(n, _)| *n),
+            min_vram_mib: s.workload.is_none().then_some(s.fixed_mib),
+            exclusive: s.exclusive,
+            priority: s.priority,
+            waited_ms: if aged { s.age_ms } else { 0 },
         })
         .collect();
-    let min_vram: Vec<Option<i64>> = specs
-        .iter()
-        .map(|s| s.workload.is_none().then_some(s.fixed_mib))
-        .collect();
-    let exclusive: Vec<bool> = specs.iter().map(|s| s.exclusive).collect();
-    let priority: Vec<i32> = specs.iter().map(|s| s.priority).collect();
-    let age: Vec<i64> = specs
-        .iter()
-        .map(|s| if aged { s.age_ms } else { 0 })
-        .collect();
     let started = Instant::now();
-    sqlx::query(
-        "INSERT INTO jobs (owner_id, name, spec, image, command, gpu_count, workload, \
-           min_vram_mib, exclusive, priority, timeout_s, status, created_at) \
-         SELECT $1, $2 || '-' || t.n::text, '{}'::jsonb, 'bench', ARRAY[]::text[], t.g, t.w, t.m, \
-           t.x, t.p, 3600, 'queued', now() - t.age * interval '1 millisecond' \
-         FROM unnest($3::int[], $4::text[], $5::bigint[], $6::bool[], $7::int[], $8::bigint[]) \
-           WITH ORDINALITY AS t(g, w, m, x, p, age, n) ORDER BY t.n",
-    )
-    .bind(owner)
-    .bind(prefix)
-    .bind(&gpu)
-    .bind(&workload)
-    .bind(&min_vram)
-    .bind(&exclusive)
-    .bind(&priority)
-    .bind(&age)
-    .execute(pool)
-    .await
-    .context("inserting the bench jobs")?;
+    let batch = BatchEntry {
+        owner_id: owner,
+        name_prefix: prefix,
+        image: "bench",
+        timeout_s: 3600,
+        rows: &rows,
+    };
+    lifecycle::enter_batch(pool, &batch)
+        .await
+        .context("inserting the bench jobs")?;
     let took = started.elapsed();
     sqlx::query("ANALYZE jobs").execute(pool).await?;
     Ok(took)
@@ -217,17 +204,12 @@ async fn steady_passes(pool: &PgPool, opts: &BenchOptions, out: &mut impl Write)
     Ok(())
 }
 
-/// Closes every open job (queued → cancelled, admitted → succeeded) and runs one pass to give
+/// Closes every open job (queued and admitted → cancelled) and runs one pass to give
 /// their cards back, then checks that the cluster is empty again.
 async fn close_all(pool: &PgPool) -> Result<()> {
-    sqlx::query(
-        "UPDATE jobs SET status = CASE WHEN status = 'queued' THEN 'cancelled' ELSE 'succeeded' END, \
-           finished_at = now(), released_at = CASE WHEN status = 'queued' THEN now() END \
-         WHERE status IN ('queued', 'admitted')",
-    )
-    .execute(pool)
-    .await
-    .context("closing the section-2 jobs")?;
+    lifecycle::cancel_unstarted_all(pool, false, Actor::Admin)
+        .await
+        .context("closing the section-2 jobs")?;
     pass(pool).await?;
     let (open, reserved): (i64, i64) = sqlx::query_as(
         "SELECT (SELECT count(*) FROM jobs WHERE released_at IS NULL), \
@@ -305,7 +287,8 @@ fn med_p95(s: Summary) -> String {
     format!("median {} / p95 {}", ms(s.median), ms(s.p95))
 }
 
-/// Alternates passes with marking every admitted job done, until nothing is queued or admitted.
+/// Alternates passes with ending every admitted job (cancelled before its start, so the next pass
+/// takes its cards back as it does a finished job's), until nothing is queued or admitted.
 async fn drain(pool: &PgPool) -> Result<Burst> {
     let mut burst = Burst::default();
     loop {
@@ -316,12 +299,9 @@ async fn drain(pool: &PgPool) -> Result<Burst> {
             bail!("burst stalled: a pass on free cards admitted none of {waiting} queued jobs");
         }
         let t = Instant::now();
-        sqlx::query(
-            "UPDATE jobs SET status = 'succeeded', finished_at = now() WHERE status = 'admitted'",
-        )
-        .execute(pool)
-        .await
-        .context("finishing admitted jobs")?;
+        lifecycle::cancel_unstarted_all(pool, true, Actor::Admin)
+            .await
+            .context("finishing admitted jobs")?;
         burst.finishing += t.elapsed();
         if waiting == 0 {
             return Ok(burst);

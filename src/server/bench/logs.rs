@@ -10,8 +10,9 @@
 //! bytes each complete answer carried (status 0: no whole answer within two minutes).
 
 use super::ServeChild;
-use crate::model::Role;
+use crate::model::{JobStatus, Role};
 use crate::server::auth::service::create_token;
+use crate::server::db::lifecycle::{self, Actor, NewJob};
 use crate::server::db::users;
 use anyhow::{bail, Context, Result};
 use sqlx::PgPool;
@@ -207,16 +208,28 @@ async fn measure(
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         bearers.push(format!("Bearer {}", token.token.expose()));
     }
-    let job: Uuid = sqlx::query_scalar(
-        "INSERT INTO jobs (owner_id, name, spec, image, command, gpu_count, timeout_s, status, \
-           created_at, finished_at) \
-         VALUES ($1, 'bench-logs', '{}'::jsonb, 'bench', ARRAY[]::text[], 0, 3600, 'succeeded', \
-           now(), now()) RETURNING id",
-    )
-    .bind(owner)
-    .fetch_one(pool)
-    .await
-    .context("inserting the bench job")?;
+    // An ended job whose log is read: entered, then cancelled before it ran (it never runs).
+    let new = NewJob {
+        owner_id: owner.context("the bench has no user")?,
+        name: "bench-logs",
+        spec: serde_json::json!({}),
+        image: "bench",
+        command: &[],
+        gpu_count: 0,
+        workload: None,
+        min_vram_mib: None,
+        exclusive: false,
+        priority: 0,
+        timeout_s: 3600,
+        status: JobStatus::Queued,
+        status_reason: None,
+    };
+    let job = lifecycle::enter(pool, &new)
+        .await
+        .context("inserting the bench job")?;
+    lifecycle::cancel_unstarted(pool, job, Actor::Admin, "the log bench's job never runs")
+        .await
+        .context("ending the bench job")?;
     let log = crate::server::runner::logs::log_path(&data.join("logs"), job);
     let text = write_log(&log, opts.log_mib)?;
     let exe = match &opts.server {

@@ -1,6 +1,6 @@
 //! Repository for jobs and their reservations.
 
-use crate::model::{AssignedGpu, JobStatus, JobView, QUEUE_ORDER_SQL};
+use crate::model::{AssignedGpu, JobView, QUEUE_ORDER_SQL};
 use serde_json::Value;
 use sqlx::{FromRow, PgExecutor, QueryBuilder};
 use uuid::Uuid;
@@ -20,65 +20,8 @@ pub struct JobRow {
 
 const COLUMNS: &str = "j.id, j.seq, j.owner_id, u.username AS owner, j.name, j.spec, j.image, \
     j.command, j.gpu_count, j.workload, j.min_vram_mib, j.exclusive, j.priority, j.timeout_s, \
-    j.status, j.status_reason, j.node, j.exit_code, j.created_at, j.admitted_at, j.started_at, \
+    j.status, j.status_reason, j.stop_cause, j.node, j.exit_code, j.created_at, j.admitted_at, j.started_at, \
     j.finished_at, j.released_at";
-
-/// What to insert for a new job.
-#[derive(Debug, Clone)]
-pub struct NewJob<'a> {
-    /// Owner.
-    pub owner_id: Uuid,
-    /// Display name.
-    pub name: &'a str,
-    /// Raw spec as JSON.
-    pub spec: Value,
-    /// Image.
-    pub image: &'a str,
-    /// argv.
-    pub command: &'a [String],
-    /// Cards.
-    pub gpu_count: i32,
-    /// Workload type.
-    pub workload: Option<&'a str>,
-    /// Explicit MiB per card.
-    pub min_vram_mib: Option<i64>,
-    /// Whole cards.
-    pub exclusive: bool,
-    /// Priority.
-    pub priority: i32,
-    /// Run-time limit.
-    pub timeout_s: i64,
-    /// `queued` or `rejected`.
-    pub status: &'a str,
-    /// Why it was rejected.
-    pub status_reason: Option<&'a str>,
-}
-
-/// Inserts a job; returns its id.
-pub async fn insert(db: impl PgExecutor<'_>, j: &NewJob<'_>) -> sqlx::Result<Uuid> {
-    sqlx::query_scalar(
-        "INSERT INTO jobs (owner_id, name, spec, image, command, gpu_count, workload, min_vram_mib, \
-           exclusive, priority, timeout_s, status, status_reason, finished_at, released_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, \
-           CASE WHEN $12 = 'rejected' THEN now() END, CASE WHEN $12 = 'rejected' THEN now() END) \
-         RETURNING id",
-    )
-    .bind(j.owner_id)
-    .bind(j.name)
-    .bind(&j.spec)
-    .bind(j.image)
-    .bind(j.command)
-    .bind(j.gpu_count)
-    .bind(j.workload)
-    .bind(j.min_vram_mib)
-    .bind(j.exclusive)
-    .bind(j.priority)
-    .bind(j.timeout_s)
-    .bind(j.status)
-    .bind(j.status_reason)
-    .fetch_one(db)
-    .await
-}
 
 /// Locks the owner's row for the rest of the transaction (so one user's submits are counted one
 /// after another), then counts their queued jobs.
@@ -233,6 +176,8 @@ pub async fn list(db: &mut sqlx::PgConnection, f: &JobFilter) -> sqlx::Result<(V
     push_sees(&mut q, v.id, v.all_details);
     q.push(" THEN j.status_reason END AS status_reason, CASE WHEN ");
     push_sees(&mut q, v.id, v.all_details);
+    q.push(" THEN j.stop_cause END AS stop_cause, CASE WHEN ");
+    push_sees(&mut q, v.id, v.all_details);
     q.push(" THEN j.spec -> 'volumes' END AS volumes, CASE WHEN ");
     push_sees(&mut q, v.id, v.all_env);
     q.push(" THEN j.spec -> 'env' END AS env FROM jobs j JOIN users u ON u.id = j.owner_id");
@@ -276,25 +221,6 @@ pub async fn grants_of(db: impl PgExecutor<'_>, jobs: &[Uuid]) -> sqlx::Result<V
     .await
 }
 
-/// Cancels a job that has not started: queued → cancelled (nothing to release), admitted →
-/// cancelled (its cards are reclaimed by the next pass). Returns the new status, or `None` when the
-/// job was in neither state.
-pub async fn cancel_unstarted(
-    db: impl PgExecutor<'_>,
-    id: Uuid,
-    reason: &str,
-) -> sqlx::Result<Option<JobStatus>> {
-    sqlx::query_scalar(
-        "UPDATE jobs SET status = 'cancelled', status_reason = $2, finished_at = clock_timestamp(), \
-           released_at = CASE WHEN status = 'queued' THEN clock_timestamp() END \
-         WHERE id = $1 AND status IN ('queued', 'admitted') RETURNING status",
-    )
-    .bind(id)
-    .bind(reason)
-    .fetch_optional(db)
-    .await
-}
-
 /// Locks `owner`'s admitted, starting and running jobs for the rest of the caller's transaction,
 /// so that no runner claims or ends one meanwhile (a runner that holds one is waited for).
 pub async fn lock_placed_of(db: impl PgExecutor<'_>, owner: Uuid) -> sqlx::Result<()> {
@@ -308,25 +234,6 @@ pub async fn lock_placed_of(db: impl PgExecutor<'_>, owner: Uuid) -> sqlx::Resul
     Ok(())
 }
 
-/// Puts `owner`'s admitted jobs (cards reserved, not claimed by a runner) back in the queue, their
-/// cards released through the runner's release path. Returns the jobs moved.
-pub async fn requeue_admitted_of(
-    db: &mut sqlx::PgConnection,
-    owner: Uuid,
-) -> sqlx::Result<Vec<Uuid>> {
-    let moved: Vec<Uuid> = sqlx::query_scalar(
-        "UPDATE jobs SET status = 'queued', node = NULL, admitted_at = NULL \
-         WHERE owner_id = $1 AND status = 'admitted' RETURNING id",
-    )
-    .bind(owner)
-    .fetch_all(&mut *db)
-    .await?;
-    for &job in &moved {
-        super::runs::release_cards(&mut *db, job).await?;
-    }
-    Ok(moved)
-}
-
 /// `owner`'s queued jobs, in queue order.
 pub async fn queued_of(db: impl PgExecutor<'_>, owner: Uuid) -> sqlx::Result<Vec<Uuid>> {
     sqlx::query_scalar(&format!(
@@ -335,35 +242,4 @@ pub async fn queued_of(db: impl PgExecutor<'_>, owner: Uuid) -> sqlx::Result<Vec
     .bind(owner)
     .fetch_all(db)
     .await
-}
-
-/// Asks the runners to stop every started job of `owner` with `reason`: the job ends `failed` with
-/// it, as a VRAM stop does (a job already asked to stop is left to that request). Returns the jobs
-/// asked.
-pub async fn request_stop_of(
-    db: impl PgExecutor<'_>,
-    owner: Uuid,
-    reason: &str,
-) -> sqlx::Result<Vec<Uuid>> {
-    sqlx::query_scalar(
-        "UPDATE jobs SET cancel_requested_at = now(), stop_reason = $2 \
-         WHERE owner_id = $1 AND status IN ('starting', 'running') \
-           AND cancel_requested_at IS NULL RETURNING id",
-    )
-    .bind(owner)
-    .bind(reason)
-    .fetch_all(db)
-    .await
-}
-
-/// Asks the runner to stop a started job. Returns whether the request was recorded.
-pub async fn request_cancel(db: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<bool> {
-    let res = sqlx::query(
-        "UPDATE jobs SET cancel_requested_at = coalesce(cancel_requested_at, now()) \
-         WHERE id = $1 AND status IN ('starting', 'running')",
-    )
-    .bind(id)
-    .execute(db)
-    .await?;
-    Ok(res.rows_affected() == 1)
 }

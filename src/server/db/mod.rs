@@ -6,6 +6,7 @@ pub mod gpus;
 pub mod installation;
 pub mod job_uids;
 pub mod jobs;
+pub mod lifecycle;
 pub mod logins;
 pub mod manifest;
 pub mod nodes;

@@ -1,7 +1,7 @@
 //! Repository for nodes: registration and heartbeats (the epoch lease), the admin's drain, and
 //! forgetting a lost node. Whether a node is lost is always computed here, in database time.
 
-use super::{events, runs};
+use super::{events, lifecycle, runs};
 use crate::model::{JobEventKind, JobStatus, NodeState, NodeView, NODE_LOST_REASON};
 use serde_json::json;
 use sqlx::{PgExecutor, Postgres, Transaction};
@@ -128,18 +128,10 @@ pub async fn forget(
     .bind(node)
     .execute(&mut **tx)
     .await?;
-    let ended: Vec<Uuid> = sqlx::query_scalar(
-        "UPDATE jobs SET status = 'failed', status_reason = $2, \
-           finished_at = clock_timestamp(), released_at = clock_timestamp() \
-         WHERE node = $1 AND status IN ('admitted', 'starting', 'running') RETURNING id",
-    )
-    .bind(node)
-    .bind(NODE_LOST_REASON)
-    .fetch_all(&mut **tx)
-    .await?;
+    let ended = lifecycle::fail_on_forgotten_node(tx, node, NODE_LOST_REASON).await?;
     for &job in &ended {
         runs::release_cards(&mut **tx, job).await?;
-        let detail = json!({ "exit_code": null, "reason": NODE_LOST_REASON, "node": node });
+        let detail = json!({ "exit_code": null, "reason": NODE_LOST_REASON, "node": node, "cause": "node_lost" });
         events::job_event(&mut **tx, job, actor, JobEventKind::Failed, detail).await?;
         events::job_event(&mut **tx, job, actor, JobEventKind::Released, json!({})).await?;
         events::job_changed(&mut **tx, job, JobStatus::Failed).await?;
@@ -170,16 +162,13 @@ pub async fn requeue_lost(tx: &mut Transaction<'_, Postgres>) -> sqlx::Result<Ve
     ))
     .fetch_all(&mut **tx)
     .await?;
+    let ids: Vec<Uuid> = rows.iter().map(|r| r.0).collect();
+    for &job in &ids {
+        runs::release_cards(&mut **tx, job).await?;
+    }
+    let moved = lifecycle::requeue_lost_jobs(tx, &ids).await?;
     let mut fenced: Vec<String> = Vec::new();
-    for (job, node, attempt) in &rows {
-        runs::release_cards(&mut **tx, *job).await?;
-        sqlx::query(
-            "UPDATE jobs SET status = 'queued', node = NULL, admitted_at = NULL, started_at = NULL, \
-               container_id = NULL, deadline_at = NULL, log_path = NULL WHERE id = $1",
-        )
-        .bind(job)
-        .execute(&mut **tx)
-        .await?;
+    for (job, node, attempt) in rows.iter().filter(|r| moved.contains(&r.0)) {
         let detail = json!({ "reason": NODE_LOST_REASON, "node": node, "attempt": attempt });
         events::job_event(&mut **tx, *job, "scheduler", JobEventKind::Requeued, detail).await?;
         events::job_changed(&mut **tx, *job, JobStatus::Queued).await?;
@@ -191,5 +180,5 @@ pub async fn requeue_lost(tx: &mut Transaction<'_, Postgres>) -> sqlx::Result<Ve
         .bind(&fenced)
         .execute(&mut **tx)
         .await?;
-    Ok(rows.into_iter().map(|r| r.0).collect())
+    Ok(moved)
 }

@@ -1,9 +1,9 @@
-//! Repository for the runner: claiming admitted jobs, recording launches and ends, giving cards back.
+//! Repository for the runner: what it reads of its jobs, their cards, and giving cards back. Its
+//! status changes (claim, running, unclaim, the end) are in [`super::lifecycle`].
 
-use super::events;
-use crate::model::{JobEventKind, JobStatus, QUEUE_ORDER_SQL};
+use crate::model::JobStatus;
 use chrono::{DateTime, Utc};
-use serde_json::{json, Value};
+use serde_json::Value;
 use sqlx::{FromRow, PgExecutor, PgPool};
 use uuid::Uuid;
 
@@ -28,44 +28,8 @@ pub struct RunRow {
     pub cancel_requested_at: Option<DateTime<Utc>>,
 }
 
-const RUN_COLUMNS: &str =
+pub(super) const RUN_COLUMNS: &str =
     "id, attempt, status, spec, timeout_s, container_id, deadline_at, cancel_requested_at";
-
-/// Atomically takes up to `limit` admitted jobs of this node (no two processes take the same one);
-/// with `epoch`, only while the node's row still holds that lease and is not forgotten.
-pub async fn claim(
-    pool: &PgPool,
-    node: &str,
-    epoch: Option<i64>,
-    limit: i64,
-) -> sqlx::Result<Vec<RunRow>> {
-    let mut tx = pool.begin().await?;
-    let rows: Vec<RunRow> = sqlx::query_as(&format!(
-        "UPDATE jobs SET status = 'starting', attempt = attempt + 1 \
-         WHERE id IN (SELECT id FROM jobs WHERE status = 'admitted' AND node = $1 \
-                      ORDER BY {QUEUE_ORDER_SQL} FOR UPDATE SKIP LOCKED LIMIT $2) \
-           AND ($3::bigint IS NULL OR EXISTS (SELECT 1 FROM nodes n \
-                WHERE n.name = $1 AND n.epoch = $3 AND n.forgotten_at IS NULL)) \
-         RETURNING {RUN_COLUMNS}"
-    ))
-    .bind(node)
-    .bind(limit)
-    .bind(epoch)
-    .fetch_all(&mut *tx)
-    .await?;
-    for r in &rows {
-        events::job_event(
-            &mut *tx,
-            r.id,
-            &actor(node),
-            JobEventKind::Starting,
-            json!({ "attempt": r.attempt }),
-        )
-        .await?;
-    }
-    tx.commit().await?;
-    Ok(rows)
-}
 
 /// The runner's name in the audit trail.
 pub fn actor(node: &str) -> String {
@@ -120,116 +84,6 @@ pub async fn set_created(
     .execute(pool)
     .await?;
     Ok(r.rows_affected() == 1)
-}
-
-/// `starting` → `running`. Returns false if the job left `starting`.
-///
-/// Returns the job's submit → running time in seconds (Postgres's clock), or `None` when it was no
-/// longer starting.
-pub async fn set_running(pool: &PgPool, job: Uuid, node: &str) -> sqlx::Result<Option<f64>> {
-    leave_starting(
-        pool,
-        job,
-        node,
-        "status = 'running', started_at = clock_timestamp()",
-        (JobEventKind::Started, json!({})),
-        Some(JobStatus::Running),
-    )
-    .await
-}
-
-/// Gives a claimed job back to `admitted` (its cards stay reserved) so a later attempt launches it:
-/// for launches interrupted by Docker being unreachable or gpuq stopping.
-pub async fn unclaim(pool: &PgPool, job: Uuid, node: &str, why: &str) -> sqlx::Result<()> {
-    leave_starting(
-        pool,
-        job,
-        node,
-        "status = 'admitted', container_id = NULL",
-        (JobEventKind::LaunchDeferred, json!({ "reason": why })),
-        None,
-    )
-    .await
-    .map(drop)
-}
-
-/// Moves a `starting` job on with `set` (a fixed SET list) and records the event, in one
-/// transaction; with `tell`, the live pages (and runners) hear of the new status. An unclaimed job
-/// is not announced: that would wake the runner straight into the failure it just backed off from.
-/// Returns false if the job had left `starting`.
-async fn leave_starting(
-    pool: &PgPool,
-    job: Uuid,
-    node: &str,
-    set: &'static str,
-    (kind, detail): (JobEventKind, Value),
-    tell: Option<JobStatus>,
-) -> sqlx::Result<Option<f64>> {
-    let mut tx = pool.begin().await?;
-    // What the job has waited since its submission, read in the same statement (a launch must
-    // not cost another query for its metric).
-    let waited: Option<f64> = sqlx::query_scalar(&format!(
-        "UPDATE jobs SET {set} WHERE id = $1 AND status = 'starting' \
-         RETURNING extract(epoch FROM coalesce(started_at, clock_timestamp()) - created_at)::float8"
-    ))
-    .bind(job)
-    .fetch_optional(&mut *tx)
-    .await?;
-    if waited.is_some() {
-        events::job_event(&mut *tx, job, &actor(node), kind, detail).await?;
-        if let Some(to) = tell {
-            events::job_changed(&mut *tx, job, to).await?;
-        }
-    }
-    tx.commit().await?;
-    Ok(waited)
-}
-
-/// How a run ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Ending {
-    /// An ending: `succeeded`, `failed`, `timed_out` or `cancelled`.
-    pub status: JobStatus,
-    /// Container exit code, when it ran.
-    pub exit_code: Option<i32>,
-    /// Why, in plain words (None for a plain success).
-    pub reason: Option<String>,
-}
-
-/// Records the end of a run and gives its cards back, in one transaction; wakes the schedulers so
-/// the next pass admits at once. Returns false if the job was no longer starting or running.
-pub async fn finish(pool: &PgPool, job: Uuid, node: &str, end: &Ending) -> sqlx::Result<bool> {
-    let mut tx = pool.begin().await?;
-    let r = sqlx::query(
-        "UPDATE jobs SET status = $2, exit_code = $3, status_reason = $4, \
-           finished_at = clock_timestamp(), released_at = clock_timestamp() \
-         WHERE id = $1 AND status IN ('starting', 'running')",
-    )
-    .bind(job)
-    .bind(end.status)
-    .bind(end.exit_code)
-    .bind(&end.reason)
-    .execute(&mut *tx)
-    .await?;
-    if r.rows_affected() == 0 {
-        return Ok(false);
-    }
-    release_cards(&mut *tx, job).await?;
-    let detail = json!({ "exit_code": end.exit_code, "reason": end.reason });
-    let kind = JobEventKind::ending(end.status).unwrap_or(JobEventKind::Failed);
-    events::job_event(&mut *tx, job, &actor(node), kind, detail).await?;
-    events::job_event(
-        &mut *tx,
-        job,
-        &actor(node),
-        JobEventKind::Released,
-        json!({}),
-    )
-    .await?;
-    events::wake(&mut *tx, "finish").await?;
-    events::job_changed(&mut *tx, job, end.status).await?;
-    tx.commit().await?;
-    Ok(true)
 }
 
 /// Releases a job's live reservations and takes their VRAM off its cards' `reserved_mib`, in the

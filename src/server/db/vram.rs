@@ -1,8 +1,8 @@
 //! Repository for observed VRAM: what each running job holds on each of its cards, the record it
 //! leaves, simulated per-job usage, and gpuq's own stops of jobs that overran.
 
-use super::events;
-use crate::model::{JobEventKind, JobStatus, LiveEvent};
+use super::{events, lifecycle};
+use crate::model::{JobEventKind, JobStatus, LiveEvent, StopCause};
 use serde_json::json;
 use sqlx::{FromRow, PgExecutor, PgPool, Postgres, Transaction};
 use uuid::Uuid;
@@ -123,30 +123,12 @@ pub async fn request_stop(
     reason: &str,
     detail: serde_json::Value,
 ) -> sqlx::Result<bool> {
-    let asked = sqlx::query(
-        "UPDATE jobs SET cancel_requested_at = now(), stop_reason = $2 \
-         WHERE id = $1 AND status IN ('starting', 'running') AND cancel_requested_at IS NULL",
-    )
-    .bind(job)
-    .bind(reason)
-    .execute(&mut **tx)
-    .await?
-    .rows_affected()
-        == 1;
+    let asked = lifecycle::request_stop(&mut **tx, job, StopCause::VramOveruse, reason).await?;
     if asked {
         events::job_event(&mut **tx, job, "gpuq", JobEventKind::VramOveruse, detail).await?;
         events::announce(&mut **tx, &LiveEvent::cancel_requested(job)).await?;
     }
     Ok(asked)
-}
-
-/// Why gpuq itself stopped a job, when it did.
-pub async fn stop_reason(db: impl PgExecutor<'_>, job: Uuid) -> sqlx::Result<Option<String>> {
-    sqlx::query_scalar::<_, Option<String>>("SELECT stop_reason FROM jobs WHERE id = $1")
-        .bind(job)
-        .fetch_optional(db)
-        .await
-        .map(Option::flatten)
 }
 
 /// Stores NVML accounting's peak of a finished job's processes on a card.

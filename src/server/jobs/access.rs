@@ -35,6 +35,7 @@ pub fn redact(view: &mut JobView, viewer: &CurrentUser, owner: Uuid) {
         view.command = Vec::new();
         view.volumes = Vec::new();
         view.status_reason = None;
+        view.stop_cause = None;
         view.details_hidden = true;
     }
 }

@@ -8,8 +8,8 @@
 //! admission pass admits them while their owner is disabled (the pass holds them back with a wait
 //! reason that says so), so enabling the owner again lets them run as if nothing had happened.
 
-use crate::model::{JobEventKind, JobStatus, LiveEvent};
-use crate::server::db::{events, jobs};
+use crate::model::{JobEventKind, JobStatus, LiveEvent, StopCause};
+use crate::server::db::{events, jobs, lifecycle};
 use serde_json::json;
 use sqlx::PgConnection;
 use uuid::Uuid;
@@ -34,7 +34,7 @@ pub async fn hold_and_stop(tx: &mut PgConnection, owner: Uuid, actor: &str) -> s
     // Their rows first, before any card's: no runner claims or ends one of them from here on, and
     // a runner's end of another job (its row, then its cards) cannot wait on this in a circle.
     jobs::lock_placed_of(&mut *tx, owner).await?;
-    for job in jobs::requeue_admitted_of(&mut *tx, owner).await? {
+    for job in lifecycle::requeue_admitted_of(&mut *tx, owner).await? {
         events::job_event(&mut *tx, job, actor, JobEventKind::Requeued, detail.clone()).await?;
     }
     let held = jobs::queued_of(&mut *tx, owner).await?;
@@ -42,7 +42,8 @@ pub async fn hold_and_stop(tx: &mut PgConnection, owner: Uuid, actor: &str) -> s
         events::job_event(&mut *tx, job, actor, JobEventKind::Held, detail.clone()).await?;
         events::job_changed(&mut *tx, job, JobStatus::Queued).await?;
     }
-    let stopping = jobs::request_stop_of(&mut *tx, owner, USER_DISABLED).await?;
+    let stopping =
+        lifecycle::request_stop_of(&mut *tx, owner, StopCause::UserDisabled, USER_DISABLED).await?;
     for &job in &stopping {
         let kind = JobEventKind::CancelRequested;
         events::job_event(&mut *tx, job, actor, kind, detail.clone()).await?;

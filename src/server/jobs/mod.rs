@@ -16,6 +16,7 @@ use crate::model::{
 use crate::server::admission::pass;
 use crate::server::admission::planner::{self, never_fits, Card, Need, QueuedJob};
 use crate::server::auth::CurrentUser;
+use crate::server::db::lifecycle::{self, Actor};
 use crate::server::db::{events, gpus, jobs, manifest, settings};
 use crate::server::error::OrInternal;
 use crate::server::runtime::volumes;
@@ -274,9 +275,9 @@ pub async fn submit(ctx: &Ctx, user: &CurrentUser, body: &str) -> Result<JobAck,
         VramNeed::PerCard(m) => (None, Some(i64::from(*m))),
         VramNeed::None => (None, None),
     };
-    let id = jobs::insert(
+    let id = lifecycle::enter(
         &mut *tx,
-        &jobs::NewJob {
+        &lifecycle::NewJob {
             owner_id: user.id,
             name: spec.name(),
             spec: serde_json::to_value(&spec).or_internal("encoding a spec")?,
@@ -288,7 +289,7 @@ pub async fn submit(ctx: &Ctx, user: &CurrentUser, body: &str) -> Result<JobAck,
             exclusive: spec.exclusive(),
             priority: spec.priority(),
             timeout_s: spec.timeout_s() as i64,
-            status: status.as_str(),
+            status,
             status_reason: None,
         },
     )
@@ -355,7 +356,14 @@ pub async fn cancel(ctx: &Ctx, user: &CurrentUser, id: Uuid) -> Result<JobAck, A
     }
     let mut tx = pool.begin().await.or_internal("beginning a cancellation")?;
     let reason = format!("cancelled by {}", user.username);
-    if let Some(status) = jobs::cancel_unstarted(&mut *tx, id, &reason)
+    // An admin cancelling someone else's job is recorded as the admin's stop, not the owner's.
+    let by = if user.id == job.owner_id {
+        Actor::Owner
+    } else {
+        Actor::Admin
+    };
+    let detail = json!({ "cause": by.cancel_cause() });
+    if let Some(status) = lifecycle::cancel_unstarted(&mut *tx, id, by, &reason)
         .await
         .or_internal("cancelling a job")?
     {
@@ -364,7 +372,7 @@ pub async fn cancel(ctx: &Ctx, user: &CurrentUser, id: Uuid) -> Result<JobAck, A
             id,
             &user.username,
             JobEventKind::Cancelled,
-            json!({}),
+            detail,
         )
         .await
         .or_internal("recording a cancellation")?;
@@ -377,7 +385,7 @@ pub async fn cancel(ctx: &Ctx, user: &CurrentUser, id: Uuid) -> Result<JobAck, A
         tx.commit().await.or_internal("committing a cancellation")?;
         return Ok(JobAck { job_id: id, status });
     }
-    if jobs::request_cancel(&mut *tx, id)
+    if lifecycle::request_cancel(&mut *tx, id, by)
         .await
         .or_internal("requesting a cancellation")?
     {
@@ -386,7 +394,7 @@ pub async fn cancel(ctx: &Ctx, user: &CurrentUser, id: Uuid) -> Result<JobAck, A
             id,
             &user.username,
             JobEventKind::CancelRequested,
-            json!({}),
+            detail,
         )
         .await
         .or_internal("recording a cancellation")?;

@@ -4,7 +4,8 @@ use super::Runner;
 use crate::model::spec::JobSpec;
 use crate::model::LaunchPolicy;
 use crate::model::{gpu_id, JobEventKind, JobStatus};
-use crate::server::db::runs::{self, Ending, RunRow};
+use crate::server::db::lifecycle::{self, Ending};
+use crate::server::db::runs::{self, RunRow};
 use crate::server::db::{events, job_uids};
 use crate::server::runtime::hints::{self, CardShare};
 use crate::server::runtime::mountinfo::{self, FolderOrigin, MountCheck};
@@ -39,7 +40,7 @@ impl Runner {
                 // Until the database takes it back the job stays `starting`, which nothing else
                 // would ever move on: retry until it does (its container is gone already).
                 super::supervise::until_written(job.id, "deferring a launch", || {
-                    runs::unclaim(&self.pool, job.id, &self.cfg.node, &why)
+                    lifecycle::unclaim(&self.pool, job.id, &self.cfg.node, &why)
                 })
                 .await;
             }
@@ -49,6 +50,7 @@ impl Runner {
                     status: JobStatus::Failed,
                     exit_code: None,
                     reason: Some(reason),
+                    cause: None,
                 };
                 self.record_end(job.id, &end).await;
             }
@@ -135,7 +137,7 @@ impl Runner {
             json!({ "at": issued }),
         )
         .await;
-        match runs::set_running(&self.pool, job.id, &self.cfg.node).await {
+        match lifecycle::set_running(&self.pool, job.id, &self.cfg.node).await {
             Ok(waited) => {
                 if let Some(secs) = waited {
                     crate::server::metrics::observe_container_start(secs);

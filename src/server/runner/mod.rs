@@ -13,7 +13,7 @@ mod supervise;
 
 use crate::model::{JobChange, JobStatus, LiveEvent};
 use crate::server::db::job_uids::JobUidRange;
-use crate::server::db::runs;
+use crate::server::db::{lifecycle, runs};
 use crate::server::nodes::Lease;
 use crate::server::notifier::{Note, Notifier, Subscription};
 use crate::server::runtime::{Docker, LaunchMode};
@@ -239,7 +239,7 @@ impl Runner {
         if free == 0 {
             return;
         }
-        match runs::claim(&self.pool, &self.cfg.node, self.lease.epoch(), free as i64).await {
+        match lifecycle::claim(&self.pool, &self.cfg.node, self.lease.epoch(), free as i64).await {
             Ok(jobs) => {
                 for job in jobs {
                     let slot = Arc::clone(&self.launching).try_acquire_owned().ok();

@@ -10,7 +10,8 @@ use super::launch::NotLaunched;
 use super::supervise::{follow_logs, killed_by_restart, restart_ending, REQUEUED};
 use super::Runner;
 use crate::model::{JobEventKind, JobStatus};
-use crate::server::db::runs::{self, Ending, RunRow};
+use crate::server::db::lifecycle::{self, Ending};
+use crate::server::db::runs::{self, RunRow};
 use crate::server::db::{events, installation};
 use crate::server::runtime::{verify_isolation, ManagedContainer};
 use anyhow::{Context, Result};
@@ -95,6 +96,7 @@ pub(super) async fn reconcile(runner: &Arc<Runner>) -> Result<()> {
                         status: JobStatus::Failed,
                         exit_code: None,
                         reason: Some(format!("not re-adopted after a restart: {reason}")),
+                        cause: None,
                     };
                     runner.record_end(job.id, &end).await;
                     remove(runner, &c.id).await;
@@ -110,7 +112,7 @@ pub(super) async fn reconcile(runner: &Arc<Runner>) -> Result<()> {
                 )
                 .await?;
                 if job.status == JobStatus::Starting {
-                    runs::set_running(&runner.pool, job.id, &node).await?;
+                    lifecycle::set_running(&runner.pool, job.id, &node).await?;
                 }
                 let deadline = job.deadline_at.unwrap_or_else(|| {
                     chrono::Utc::now() + chrono::Duration::seconds(job.timeout_s)
@@ -122,7 +124,7 @@ pub(super) async fn reconcile(runner: &Arc<Runner>) -> Result<()> {
                 follow_logs(Arc::clone(runner), job.id, c.id.clone()).await;
                 if job.status == JobStatus::Starting {
                     // Its start was not recorded: it had not begun its own work, so it runs again.
-                    runs::unclaim(&runner.pool, job.id, &node, REQUEUED).await?;
+                    lifecycle::unclaim(&runner.pool, job.id, &node, REQUEUED).await?;
                 } else {
                     let code = c.exit_code.unwrap_or(-1);
                     runner.record_end(job.id, &restart_ending(code)).await;
@@ -138,12 +140,14 @@ pub(super) async fn reconcile(runner: &Arc<Runner>) -> Result<()> {
                         status: JobStatus::Succeeded,
                         exit_code: Some(0),
                         reason: Some("exited while gpuq was down".into()),
+                        cause: None,
                     }
                 } else {
                     Ending {
                         status: JobStatus::Failed,
                         exit_code: i32::try_from(code).ok(),
                         reason: Some(format!("exited with code {code} while gpuq was down")),
+                        cause: None,
                     }
                 };
                 runner.record_end(job.id, &end).await;
@@ -154,6 +158,7 @@ pub(super) async fn reconcile(runner: &Arc<Runner>) -> Result<()> {
                     status: JobStatus::Failed,
                     exit_code: None,
                     reason: Some("its container vanished while gpuq was down".into()),
+                    cause: None,
                 };
                 runner.record_end(job.id, &end).await;
             }
@@ -162,7 +167,7 @@ pub(super) async fn reconcile(runner: &Arc<Runner>) -> Result<()> {
                 if let Some(c) = created {
                     remove(runner, &c.id).await;
                 }
-                runs::unclaim(
+                lifecycle::unclaim(
                     &runner.pool,
                     job.id,
                     &node,

@@ -2,9 +2,9 @@
 
 use super::logs::{since_unix, LogWriter};
 use super::Runner;
-use crate::model::JobStatus;
-use crate::server::db::runs::{self, Ending};
-use crate::server::db::vram;
+use crate::model::{JobStatus, StopCause};
+use crate::server::db::lifecycle::{self, Ending};
+use crate::server::db::runs;
 use crate::server::runtime::{ContainerFacts, LogLine, RuntimeError};
 use chrono::{DateTime, Utc};
 use futures_util::StreamExt;
@@ -46,20 +46,29 @@ impl Runner {
         {
             tracing::warn!(%job, "log follower did not finish in time");
         }
-        // A stop gpuq asked for itself (a VRAM overrun) ends the job failed, with its reason.
-        let stopped_for = match outcome {
-            Outcome::Cancelled(_) => vram::stop_reason(&self.pool, job).await.ok().flatten(),
-            _ => None,
-        };
         if matches!(outcome, Outcome::RuntimeRestarted(_)) {
             // A job whose start was not yet recorded had not begun its own work: it runs again.
             until_written(job, "queueing a job again", || {
-                runs::unclaim(&self.pool, job, &self.cfg.node, REQUEUED)
+                lifecycle::unclaim(&self.pool, job, &self.cfg.node, REQUEUED)
             })
             .await;
         }
-        let end = ending(outcome, deadline, stopped_for);
-        self.record_end(job, &end).await;
+        match outcome {
+            // A stop someone asked for: the cause recorded with the request decides the end (a
+            // person's cancel ends cancelled, gpuq's own stop failed with its reason).
+            Outcome::Cancelled(c) => {
+                let code = c.and_then(|c| i32::try_from(c).ok());
+                until_written(job, "recording a stopped job's end", || {
+                    lifecycle::finish_stopped(&self.pool, job, &self.cfg.node, code)
+                })
+                .await;
+            }
+            outcome => {
+                if let Some(end) = ending(outcome, deadline) {
+                    self.record_end(job, &end).await;
+                }
+            }
+        }
         if let Err(e) = self.docker.remove(&container).await {
             tracing::warn!(%container, error = %e, "could not remove a finished container");
         }
@@ -156,7 +165,7 @@ impl Runner {
     /// Records an end, retrying while the database is unreachable (the cards stay held until then).
     pub(super) async fn record_end(&self, job: Uuid, end: &Ending) {
         until_written(job, "recording a job's end", || {
-            runs::finish(&self.pool, job, &self.cfg.node, end)
+            lifecycle::finish(&self.pool, job, &self.cfg.node, end)
         })
         .await;
     }
@@ -178,23 +187,22 @@ where
     }
 }
 
-fn ending(outcome: Outcome, deadline: DateTime<Utc>, stopped_for: Option<String>) -> Ending {
+/// The end of a run that nobody asked to stop (a stop asked for ends through
+/// [`lifecycle::finish_stopped`], which reads its cause).
+fn ending(outcome: Outcome, deadline: DateTime<Utc>) -> Option<Ending> {
     let code = |c: Option<i64>| c.and_then(|c| i32::try_from(c).ok());
-    match outcome {
-        Outcome::Cancelled(c) if stopped_for.is_some() => Ending {
-            status: JobStatus::Failed,
-            exit_code: code(c),
-            reason: stopped_for,
-        },
+    Some(match outcome {
         Outcome::Exited(0) => Ending {
             status: JobStatus::Succeeded,
             exit_code: Some(0),
             reason: None,
+            cause: None,
         },
         Outcome::Exited(c) => Ending {
             status: JobStatus::Failed,
             exit_code: code(Some(c)),
             reason: Some(format!("exited with code {c}")),
+            cause: None,
         },
         Outcome::RuntimeRestarted(c) => restart_ending(c),
         Outcome::TimedOut(c) => Ending {
@@ -203,18 +211,16 @@ fn ending(outcome: Outcome, deadline: DateTime<Utc>, stopped_for: Option<String>
             reason: Some(format!(
                 "ran past its deadline ({deadline}) and was stopped"
             )),
+            cause: Some(StopCause::Timeout),
         },
-        Outcome::Cancelled(c) => Ending {
-            status: JobStatus::Cancelled,
-            exit_code: code(c),
-            reason: Some("cancelled while running".into()),
-        },
+        Outcome::Cancelled(_) => return None,
         Outcome::Vanished => Ending {
             status: JobStatus::Failed,
             exit_code: None,
             reason: Some("its container was removed outside gpuq".into()),
+            cause: None,
         },
-    }
+    })
 }
 
 /// The reason a job killed by the container runtime's restart ends with.
@@ -226,6 +232,7 @@ pub(super) fn restart_ending(code: i64) -> Ending {
             "the container runtime restarted (dockerd) and killed it (exit code {code}); \
              nothing of it runs any more: resubmit it to run it again"
         )),
+        cause: Some(StopCause::RuntimeRestart),
     }
 }
 

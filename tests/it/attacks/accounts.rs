@@ -152,6 +152,7 @@ async fn disabling_a_member_stops_her_jobs_holds_her_queue_and_ends_her_stream(p
     .await;
     assert_eq!(ended["status"], "failed", "{ended}");
     assert_eq!(ended["status_reason"], "user_disabled", "{ended}");
+    assert_eq!(ended["stop_cause"], "user_disabled", "{ended}");
     let docker = Docker::connect().await.unwrap();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
