@@ -195,6 +195,24 @@ pub struct JobView {
     pub assigned_gpus: Vec<AssignedGpu>,
     /// Container exit code.
     pub exit_code: Option<i32>,
+    /// Where its log lives on its node (a path on that host), once its container was created.
+    /// Hidden from viewers who may not read the job's details.
+    #[serde(default)]
+    pub log_path: Option<String>,
+    /// The job's id again, under the original API's name for it.
+    #[serde(default)]
+    #[cfg_attr(feature = "ssr", sqlx(skip))]
+    pub job_id: Uuid,
+    /// The indices of its cards on its node, in order (the original API's name): the same cards
+    /// as `assigned_gpus`.
+    #[serde(default)]
+    #[cfg_attr(feature = "ssr", sqlx(skip))]
+    pub assigned_gpu_indices: Vec<u32>,
+    /// It has ended and will not change again: `succeeded`, `failed`, `timed_out`, `cancelled`
+    /// or `rejected`. A client that waits for an end waits for this.
+    #[serde(default)]
+    #[cfg_attr(feature = "ssr", sqlx(skip))]
+    pub terminal: bool,
     /// Who or what stopped it, when something other than its own exit ended it (or is ending it:
     /// set when the stop is asked for). Hidden, like `status_reason`, from viewers who may not read
     /// the job's details.

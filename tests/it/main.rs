@@ -11,6 +11,7 @@ mod auth;
 mod cards;
 mod cli;
 mod cluster;
+mod compat;
 mod concurrency;
 mod database;
 mod docker;

@@ -20,7 +20,7 @@ pub struct JobRow {
 
 const COLUMNS: &str = "j.id, j.seq, j.owner_id, u.username AS owner, j.name, j.spec, j.image, \
     j.command, j.gpu_count, j.workload, j.min_vram_mib, j.exclusive, j.priority, j.timeout_s, \
-    j.status, j.status_reason, j.stop_cause, j.node, j.exit_code, j.created_at, j.admitted_at, j.started_at, \
+    j.status, j.status_reason, j.stop_cause, j.log_path, j.node, j.exit_code, j.created_at, j.admitted_at, j.started_at, \
     j.finished_at, j.released_at";
 
 /// Locks the owner's row for the rest of the transaction (so one user's submits are counted one
@@ -177,6 +177,8 @@ pub async fn list(db: &mut sqlx::PgConnection, f: &JobFilter) -> sqlx::Result<(V
     q.push(" THEN j.status_reason END AS status_reason, CASE WHEN ");
     push_sees(&mut q, v.id, v.all_details);
     q.push(" THEN j.stop_cause END AS stop_cause, CASE WHEN ");
+    push_sees(&mut q, v.id, v.all_details);
+    q.push(" THEN j.log_path END AS log_path, CASE WHEN ");
     push_sees(&mut q, v.id, v.all_details);
     q.push(" THEN j.spec -> 'volumes' END AS volumes, CASE WHEN ");
     push_sees(&mut q, v.id, v.all_env);

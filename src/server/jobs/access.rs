@@ -36,6 +36,7 @@ pub fn redact(view: &mut JobView, viewer: &CurrentUser, owner: Uuid) {
         view.volumes = Vec::new();
         view.status_reason = None;
         view.stop_cause = None;
+        view.log_path = None;
         view.details_hidden = true;
     }
 }

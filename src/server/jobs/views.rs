@@ -198,6 +198,9 @@ fn to_view(
     };
     let owner_id = r.owner_id;
     let mut view = JobView {
+        job_id: r.job.id,
+        assigned_gpu_indices: grants.iter().map(|g| g.gpu.index).collect(),
+        terminal: r.job.status.is_terminal(),
         env: Some(env.unwrap_or_default()),
         volumes: volumes.unwrap_or_default(),
         assigned_gpus: grants.into_iter().map(|g| g.gpu).collect(),

@@ -16,6 +16,8 @@ use uuid::Uuid;
 /// How the container's run ended, as the runner saw it.
 enum Outcome {
     Exited(i64),
+    /// The kernel's OOM killer ended it inside its memory limit (exit code, the limit in MiB).
+    OutOfMemory(i64, i64),
     /// Killed by a restart of the container runtime (exit code): see [`killed_by_restart`].
     RuntimeRestarted(i64),
     TimedOut(Option<i64>),
@@ -122,6 +124,10 @@ impl Runner {
     async fn exited(&self, container: &str, code: i64, mut lost_sight: bool) -> Outcome {
         loop {
             match self.docker.inspect(container).await {
+                // The kernel killed it for memory: say so, with its limit, not a bare 137.
+                Ok(facts) if facts.oom_killed && code != 0 => {
+                    return Outcome::OutOfMemory(code, facts.memory / (1024 * 1024));
+                }
                 // Its own end: nothing more to ask (the common case costs no more than before).
                 Ok(facts) if signal_exit(&facts).is_none() => return Outcome::Exited(code),
                 // A daemon going down still answers on the connections it had, but takes no new
@@ -202,6 +208,12 @@ fn ending(outcome: Outcome, deadline: DateTime<Utc>) -> Option<Ending> {
             status: JobStatus::Failed,
             exit_code: code(Some(c)),
             reason: Some(format!("exited with code {c}")),
+            cause: None,
+        },
+        Outcome::OutOfMemory(c, limit_mib) => Ending {
+            status: JobStatus::Failed,
+            exit_code: code(Some(c)),
+            reason: Some(format!("out of memory (limit {limit_mib} MiB)")),
             cause: None,
         },
         Outcome::RuntimeRestarted(c) => restart_ending(c),
