@@ -10,8 +10,8 @@ use crate::api::{
     SetGpuState, SetNodeState, UpdateUser,
 };
 use crate::model::{
-    DashboardView, GpuState, JobNetwork, LaunchPolicy, NodeState, NodeView, Role, UserView,
-    PullPolicy, VolumeRule, VramEnforcement,
+    DashboardView, GpuState, JobNetwork, LaunchPolicy, NodeState, NodeView, PullPolicy, Role,
+    UserView, VolumeRule, VramEnforcement,
 };
 use leptos::prelude::*;
 use leptos_meta::Title;

@@ -16,8 +16,13 @@ pub fn normalise(reference: &str) -> Result<String, String> {
     if reference.is_empty() {
         return Err("an image reference must not be empty".into());
     }
-    if reference.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(format!("image {reference:?} holds spaces or control characters"));
+    if reference
+        .chars()
+        .any(|c| c.is_whitespace() || c.is_control())
+    {
+        return Err(format!(
+            "image {reference:?} holds spaces or control characters"
+        ));
     }
     if reference.contains("://") {
         return Err(format!(
@@ -146,20 +151,44 @@ mod tests {
         for (given, full) in [
             ("busybox", "docker.io/library/busybox:latest"),
             ("busybox:1.36", "docker.io/library/busybox:1.36"),
-            ("docker.io/library/busybox", "docker.io/library/busybox:latest"),
-            ("index.docker.io/library/busybox", "docker.io/library/busybox:latest"),
-            ("gpuq-test/busybox:latest", "docker.io/gpuq-test/busybox:latest"),
-            ("pytorch/pytorch:2.4.0-cuda12.4", "docker.io/pytorch/pytorch:2.4.0-cuda12.4"),
+            (
+                "docker.io/library/busybox",
+                "docker.io/library/busybox:latest",
+            ),
+            (
+                "index.docker.io/library/busybox",
+                "docker.io/library/busybox:latest",
+            ),
+            (
+                "gpuq-test/busybox:latest",
+                "docker.io/gpuq-test/busybox:latest",
+            ),
+            (
+                "pytorch/pytorch:2.4.0-cuda12.4",
+                "docker.io/pytorch/pytorch:2.4.0-cuda12.4",
+            ),
             ("127.0.0.1:5000/team/x", "127.0.0.1:5000/team/x:latest"),
             ("localhost/x:1", "localhost/x:1"),
             ("registry.local/a/b/c:2", "registry.local/a/b/c:2"),
-            ("evil.example/gpuq-test/x", "evil.example/gpuq-test/x:latest"),
+            (
+                "evil.example/gpuq-test/x",
+                "evil.example/gpuq-test/x:latest",
+            ),
             ("busybox@sha256:abc", "docker.io/library/busybox@sha256:abc"),
             ("r.io/x:1@sha256:abc", "r.io/x:1@sha256:abc"),
         ] {
             assert_eq!(normalise(given).as_deref(), Ok(full), "{given}");
         }
-        for bad in ["", "a b", "x:", "https://r.io/x", "a//b", "x@sha256", "/x", "r.io/"] {
+        for bad in [
+            "",
+            "a b",
+            "x:",
+            "https://r.io/x",
+            "a//b",
+            "x@sha256",
+            "/x",
+            "r.io/",
+        ] {
             assert!(normalise(bad).is_err(), "{bad:?} should not parse");
         }
     }
@@ -174,7 +203,10 @@ mod tests {
             ("registry.local/*", "registry.local/*"),
             ("127.0.0.1:*/gpuq-test/*", "127.0.0.1:*/gpuq-test/*"),
             ("*/gpuq-test/*", "*/gpuq-test/*"),
-            ("docker.io/library/busybox", "docker.io/library/busybox:latest"),
+            (
+                "docker.io/library/busybox",
+                "docker.io/library/busybox:latest",
+            ),
             ("nvidia/cuda:12", "docker.io/nvidia/cuda:12"),
         ] {
             assert_eq!(normalise_pattern(given), full, "{given}");
@@ -190,8 +222,14 @@ mod tests {
         assert!(!allowed_by("gpuq-test/*", "docker.io/library/busybox"));
         assert!(!allowed_by("gpuq-test/*", "evil.example/gpuq-test/x"));
         assert!(!allowed_by("gpuq-test/*", "127.0.0.1:5000/gpuq-test/x"));
-        assert!(allowed_by("127.0.0.1:*/gpuq-test/*", "127.0.0.1:5000/gpuq-test/x:1"));
-        assert!(!allowed_by("registry.local/*", "registry.local.evil.example/x"));
+        assert!(allowed_by(
+            "127.0.0.1:*/gpuq-test/*",
+            "127.0.0.1:5000/gpuq-test/x:1"
+        ));
+        assert!(!allowed_by(
+            "registry.local/*",
+            "registry.local.evil.example/x"
+        ));
         assert!(allowed_by("*", "anything.example/x:1"));
         assert!(!allowed_by("*", "not a reference"));
     }
@@ -199,8 +237,14 @@ mod tests {
     #[test]
     fn repositories_drop_tag_and_digest() {
         assert_eq!(repository_of("127.0.0.1:5000/a/b:1"), "127.0.0.1:5000/a/b");
-        assert_eq!(repository_of("docker.io/library/x@sha256:1"), "docker.io/library/x");
-        assert_eq!(repository_of("docker.io/library/x:1@sha256:1"), "docker.io/library/x");
+        assert_eq!(
+            repository_of("docker.io/library/x@sha256:1"),
+            "docker.io/library/x"
+        );
+        assert_eq!(
+            repository_of("docker.io/library/x:1@sha256:1"),
+            "docker.io/library/x"
+        );
     }
 
     mod props {

@@ -29,9 +29,7 @@ pub use job::{
     queue_key, AssignedGpu, JobAck, JobPage, JobStatus, JobView, QueueKey, QUEUE_ORDER_SQL,
 };
 pub use node::{NodeState, NodeView, NODE_LOST_REASON};
-pub use policy::{
-    glob_match, JobNetwork, LaunchPolicy, PullPolicy, VolumeRule, VramEnforcement,
-};
+pub use policy::{glob_match, JobNetwork, LaunchPolicy, PullPolicy, VolumeRule, VramEnforcement};
 pub use secret::Secret;
 pub use status::StatusView;
 pub use suggest::{

@@ -362,13 +362,17 @@ mod tests {
             ("always", PullPolicy::Always),
             ("never", PullPolicy::Never),
         ] {
-            let p: LaunchPolicy = serde_json::from_value(serde_json::json!({ "pull": text })).unwrap();
+            let p: LaunchPolicy =
+                serde_json::from_value(serde_json::json!({ "pull": text })).unwrap();
             assert_eq!(p.pull, want);
         }
         let e = serde_json::from_value::<LaunchPolicy>(serde_json::json!({ "pull": "sometimes" }))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("sometimes") && e.contains("if_not_present"), "{e}");
+        assert!(
+            e.contains("sometimes") && e.contains("if_not_present"),
+            "{e}"
+        );
     }
 
     #[test]

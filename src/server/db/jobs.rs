@@ -21,7 +21,7 @@ pub struct JobRow {
 const COLUMNS: &str = "j.id, j.seq, j.owner_id, u.username AS owner, j.name, j.spec, j.image, \
     j.command, j.gpu_count, j.workload, j.min_vram_mib, j.exclusive, j.priority, j.timeout_s, \
     j.status, j.status_reason, j.node, j.exit_code, j.created_at, j.admitted_at, j.started_at, \
-    j.finished_at, j.released_at";
+    j.finished_at, j.released_at, j.image_digest";
 
 /// What to insert for a new job.
 #[derive(Debug, Clone)]
@@ -226,7 +226,7 @@ pub async fn list(db: &mut sqlx::PgConnection, f: &JobFilter) -> sqlx::Result<(V
         "SELECT j.id, j.seq, j.owner_id, u.username AS owner, j.name, j.image, j.gpu_count, \
            j.workload, j.min_vram_mib, j.exclusive, j.priority, j.timeout_s, j.status, j.node, \
            j.exit_code, j.created_at, j.admitted_at, j.started_at, j.finished_at, j.released_at, \
-           CASE WHEN ",
+           j.image_digest, CASE WHEN ",
     );
     push_sees(&mut q, v.id, v.all_details);
     q.push(" THEN j.command ELSE '{}'::text[] END AS command, CASE WHEN ");
@@ -293,6 +293,49 @@ pub async fn cancel_unstarted(
     .bind(reason)
     .fetch_optional(db)
     .await
+}
+
+/// Ends a queued job `failed` with `reason` (its image cannot be had, or may no longer be run),
+/// with its job event and live notification, in the caller's transaction. Guarded by
+/// `status = 'queued'`: a job admitted or cancelled meanwhile is left alone (`false`). A queued
+/// job holds no cards, so it is released at once.
+pub async fn fail_queued(
+    db: &mut sqlx::PgConnection,
+    id: Uuid,
+    actor: &str,
+    reason: &str,
+) -> sqlx::Result<bool> {
+    let failed: Option<Uuid> = sqlx::query_scalar(
+        "UPDATE jobs SET status = 'failed', status_reason = $2, finished_at = clock_timestamp(),            released_at = clock_timestamp()          WHERE id = $1 AND status = 'queued' RETURNING id",
+    )
+    .bind(id)
+    .bind(reason)
+    .fetch_optional(&mut *db)
+    .await?;
+    if failed.is_none() {
+        return Ok(false);
+    }
+    let detail = serde_json::json!({ "reason": reason });
+    super::events::job_event(
+        &mut *db,
+        id,
+        actor,
+        crate::model::JobEventKind::Failed,
+        detail,
+    )
+    .await?;
+    super::events::job_changed(&mut *db, id, JobStatus::Failed).await?;
+    Ok(true)
+}
+
+/// Records the exact image a job's container was made from (`repo@sha256:…` or an image id).
+pub async fn set_image_digest(db: impl PgExecutor<'_>, id: Uuid, digest: &str) -> sqlx::Result<()> {
+    sqlx::query("UPDATE jobs SET image_digest = $2 WHERE id = $1")
+        .bind(id)
+        .bind(digest)
+        .execute(db)
+        .await?;
+    Ok(())
 }
 
 /// Locks `owner`'s admitted, starting and running jobs for the rest of the caller's transaction,
