@@ -198,11 +198,7 @@ impl WaitReason {
             } => {
                 let mut text = format!("pulling image {image} on node {node}");
                 if let Some(total) = bytes_total.filter(|t| *t > 0) {
-                    text.push_str(&format!(
-                        ": {} of {}",
-                        gigabytes(*bytes_done),
-                        gigabytes(total)
-                    ));
+                    text.push_str(&format!(": {}", of_total(*bytes_done, total)));
                 }
                 if let Some(note) = note {
                     text.push_str(&format!(" ({note})"));
@@ -223,15 +219,16 @@ impl WaitReason {
     }
 }
 
-/// Bytes as people read a download's size: `3.2 GB` (decimal, as registries and `docker pull`
-/// count), `0.4 MB` below a tenth of a gigabyte.
-fn gigabytes(bytes: i64) -> String {
-    let b = bytes.max(0) as f64;
-    if b >= 1e8 {
-        format!("{:.1} GB", b / 1e9)
+/// A download's progress as people read it, in the total's unit: `3.2 of 9.8 GB` (decimal, as
+/// registries and `docker pull` count), in MB below a tenth of a gigabyte.
+fn of_total(done: i64, total: i64) -> String {
+    let (unit, scale) = if total >= 100_000_000 {
+        ("GB", 1e9)
     } else {
-        format!("{:.1} MB", b / 1e6)
-    }
+        ("MB", 1e6)
+    };
+    let (d, t) = (done.max(0) as f64 / scale, total as f64 / scale);
+    format!("{d:.1} of {t:.1} {unit}")
 }
 
 /// Explains why `s` does not fit at this point of the pass. Only called for
