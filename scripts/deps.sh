@@ -33,6 +33,7 @@ command -v cc >/dev/null 2>&1 || need_apt+=(gcc libc6-dev)   # builds the tests'
 command -v debootstrap >/dev/null 2>&1 || need_apt+=(debootstrap)   # `make image`'s base, no registry
 command -v systemd-analyze >/dev/null 2>&1 || need_apt+=(systemd)   # `make lint` checks the unit
 command -v curl >/dev/null 2>&1 || need_apt+=(curl)                 # the image's smoke test
+command -v docker-registry >/dev/null 2>&1 || need_apt+=(docker-registry)   # the pull tests' registry
 if [ ${#need_apt[@]} -gt 0 ]; then
   apt_install "${need_apt[@]}"
 fi

@@ -89,7 +89,7 @@ pub async fn resubmit_job(id: Uuid) -> Result<JobAck, AppError> {
     use crate::model::Role;
 
     let (state, user) = server_fn_require(Role::Member).await?;
-    crate::server::jobs::resubmit(&state, &user, id).await
+    crate::server::jobs::resubmit(&state, &user, id, false).await
 }
 
 /// The manifest, for the submit form's workload choice.

@@ -10,8 +10,8 @@ use crate::api::{
     SetGpuState, SetNodeState, UpdateUser,
 };
 use crate::model::{
-    DashboardView, GpuState, JobNetwork, LaunchPolicy, NodeState, NodeView, Role, UserView,
-    VolumeRule, VramEnforcement,
+    DashboardView, GpuState, JobNetwork, LaunchPolicy, NodeState, NodeView, PullPolicy, Role,
+    UserView, VolumeRule, VramEnforcement,
 };
 use leptos::prelude::*;
 use leptos_meta::Title;
@@ -333,6 +333,7 @@ fn PolicyForm(p: LaunchPolicy, save: ServerAction<SaveLaunchPolicy>) -> impl Int
     let log_user = RwSignal::new(p.log_user_mib.to_string());
     let network = RwSignal::new(p.network);
     let enforcement = RwSignal::new(p.vram_enforcement);
+    let pull = RwSignal::new(p.pull);
     let hints = RwSignal::new(p.framework_memory_hints);
     let local_error = RwSignal::new(None::<String>);
     let number = |field: &str, s: RwSignal<String>| whole_number(field, &s.get_untracked());
@@ -345,6 +346,7 @@ fn PolicyForm(p: LaunchPolicy, save: ServerAction<SaveLaunchPolicy>) -> impl Int
         let policy = (|| -> Result<LaunchPolicy, String> {
             Ok(LaunchPolicy {
                 image_allowlist: patterns(&images.get_untracked()),
+                pull: pull.get_untracked(),
                 volume_allowlist: parse_volumes(&volumes.get_untracked()),
                 default_timeout_s: number("default timeout", default_timeout)?,
                 max_timeout_s: number("maximum timeout", max_timeout)?,
@@ -431,6 +433,14 @@ fn PolicyForm(p: LaunchPolicy, save: ServerAction<SaveLaunchPolicy>) -> impl Int
                         <option value="stop" selected=move || enforcement.get() == VramEnforcement::Stop>"stop: warned; stopped when its card runs short"</option>
                         <option value="warn" selected=move || enforcement.get() == VramEnforcement::Warn>"warn: an event and a badge, never stopped"</option>
                         <option value="off" selected=move || enforcement.get() == VramEnforcement::Off>"off: only recorded"</option>
+                    </select>
+                </div>
+                <div class="field">
+                    <label for="policy-pull">"Pull images"</label>
+                    <select id="policy-pull" on:change=move |ev| { if let Ok(p) = event_target_value(&ev).parse::<PullPolicy>() { pull.set(p) } }>
+                        <option value="if_not_present" selected=move || pull.get() == PullPolicy::IfNotPresent>"if not present on the node"</option>
+                        <option value="always" selected=move || pull.get() == PullPolicy::Always>"always (resolve the tag for every job)"</option>
+                        <option value="never" selected=move || pull.get() == PullPolicy::Never>"never (local images only)"</option>
                     </select>
                 </div>
                 {check_box("policy-framework-hints", "Framework memory hints (JAX/XLA, TensorFlow stay within the commitment)", hints)}

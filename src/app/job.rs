@@ -161,6 +161,7 @@ fn Detail(d: JobDetail, cancel: ServerAction<CancelJob>) -> impl IntoView {
             <dl class="spec">
                 <dt>"Owner"</dt><dd>{j.owner.clone()}</dd>
                 <dt>"Image"</dt><dd>{j.image.clone()}</dd>
+                <dt>"Image digest"</dt><dd class="mono">{j.image_digest.clone().unwrap_or_else(|| "not yet known".into())}</dd>
                 <dt>"Command"</dt><dd>{if j.details_hidden {
                     view! { <span id="details-hidden" class="muted">"hidden: the command, volumes, timeline and log are the owner's (and their managers')"</span> }.into_any()
                 } else {

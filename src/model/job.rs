@@ -228,6 +228,10 @@ pub struct JobView {
     pub finished_at: Option<DateTime<Utc>>,
     /// Capacity given back.
     pub released_at: Option<DateTime<Utc>>,
+    /// The exact image the job ran (`repo@sha256:…`, or the image id of a local image without
+    /// one), beside the `image` it was given; `None` until its container was made.
+    #[serde(default)]
+    pub image_digest: Option<String>,
     /// 1-based place in the queue, for queued jobs.
     #[cfg_attr(feature = "ssr", sqlx(skip))]
     pub queue_position: Option<i64>,

@@ -5,6 +5,7 @@ mod dashboard;
 mod error;
 mod events;
 mod gpu;
+pub mod image_ref;
 mod job;
 mod node;
 mod policy;
@@ -29,7 +30,7 @@ pub use job::{
     QUEUE_ORDER_SQL,
 };
 pub use node::{NodeState, NodeView, NODE_LOST_REASON};
-pub use policy::{glob_match, JobNetwork, LaunchPolicy, VolumeRule, VramEnforcement};
+pub use policy::{glob_match, JobNetwork, LaunchPolicy, PullPolicy, VolumeRule, VramEnforcement};
 pub use secret::Secret;
 pub use status::StatusView;
 pub use suggest::{

@@ -18,6 +18,22 @@ vocabulary! {
     }
 }
 
+vocabulary! {
+    /// When a node fetches a job's image from its registry (`docker pull`), always before the
+    /// job's cards are held.
+    #[derive(Default)]
+    pub enum PullPolicy {
+        /// Pull only when the node does not have the image yet.
+        #[default]
+        IfNotPresent = "if_not_present",
+        /// Resolve the tag again for every job: a job runs what its tag named after it was
+        /// queued.
+        Always = "always",
+        /// Never pull: only images already on the node run; a job naming another fails.
+        Never = "never",
+    }
+}
+
 /// A host folder jobs may mount (and everything below it).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
@@ -57,8 +73,12 @@ impl JobNetwork {
 #[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 #[serde(default, deny_unknown_fields)]
 pub struct LaunchPolicy {
-    /// Image patterns a job may use; `*` matches any run of characters.
+    /// Image patterns a job may use; `*` matches any run of characters. Patterns and images are
+    /// compared in their full form (`busybox` is `docker.io/library/busybox:latest`, see
+    /// `model::image_ref`).
     pub image_allowlist: Vec<String>,
+    /// When a node pulls a job's image.
+    pub pull: PullPolicy,
     /// Host folders jobs may mount. Empty: no volumes at all.
     pub volume_allowlist: Vec<VolumeRule>,
     /// Run-time limit of jobs that do not set one.
@@ -113,6 +133,7 @@ impl Default for LaunchPolicy {
     fn default() -> Self {
         LaunchPolicy {
             image_allowlist: vec!["*".into()],
+            pull: PullPolicy::IfNotPresent,
             volume_allowlist: Vec::new(),
             default_timeout_s: 3600,
             max_timeout_s: 7 * 24 * 3600,
@@ -213,14 +234,19 @@ impl LaunchPolicy {
         Ok(())
     }
 
-    /// Whether an image reference matches one of the allowed patterns.
+    /// Whether an image reference matches one of the allowed patterns, both in their full form
+    /// (a reference that does not parse is never allowed).
     pub fn image_allowed(&self, image: &str) -> bool {
-        self.image_allowlist.iter().any(|p| glob_match(p, image))
+        self.image_allowlist
+            .iter()
+            .any(|p| super::image_ref::allowed_by(p, image))
     }
 
-    /// Whether jobs of this image may run as root.
+    /// Whether jobs of this image may run as root (patterns in their full form, as above).
     pub fn root_allowed(&self, image: &str) -> bool {
-        self.root_images.iter().any(|p| glob_match(p, image))
+        self.root_images
+            .iter()
+            .any(|p| super::image_ref::allowed_by(p, image))
     }
 
     /// The size of the tmpfs at `/tmp`, MiB, when the root filesystem is read-only; `None` when it
@@ -330,12 +356,51 @@ mod tests {
     }
 
     #[test]
+    fn pull_is_one_of_three_and_a_bad_one_names_the_field() {
+        for (text, want) in [
+            ("if_not_present", PullPolicy::IfNotPresent),
+            ("always", PullPolicy::Always),
+            ("never", PullPolicy::Never),
+        ] {
+            let p: LaunchPolicy =
+                serde_json::from_value(serde_json::json!({ "pull": text })).unwrap();
+            assert_eq!(p.pull, want);
+        }
+        let e = serde_json::from_value::<LaunchPolicy>(serde_json::json!({ "pull": "sometimes" }))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("sometimes") && e.contains("if_not_present"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn allowlists_compare_full_references() {
+        let p = LaunchPolicy {
+            image_allowlist: vec!["gpuq-test/*".into(), "busybox".into()],
+            root_images: vec!["nvidia/cuda:*".into()],
+            ..Default::default()
+        };
+        assert!(p.image_allowed("gpuq-test/busybox:latest"));
+        assert!(p.image_allowed("docker.io/gpuq-test/busybox:latest"));
+        assert!(p.image_allowed("docker.io/library/busybox:latest"));
+        assert!(!p.image_allowed("busybox:1"));
+        assert!(!p.image_allowed("evil.example/gpuq-test/x"));
+        assert!(!p.image_allowed("127.0.0.1:5000/gpuq-test/busybox:latest"));
+        assert!(p.root_allowed("docker.io/nvidia/cuda:12"));
+        assert!(!p.root_allowed("evil.example/nvidia/cuda:12"));
+        assert!(LaunchPolicy::default().image_allowed("anything.example/x:1"));
+    }
+
+    #[test]
     fn old_policies_read_with_new_defaults() {
         let p: LaunchPolicy = serde_json::from_str(r#"{"pids_limit": 100}"#).unwrap();
         assert_eq!(p.pids_limit, 100);
         assert_eq!(p.shm_mib, 2048);
         assert_eq!(p.tmpfs_mib(), Some(4096));
         assert_eq!(p.network, JobNetwork::Isolated);
+        assert_eq!(p.pull, PullPolicy::IfNotPresent);
         assert_eq!(p.nano_cpus(), None);
         let p = LaunchPolicy {
             cpus_per_job: 1.5,

@@ -10,6 +10,7 @@ use crate::server::gpu::{self, GpuInventory};
 use crate::server::metrics::Metrics;
 use crate::server::nodes::{Lease, Registered};
 use crate::server::notifier::Notifier;
+use crate::server::runner::pull::Puller;
 use crate::server::runner::{DockerHealth, Runner, RunnerConfig};
 use crate::server::runtime::{ensure_sim_devices, Docker};
 use crate::server::usage::Sampling;
@@ -213,11 +214,12 @@ pub async fn start(setup: NodeSetup) -> Result<NodeTasks> {
                 prepare_sim_devices(c)?;
             }
             let notes = notifier.subscribe();
+            let pull_notes = notifier.subscribe();
             tasks.spawn(run_runner(
                 pool.clone(),
                 r,
                 notifier.clone(),
-                notes,
+                (notes, pull_notes),
                 sched,
                 ready_tx,
                 rx.clone(),
@@ -286,13 +288,16 @@ pub async fn start_runner(
     Ok(tasks)
 }
 
-/// The runner: connect (retrying while Docker is unreachable), re-adopt what Docker still runs,
-/// and only then start admitting, then launch admitted jobs until stopped.
+/// The runner: connect (retrying while Docker is unreachable), start the node's puller, re-adopt
+/// what Docker still runs, and only then start admitting, then launch admitted jobs until stopped.
 async fn run_runner(
     pool: PgPool,
     setup: RunnerSetup,
     notifier: Notifier,
-    notes: crate::server::notifier::Subscription,
+    (notes, pull_notes): (
+        crate::server::notifier::Subscription,
+        crate::server::notifier::Subscription,
+    ),
     scheduler: impl Future<Output = ()> + Send + 'static,
     ready: watch::Sender<Option<bool>>,
     mut stop: watch::Receiver<bool>,
@@ -330,18 +335,23 @@ async fn run_runner(
             }
         }
     };
+    // Images of queued jobs are pulled from now on: before any card is held for them.
+    let puller = Puller::new(pool.clone(), docker.clone(), cfg.node.clone());
+    let puller = tokio::spawn(puller.run(pull_notes, stop.clone()));
     let runner = match lease {
         Some(lease) => Runner::leased(pool, docker, cfg, health, notifier, lease),
         None => Runner::new(pool, docker, cfg, health, notifier),
     };
     if !runner.start_up(&mut stop).await {
         let _ = ready.send(Some(false));
+        puller.abort();
         return;
     }
     let scheduler = tokio::spawn(scheduler);
     let _ = ready.send(Some(true));
     runner.run(notes, stop).await;
     let _ = scheduler.await;
+    let _ = puller.await;
 }
 
 /// Simulated cards get their device nodes (`/dev/gpuq-sim<N>`) before a job is fenced to one.

@@ -16,6 +16,7 @@ const NODE: &str = "lc-node";
 #[derive(Debug, Clone, Copy)]
 enum Stmt {
     Admit,
+    FailQueued(Actor),
     Claim,
     SetRunning,
     Unclaim,
@@ -33,7 +34,7 @@ impl Stmt {
             Stmt::Admit | Stmt::RequeueLost => Actor::Scheduler,
             Stmt::Claim | Stmt::SetRunning | Stmt::Unclaim => Actor::Runner,
             Stmt::Finish(_) | Stmt::FinishStopped => Actor::Runner,
-            Stmt::Cancel(by) => by,
+            Stmt::Cancel(by) | Stmt::FailQueued(by) => by,
             Stmt::RequeueAdmittedOf | Stmt::FailOnForgottenNode => Actor::Admin,
         }
     }
@@ -42,6 +43,9 @@ impl Stmt {
         let mut conn = pool.acquire().await?;
         match self {
             Stmt::Admit => drop(lifecycle::admit(&mut conn, &[job], &[NODE.into()]).await?),
+            Stmt::FailQueued(by) => {
+                lifecycle::fail_queued(&mut conn, job, by, "its image cannot be had").await?;
+            }
             Stmt::Claim => drop(lifecycle::claim(pool, NODE, None, 10).await?),
             Stmt::SetRunning => drop(lifecycle::set_running(pool, job, NODE).await?),
             Stmt::Unclaim => lifecycle::unclaim(pool, job, NODE, "walk").await?,
@@ -72,6 +76,8 @@ impl Stmt {
 
 const STATEMENTS: &[Stmt] = &[
     Stmt::Admit,
+    Stmt::FailQueued(Actor::Scheduler),
+    Stmt::FailQueued(Actor::Runner),
     Stmt::Claim,
     Stmt::SetRunning,
     Stmt::Unclaim,
@@ -182,6 +188,7 @@ fn expects(stmt: Stmt, from: JobStatus, to: JobStatus) -> bool {
     use JobStatus::*;
     match stmt {
         Stmt::Admit => (from, to) == (Queued, Admitted),
+        Stmt::FailQueued(_) => (from, to) == (Queued, Failed),
         Stmt::Claim => (from, to) == (Admitted, Starting),
         Stmt::SetRunning => (from, to) == (Starting, Running),
         Stmt::Unclaim => (from, to) == (Starting, Admitted),
@@ -209,6 +216,14 @@ async fn an_actor_the_table_does_not_name_writes_nothing(pool: PgPool) {
         let e = lifecycle::request_cancel(&pool, queued, by)
             .await
             .expect_err("only people ask a stop");
+        assert!(e.to_string().contains("refuses"), "{e}");
+    }
+    // Only the machines fail a queued job as unrunnable: not its owner, not an admin.
+    for by in [Actor::Owner, Actor::Admin] {
+        let mut conn = pool.acquire().await.unwrap();
+        let e = lifecycle::fail_queued(&mut conn, queued, by, "x")
+            .await
+            .expect_err("people cancel, they do not fail");
         assert!(e.to_string().contains("refuses"), "{e}");
     }
     assert_eq!(status_of(&pool, queued).await, JobStatus::Queued);

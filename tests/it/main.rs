@@ -27,6 +27,7 @@ mod nodes;
 mod notifier;
 mod nvml;
 mod planner_props;
+mod pull;
 mod retention;
 mod roles;
 mod runner;

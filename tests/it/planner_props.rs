@@ -83,6 +83,7 @@ fn arb_input() -> impl Strategy<Value = PlanInput> {
                         need,
                         exclusive,
                         queued_at_ms: NOW - age,
+                        nodes: None,
                     },
                 )
                 .collect();
@@ -325,10 +326,13 @@ fn check_plan(inp: &PlanInput, p: &Plan) -> Result<(), TestCaseError> {
                     prop_assert_eq!(*gpu_count as usize, g)
                 }
                 WaitReason::HoldingCards { .. } => prop_assert!(false, "nested hold"),
-                WaitReason::OverCap { .. } | WaitReason::OwnerDisabled => {
+                WaitReason::OverCap { .. }
+                | WaitReason::OwnerDisabled
+                | WaitReason::Pulling { .. }
+                | WaitReason::ImageUnavailable { .. } => {
                     prop_assert!(
                         false,
-                        "caps and holds are applied before planning, never by the planner"
+                        "caps, holds and images are applied before planning, never by the planner"
                     )
                 }
             }
@@ -422,6 +426,7 @@ fn simulate(
                 need: Need::Fixed(need),
                 exclusive: false,
                 queued_at_ms: pass as i64 * 1_000,
+                nodes: None,
             });
         }
         let mut cs = cards.to_vec();
@@ -503,6 +508,7 @@ proptest! {
             need: Need::Fixed(total * frac / 100),
             exclusive: false,
             queued_at_ms: 0,
+            nodes: None,
         };
         // Cards start partly occupied by jobs that finish after 1..=3 passes.
         let running = initial
@@ -531,6 +537,7 @@ fn without_the_guard_the_big_job_starves() {
         need: Need::Fixed(20_000),
         exclusive: false,
         queued_at_ms: 0,
+        nodes: None,
     };
     let smalls = [(6_000, 4)];
     let running = || {

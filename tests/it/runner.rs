@@ -178,6 +178,10 @@ async fn each_job_sees_exactly_its_own_card(pool: PgPool) {
 #[sqlx::test(migrations = false)]
 async fn launch_problems_fail_the_job_with_a_reason(pool: PgPool) {
     let (app, member, node) = fenced(pool, "r4", 1).await;
+    // Local images only: an image that is not on the node fails at once instead of being pulled
+    // (pulling is tests/it/pull.rs).
+    let admin = app.bearer("root", Role::Admin).await;
+    app.set_policy(&admin, json!({ "pull": "never" })).await;
     let spec = json!({ "image": "gpuq-test/not-here:1", "command": ["true"], "min_vram_mb": 1000 });
     let missing = app.submit_ok(&member, spec).await;
     let v = wait_status(&app, &member, missing, &["failed"], 30).await;

@@ -5,10 +5,11 @@
 //! The steps are public so tests can interleave them deliberately (and show what the lock
 //! prevents); [`run_pass`] is the only correct composition.
 
+use super::images::{Gate, ImageGate};
 use super::planner::{self, Card, Need, Plan, PlanInput, QueuedJob, WaitReason, Waiting};
-use crate::model::{LiveEvent, QUEUE_ORDER_SQL};
+use crate::model::{LaunchPolicy, LiveEvent, QUEUE_ORDER_SQL};
 use crate::server::db::gpus::GpuRow;
-use crate::server::db::{events, gpus, lifecycle, manifest, nodes, settings};
+use crate::server::db::{events, gpus, jobs, lifecycle, manifest, nodes, settings};
 use crate::server::metrics;
 use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
@@ -54,8 +55,12 @@ pub struct PassState {
     pub input: PlanInput,
     /// Card details by id, for events.
     pub cards: HashMap<Uuid, (String, u32)>,
-    /// Queued jobs a launch-policy cap holds back (in queue order): the planner never sees them.
+    /// Queued jobs a launch-policy cap or a missing image holds back (in queue order): the
+    /// planner never sees them.
     pub capped: Vec<(QueuedJob, WaitReason)>,
+    /// Queued jobs whose image cannot be had on any node they could run on, and why: the pass
+    /// fails them (a dry run only shows them waiting).
+    pub doomed: Vec<(Uuid, String)>,
 }
 
 impl PassState {
@@ -92,13 +97,28 @@ pub async fn run_pass(pool: &PgPool, cfg: &PassConfig, now: DateTime<Utc>) -> Re
         tracing::warn!(jobs = ?requeued, "requeued jobs whose node is lost (requeue_on_node_loss)");
     }
     let state = read_state(&mut tx, cfg, now).await?;
+    let mut failed = 0;
+    for (job, reason) in &state.doomed {
+        if jobs::fail_queued(
+            &mut tx,
+            *job,
+            lifecycle::Actor::Scheduler,
+            "scheduler",
+            reason,
+        )
+        .await
+        .context("failing a job whose image cannot be had")?
+        {
+            failed += 1;
+        }
+    }
     let planned = Instant::now();
     let plan = state.plan();
     let plan_time = planned.elapsed();
     let admitted_ids = apply_plan(&mut tx, cfg, &state, &plan).await?;
     let admitted = admitted_ids.len();
     record_pass(&mut tx).await?;
-    if reclaimed > 0 || admitted > 0 || !requeued.is_empty() {
+    if reclaimed > 0 || admitted > 0 || failed > 0 || !requeued.is_empty() {
         let event = LiveEvent::Pass {
             admitted: admitted as u64,
             reclaimed,
@@ -203,6 +223,7 @@ struct QueueRow {
     exclusive: bool,
     created_at: DateTime<Utc>,
     owner_id: Uuid,
+    image: String,
 }
 
 /// The launch policy's caps as they apply to this pass: jobs beyond a cap are held back, in queue
@@ -221,10 +242,11 @@ struct Caps {
 }
 
 impl Caps {
-    async fn read(tx: &mut Transaction<'_, Postgres>, cpu_node: &str) -> Result<Caps> {
-        let policy = settings::launch_policy(&mut **tx)
-            .await
-            .context("reading the launch policy")?;
+    async fn read(
+        tx: &mut Transaction<'_, Postgres>,
+        policy: &LaunchPolicy,
+        cpu_node: &str,
+    ) -> Result<Caps> {
         let running: Vec<(Uuid, i64)> = sqlx::query_as(
             "SELECT owner_id, count(*) FROM jobs \
              WHERE status IN ('admitted', 'starting', 'running') GROUP BY owner_id",
@@ -297,13 +319,17 @@ pub async fn read_state(
     let manifest = manifest::load(tx).await.context("reading the manifest")?;
     let rows_q: Vec<QueueRow> = sqlx::query_as(&format!(
         "SELECT id, seq, priority, gpu_count, workload, min_vram_mib, exclusive, created_at, \
-                owner_id \
+                owner_id, image \
          FROM jobs WHERE status = 'queued' ORDER BY {QUEUE_ORDER_SQL}"
     ))
     .fetch_all(&mut **tx)
     .await
     .context("reading the queue")?;
-    let mut caps = Caps::read(tx, &cfg.cpu_node).await?;
+    let policy = settings::launch_policy(&mut **tx)
+        .await
+        .context("reading the launch policy")?;
+    let mut caps = Caps::read(tx, &policy, &cfg.cpu_node).await?;
+    let images = ImageGate::read(tx, &rows, policy.pull, &cfg.cpu_node).await?;
     let cards = rows.iter().map(to_planner_card).collect();
     let to_job = |q: &QueueRow| QueuedJob {
         id: q.id,
@@ -317,11 +343,27 @@ pub async fn read_state(
         },
         exclusive: q.exclusive,
         queued_at_ms: q.created_at.timestamp_millis(),
+        nodes: None,
     };
     let (mut queue, mut capped) = (Vec::with_capacity(rows_q.len()), Vec::new());
+    let mut doomed = Vec::new();
     for q in &rows_q {
+        // The image first: a job waiting for its image takes no place under its owner's caps.
+        let nodes = match images.gate(&q.image, q.gpu_count, q.created_at) {
+            Gate::Any => None,
+            Gate::Only(nodes) => Some(nodes),
+            Gate::Wait(reason) => {
+                capped.push((to_job(q), reason));
+                continue;
+            }
+            Gate::Fail(why) => {
+                doomed.push((q.id, why.clone()));
+                capped.push((to_job(q), WaitReason::ImageUnavailable { reason: why }));
+                continue;
+            }
+        };
         match caps.admit(q) {
-            None => queue.push(to_job(q)),
+            None => queue.push(QueuedJob { nodes, ..to_job(q) }),
             Some(reason) => capped.push((to_job(q), reason)),
         }
     }
@@ -338,6 +380,7 @@ pub async fn read_state(
             .map(|g| (g.uuid, (g.node.clone(), g.idx as u32)))
             .collect(),
         capped,
+        doomed,
     })
 }
 

@@ -86,6 +86,9 @@ pub struct QueuedJob {
     pub exclusive: bool,
     /// Enqueue time, for the starvation guard.
     pub queued_at_ms: i64,
+    /// The only nodes it may be placed on (those that have its image); `None`: any node.
+    #[serde(default)]
+    pub nodes: Option<Vec<String>>,
 }
 
 /// Everything one pass depends on; nothing else is consulted.
@@ -194,9 +197,20 @@ struct Shape {
     gpu_count: usize,
     exclusive: bool,
     min_need: Option<i64>,
+    /// Per node span: whether the job may go there (`None`: everywhere).
+    allowed: Option<Vec<bool>>,
     failed: bool,
     reason: Option<(u64, WaitReason)>,
     block: Option<(u64, Vec<usize>)>,
+}
+
+impl Shape {
+    /// Whether the job may be placed on the node of span `n`.
+    fn allows(&self, n: usize) -> bool {
+        self.allowed
+            .as_ref()
+            .is_none_or(|a| a.get(n).copied().unwrap_or(false))
+    }
 }
 
 /// The evolving state of one pass.
@@ -230,6 +244,7 @@ pub fn plan(input: &PlanInput) -> Plan {
     let mut pass = Pass::new(input);
     let mut shapes: Vec<Shape> = Vec::new();
     let mut index: FxMap<Vec<i64>, usize> = FxMap::default();
+    let mut groups: FxMap<&[String], i64> = FxMap::default();
     let mut key: Vec<i64> = Vec::new();
 
     // Resolve shapes in input order (sequential memory), then sort compact
@@ -237,10 +252,17 @@ pub fn plan(input: &PlanInput) -> Plan {
     let mut order: Vec<(QueueKey, Uuid, usize, usize)> = Vec::with_capacity(q.len());
     for (qi, job) in q.iter().enumerate() {
         pass.shape_key(job, &mut key);
+        // Jobs allowed on different nodes are different shapes: one failing says nothing of
+        // the other.
+        let next = groups.len() as i64 + 1;
+        key.push(match &job.nodes {
+            None => 0,
+            Some(n) => *groups.entry(n.as_slice()).or_insert(next),
+        });
         let si = match index.get(key.as_slice()) {
             Some(&si) => si,
             None => {
-                shapes.push(pass.new_shape(&key));
+                shapes.push(pass.new_shape(&key, job.nodes.as_deref()));
                 index.insert(key.clone(), shapes.len() - 1);
                 shapes.len() - 1
             }
@@ -370,10 +392,25 @@ impl<'a> Pass<'a> {
         }
     }
 
-    fn new_shape(&self, key: &[i64]) -> Shape {
-        let needs = key.get(2..).unwrap_or_default().to_vec();
+    /// The shape of `key` (`[gpu_count, exclusive, need per model..., node group]`), allowed on
+    /// `nodes` (`None`: on every node).
+    fn new_shape(&self, key: &[i64], nodes: Option<&[String]>) -> Shape {
+        let needs = key
+            .get(2..key.len().saturating_sub(1))
+            .unwrap_or_default()
+            .to_vec();
+        let allowed = nodes.map(|names| {
+            self.nodes
+                .iter()
+                .map(|span| {
+                    let node = &self.input.cards[self.slots[span.start].src].node;
+                    names.contains(node)
+                })
+                .collect()
+        });
         Shape {
             min_need: needs.iter().copied().filter(|&n| n >= 0).min(),
+            allowed,
             needs,
             gpu_count: usize::try_from(key[0]).unwrap_or(usize::MAX),
             exclusive: key[1] != 0,
@@ -395,8 +432,8 @@ impl<'a> Pass<'a> {
             return false;
         }
         let mut best: Option<i64> = None;
-        for span in &self.nodes {
-            if span.max_free < min_need || span.end - span.start < g {
+        for (n, span) in self.nodes.iter().enumerate() {
+            if span.max_free < min_need || span.end - span.start < g || !s.allows(n) {
                 continue;
             }
             self.buf.clear();
@@ -490,7 +527,10 @@ impl<'a> Pass<'a> {
         let g = s.gpu_count;
         let mut best: Option<i64> = None;
         let mut pick = Vec::new();
-        for span in &self.nodes {
+        for (n, span) in self.nodes.iter().enumerate() {
+            if !s.allows(n) {
+                continue;
+            }
             self.buf.clear();
             for (si, c) in self.slots[span.start..span.end].iter().enumerate() {
                 let need = s.needs[c.model];

@@ -156,6 +156,7 @@ pub(super) fn queued(specs: &[JobSpec]) -> Vec<QueuedJob> {
             },
             exclusive: s.exclusive,
             queued_at_ms: -s.age_ms,
+            nodes: None,
         })
         .collect()
 }

@@ -1,6 +1,7 @@
 //! Repository for jobs and their reservations.
 
-use crate::model::{AssignedGpu, JobView, QUEUE_ORDER_SQL};
+use super::lifecycle;
+use crate::model::{AssignedGpu, JobStatus, JobView, QUEUE_ORDER_SQL};
 use serde_json::Value;
 use sqlx::{FromRow, PgExecutor, QueryBuilder};
 use uuid::Uuid;
@@ -20,8 +21,8 @@ pub struct JobRow {
 
 const COLUMNS: &str = "j.id, j.seq, j.owner_id, u.username AS owner, j.name, j.spec, j.image, \
     j.command, j.gpu_count, j.workload, j.min_vram_mib, j.exclusive, j.priority, j.timeout_s, \
-    j.status, j.status_reason, j.stop_cause, j.log_path, j.node, j.exit_code, j.created_at, j.admitted_at, j.started_at, \
-    j.finished_at, j.released_at";
+    j.status, j.status_reason, j.stop_cause, j.log_path, j.node, j.exit_code, j.created_at, \
+    j.admitted_at, j.started_at, j.finished_at, j.released_at, j.image_digest";
 
 /// Locks the owner's row for the rest of the transaction (so one user's submits are counted one
 /// after another), then counts their queued jobs.
@@ -169,7 +170,7 @@ pub async fn list(db: &mut sqlx::PgConnection, f: &JobFilter) -> sqlx::Result<(V
         "SELECT j.id, j.seq, j.owner_id, u.username AS owner, j.name, j.image, j.gpu_count, \
            j.workload, j.min_vram_mib, j.exclusive, j.priority, j.timeout_s, j.status, j.node, \
            j.exit_code, j.created_at, j.admitted_at, j.started_at, j.finished_at, j.released_at, \
-           CASE WHEN ",
+           j.image_digest, CASE WHEN ",
     );
     push_sees(&mut q, v.id, v.all_details);
     q.push(" THEN j.command ELSE '{}'::text[] END AS command, CASE WHEN ");
@@ -221,6 +222,43 @@ pub async fn grants_of(db: impl PgExecutor<'_>, jobs: &[Uuid]) -> sqlx::Result<V
     .bind(jobs)
     .fetch_all(db)
     .await
+}
+
+/// Ends a queued job `failed` with `reason` (its image cannot be had, or may no longer be run),
+/// with its job event and live notification, in the caller's transaction: `by` is the pass or
+/// the node's puller, `actor` the name the trail gives it. A job admitted or cancelled meanwhile
+/// is left alone (`false`).
+pub async fn fail_queued(
+    db: &mut sqlx::PgConnection,
+    id: Uuid,
+    by: lifecycle::Actor,
+    actor: &str,
+    reason: &str,
+) -> sqlx::Result<bool> {
+    if !lifecycle::fail_queued(&mut *db, id, by, reason).await? {
+        return Ok(false);
+    }
+    let detail = serde_json::json!({ "reason": reason });
+    super::events::job_event(
+        &mut *db,
+        id,
+        actor,
+        crate::model::JobEventKind::Failed,
+        detail,
+    )
+    .await?;
+    super::events::job_changed(&mut *db, id, JobStatus::Failed).await?;
+    Ok(true)
+}
+
+/// Records the exact image a job's container was made from (`repo@sha256:…` or an image id).
+pub async fn set_image_digest(db: impl PgExecutor<'_>, id: Uuid, digest: &str) -> sqlx::Result<()> {
+    sqlx::query("UPDATE jobs SET image_digest = $2 WHERE id = $1")
+        .bind(id)
+        .bind(digest)
+        .execute(db)
+        .await?;
+    Ok(())
 }
 
 /// Locks `owner`'s admitted, starting and running jobs for the rest of the caller's transaction,

@@ -413,7 +413,7 @@ pub(super) async fn smoke(opts: &DoctorOptions, cards: &Cards, docker: Option<&D
         Ok(false) => {
             return Check::fail(
                 NAME,
-                format!("image {image} is not present locally (gpuq never pulls)"),
+                format!("image {image} is not present locally (the smoke test never pulls)"),
                 format!("`docker pull {image}` or `docker load` it on this host"),
             )
         }

@@ -58,14 +58,35 @@ pub(super) async fn show(
     Ok(Json(jobs::get(&state.ctx, &user, job_id(&id)?).await?))
 }
 
+/// Query of `POST /api/v1/jobs/{id}/resubmit`.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ResubmitQuery {
+    /// `digest`: the new job runs the exact image the old one ran (its `image_digest`), not
+    /// whatever its tag names now.
+    pub(super) pin: Option<String>,
+}
+
 /// Submits a copy of one of the caller's jobs as a new job (through today's rules).
-#[utoipa::path(post, path = "/api/v1/jobs/{id}/resubmit", tag = "jobs", security(("bearer" = [])), params(("id" = Uuid, Path)), responses((status = 201, body = JobAck), (status = 400, description = "the old spec no longer passes; `field` names why", body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+#[utoipa::path(post, path = "/api/v1/jobs/{id}/resubmit", tag = "jobs", security(("bearer" = [])), params(("id" = Uuid, Path), ResubmitQuery), responses((status = 201, body = JobAck), (status = 400, description = "the old spec no longer passes, or `pin=digest` for a job without a registry digest; `field` names why", body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(super) async fn resubmit(
     State(state): State<AppState>,
     user: CurrentUser,
     Path(id): Path<String>,
+    query: Result<Query<ResubmitQuery>, QueryRejection>,
 ) -> Result<(StatusCode, Json<JobAck>), ApiError> {
-    let ack = jobs::resubmit(&state.ctx, &user, job_id(&id)?).await?;
+    let Query(q) = query.map_err(|e| AppError::invalid("query", e.body_text()))?;
+    let pin = match q.pin.as_deref() {
+        None => false,
+        Some("digest") => true,
+        Some(other) => {
+            return Err(
+                AppError::invalid("pin", format!("`{other}`: the one pin is `digest`")).into(),
+            )
+        }
+    };
+    let ack = jobs::resubmit(&state.ctx, &user, job_id(&id)?, pin).await?;
     Ok((StatusCode::CREATED, Json(ack)))
 }
 

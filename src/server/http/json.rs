@@ -29,10 +29,13 @@ fn refusal(rejection: &JsonRejection) -> AppError {
         JsonRejection::JsonDataError(e) => {
             let text = e.body_text();
             // serde names the field in "unknown field `x`" and "missing field `x`"; pass it on.
+            // A bad value of a known field is named by the path axum puts before serde's words
+            // ("…target type: pull: `sometimes` is not…").
             let field = text
                 .split('`')
                 .nth(1)
                 .filter(|_| text.contains("field `"))
+                .or_else(|| path_of(&text))
                 .unwrap_or("body");
             AppError::invalid(field, text.clone())
         }
@@ -42,4 +45,16 @@ fn refusal(rejection: &JsonRejection) -> AppError {
         ),
         other => AppError::invalid("body", other.body_text()),
     }
+}
+
+/// The path axum's data error names (`pull`, `volume_allowlist[0].path`), if it names one.
+fn path_of(text: &str) -> Option<&str> {
+    let (_, rest) = text.split_once("target type: ")?;
+    let (path, _) = rest.split_once(": ")?;
+    let plain = !path.is_empty()
+        && path != "."
+        && path
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_.[]".contains(c));
+    plain.then_some(path)
 }

@@ -220,6 +220,7 @@ pub async fn preview(ctx: &Ctx, user: &CurrentUser, body: &str) -> Result<Previe
         need,
         exclusive: spec.exclusive(),
         queued_at_ms: input.now_ms,
+        nodes: None,
     });
     let plan = planner::plan(&input);
     if let Some(p) = plan.admitted.iter().find(|p| p.job_id == id) {
@@ -323,15 +324,36 @@ pub(crate) async fn find(pool: &sqlx::PgPool, id: Uuid) -> Result<jobs::JobRow, 
 }
 
 /// Submits a new job with the spec of an earlier one (its owner only: the env is private). The
-/// spec goes through today's parser, manifest and launch policy, like any submission.
-pub async fn resubmit(ctx: &Ctx, user: &CurrentUser, id: Uuid) -> Result<JobAck, AppError> {
+/// spec goes through today's parser, manifest and launch policy, like any submission. With
+/// `pin_digest` the new job names the exact image the old one ran (`repo@sha256:…`), so a tag
+/// moved since changes nothing.
+pub async fn resubmit(
+    ctx: &Ctx,
+    user: &CurrentUser,
+    id: Uuid,
+    pin_digest: bool,
+) -> Result<JobAck, AppError> {
     let job = find(&ctx.pool, id).await?;
     if !access::may_resubmit(user, job.owner_id) {
         return Err(AppError::Forbidden(
             "only the job's owner may resubmit it (its environment is private)".into(),
         ));
     }
-    let ack = submit(ctx, user, &job.spec.to_string()).await?;
+    let mut spec = job.spec.clone();
+    if pin_digest {
+        let digest = job.job.image_digest.as_deref().filter(|d| d.contains('@'));
+        let Some(digest) = digest else {
+            return Err(AppError::invalid(
+                "pin",
+                format!(
+                    "job {id} has no registry digest to pin: it has not run yet, or ran a local \
+                     image that no registry names"
+                ),
+            ));
+        };
+        spec["image"] = serde_json::Value::String(digest.to_owned());
+    }
+    let ack = submit(ctx, user, &spec.to_string()).await?;
     events::job_event(
         &ctx.pool,
         ack.job_id,

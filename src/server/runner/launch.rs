@@ -6,7 +6,7 @@ use crate::model::LaunchPolicy;
 use crate::model::{gpu_id, JobEventKind, JobStatus};
 use crate::server::db::lifecycle::{self, Ending};
 use crate::server::db::runs::{self, RunRow};
-use crate::server::db::{events, job_uids};
+use crate::server::db::{events, job_uids, jobs};
 use crate::server::runtime::hints::{self, CardShare};
 use crate::server::runtime::mountinfo::{self, FolderOrigin, MountCheck};
 use crate::server::runtime::simdev::sim_device_path;
@@ -58,17 +58,24 @@ impl Runner {
     }
 
     async fn start_container(&self, job: &RunRow) -> Result<(String, DateTime<Utc>), NotLaunched> {
-        let (req, origins) = self.request_with_origins(job).await?;
-        let container = self.docker.create(&req, self.cfg.mode).await.map_err(|e| match e {
-            RuntimeError::Unreachable(m) => NotLaunched::Retry(format!("Docker unreachable: {m}")),
-            RuntimeError::NetworkGone(m) => NotLaunched::Retry(format!("the job network: {m}")),
-            RuntimeError::ImageMissing(image) => NotLaunched::Fail(format!(
-                "image {image} is not present on node {}: gpuq does not pull images; load it on the node first",
-                self.cfg.node
-            )),
-            RuntimeError::FenceViolation(m) => NotLaunched::Fail(format!("fence check failed: {m}")),
-            other => NotLaunched::Fail(format!("container could not be created: {other}")),
-        })?;
+        let (req, origins, digest) = self.request_with_origins(job).await?;
+        let container = self
+            .docker
+            .create(&req, self.cfg.mode)
+            .await
+            .map_err(|e| match e {
+                RuntimeError::Unreachable(m) => {
+                    NotLaunched::Retry(format!("Docker unreachable: {m}"))
+                }
+                RuntimeError::NetworkGone(m) => NotLaunched::Retry(format!("the job network: {m}")),
+                RuntimeError::ImageMissing(image) => {
+                    NotLaunched::Fail(missing(&image, &self.cfg.node))
+                }
+                RuntimeError::FenceViolation(m) => {
+                    NotLaunched::Fail(format!("fence check failed: {m}"))
+                }
+                other => NotLaunched::Fail(format!("container could not be created: {other}")),
+            })?;
         // Whatever the launch mode, nothing starts that Docker recorded differently from the grant.
         // In `Fenced` mode `create` has inspected and verified the container already (and removed
         // it had it differed); a second inspect would only repeat that.
@@ -116,6 +123,10 @@ impl Runner {
             return Err(NotLaunched::Retry(format!(
                 "could not record the launch: {recorded:?}"
             )));
+        }
+        // The exact image the container was made from, beside the reference the job gave.
+        if let Err(e) = jobs::set_image_digest(&self.pool, job.id, &digest).await {
+            tracing::warn!(job = %job.id, error = %e, "could not record the image's digest");
         }
         let issued = Utc::now();
         if let Err(e) = self.docker.start(&container).await {
@@ -196,18 +207,19 @@ impl Runner {
         Ok(self.request_with_origins(job).await?.0)
     }
 
-    /// [`Runner::request`], and where each bind's folder lives (for [`Runner::check_binds`]).
+    /// [`Runner::request`], where each bind's folder lives (for [`Runner::check_binds`]) and the
+    /// digest of the image the node has under the job's reference.
     async fn request_with_origins(
         &self,
         job: &RunRow,
-    ) -> Result<(LaunchRequest, Vec<(String, FolderOrigin)>), NotLaunched> {
+    ) -> Result<(LaunchRequest, Vec<(String, FolderOrigin)>, String), NotLaunched> {
         let spec: JobSpec = serde_json::from_value(job.spec.clone())
             .map_err(|e| NotLaunched::Fail(format!("stored spec is no longer valid: {e}")))?;
         // Independent of each other: the ledger, the policy and dockerd are asked at once.
-        let (grants, policy, image_volumes) = tokio::join!(
+        let (grants, policy, image) = tokio::join!(
             runs::live_grants(&self.pool, job.id),
             self.policy.get(&self.pool, &self.notifier),
-            self.docker.image_volumes(spec.image()),
+            self.docker.local_image(spec.image()),
         );
         let grants = grants.map_err(|e| NotLaunched::Retry(format!("reading the ledger: {e}")))?;
         if grants.len() != spec.gpu_count() as usize {
@@ -227,15 +239,9 @@ impl Runner {
         }
         let (mounts, origins) = self.mounts(&spec, &policy).await?;
         let run_as = self.run_as(job, spec.image(), &policy).await?;
-        let image_volumes = match image_volumes {
-            Ok(Some(dirs)) => dirs,
-            Ok(None) => {
-                return Err(NotLaunched::Fail(format!(
-                    "image {} is not present on node {}: gpuq does not pull images; load it on the node first",
-                    spec.image(),
-                    self.cfg.node
-                )))
-            }
+        let (image_volumes, digest) = match image {
+            Ok(Some(found)) => (found.volumes, found.digest),
+            Ok(None) => return Err(NotLaunched::Fail(missing(spec.image(), &self.cfg.node))),
             Err(RuntimeError::Unreachable(m)) => {
                 return Err(NotLaunched::Retry(format!("Docker unreachable: {m}")))
             }
@@ -278,7 +284,7 @@ impl Runner {
             network: policy.network,
             image_volumes,
         };
-        Ok((req, origins))
+        Ok((req, origins, digest))
     }
 
     /// The job's volumes resolved on this node now, and where each folder lives; a volume that
@@ -354,4 +360,13 @@ impl Runner {
             tracing::warn!(%container, error = %e, "could not remove a container that was not launched");
         }
     }
+}
+
+/// Why a job whose image left its node after admission fails (its puller had found the image
+/// there, or the node pulls nothing: an older gpuq's row, a node without a puller).
+fn missing(image: &str, node: &str) -> String {
+    format!(
+        "image {image} is not present on node {node}: it was removed after the job was placed, \
+         or this node does not pull images"
+    )
 }

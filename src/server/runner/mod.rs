@@ -8,6 +8,7 @@
 mod launch;
 pub mod logs;
 mod policy;
+pub mod pull;
 mod reconcile;
 mod supervise;
 

@@ -4,6 +4,7 @@
 mod convert;
 mod daemon;
 mod parts;
+pub mod pull;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -171,8 +172,7 @@ impl Docker {
         }
     }
 
-    /// Whether `image` is present locally; gpuq never pulls, so this is the
-    /// whole availability question.
+    /// Whether `image` is present locally (pulls are `Docker::pull`, never a side effect).
     pub async fn image_exists(&self, image: &str) -> Result<bool, RuntimeError> {
         match self.inner.inspect_image(image).await.map_err(map_err) {
             Ok(_) => Ok(true),
@@ -185,7 +185,7 @@ impl Docker {
     /// `Fenced` mode the created container is inspected and verified against
     /// the request, and removed again if dockerd recorded anything else.
     ///
-    /// A missing image is [`RuntimeError::ImageMissing`] (dockerd's own answer: gpuq never
+    /// A missing image is [`RuntimeError::ImageMissing`] (dockerd's own answer: a create never
     /// pulls, so no separate look first); a job network removed since it was looked up is
     /// [`RuntimeError::NetworkGone`].
     pub async fn create(

@@ -22,6 +22,7 @@ use uuid::Uuid;
 
 use crate::model::JobNetwork;
 
+pub use docker::pull::{LocalImage, PullError, PullProgress};
 pub use docker::Docker;
 pub use fence::{container_config, verify, verify_isolation};
 pub use simdev::ensure_sim_devices;
@@ -272,8 +273,9 @@ pub enum RuntimeError {
     /// dockerd cannot be reached; the node should stop admitting jobs.
     #[error("docker daemon unreachable: {0}")]
     Unreachable(String),
-    /// The image is not present locally; gpuq never pulls.
-    #[error("image not present locally (gpuq does not pull): {0}")]
+    /// The image is not present locally (a launch never pulls: the node's puller did, before the
+    /// job's cards were held).
+    #[error("image not present locally: {0}")]
     ImageMissing(String),
     /// The container would not be (or is not) fenced as the ledger says.
     #[error("fence violation: {0}")]

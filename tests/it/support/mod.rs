@@ -9,6 +9,7 @@ pub mod json;
 pub mod ledger;
 pub mod node;
 pub mod nvml;
+pub mod registry;
 pub mod server;
 pub mod specs;
 

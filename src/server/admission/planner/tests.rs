@@ -26,6 +26,7 @@ fn job(n: u128, need: Need, gpu_count: u32) -> QueuedJob {
         need,
         exclusive: false,
         queued_at_ms: 0,
+        nodes: None,
     }
 }
 
@@ -304,4 +305,38 @@ fn shuffled_input_gives_identical_plan() {
     let mut rq = q;
     rq.rotate_left(2);
     assert_eq!(p1, plan(&input(rc, rq)));
+}
+
+#[test]
+fn a_job_restricted_to_nodes_goes_only_there() {
+    // Best fit would pick node a's smaller card; the job's image is only on node b.
+    let a = card("a", 0, RTX, 12_000);
+    let b = card("b", 0, RTX, 24_000);
+    let mut only_b = job(1, Need::Fixed(10_000), 1);
+    only_b.nodes = Some(vec!["b".into()]);
+    let anywhere = job(2, Need::Fixed(10_000), 1);
+    let p = plan(&input(vec![a.clone(), b.clone()], vec![only_b, anywhere]));
+    assert_eq!(granted(&p, 1), vec![(b.uuid, 10_000)]);
+    assert_eq!(granted(&p, 2), vec![(a.uuid, 10_000)]);
+    // Restricted to a node that has no room, it waits rather than going elsewhere.
+    let mut only_a = job(3, Need::Fixed(20_000), 1);
+    only_a.nodes = Some(vec!["a".into()]);
+    let p = plan(&input(vec![a, b], vec![only_a]));
+    assert!(p.admitted.is_empty(), "{p:?}");
+    assert_eq!(p.waiting.len(), 1);
+}
+
+#[test]
+fn a_pull_in_progress_reads_in_gigabytes() {
+    let r = WaitReason::Pulling {
+        image: "r.example/x:1".into(),
+        node: "gpu1".into(),
+        bytes_done: 3_200_000_000,
+        bytes_total: Some(9_800_000_000),
+        note: None,
+    };
+    assert_eq!(
+        r.message(),
+        "pulling image r.example/x:1 on node gpu1: 3.2 of 9.8 GB"
+    );
 }

@@ -89,6 +89,25 @@ pub enum WaitReason {
     },
     /// Its owner's account is disabled: held until an admin enables it again.
     OwnerDisabled,
+    /// Its image is on none of the nodes it could run on yet: it is being pulled (or waits for a
+    /// retry), and no card is held meanwhile.
+    Pulling {
+        /// The full image reference.
+        image: String,
+        /// The node whose pull has come furthest.
+        node: String,
+        /// Bytes fetched there.
+        bytes_done: i64,
+        /// Bytes to fetch there, once the registry said.
+        bytes_total: Option<i64>,
+        /// Why it waits besides the bytes (`registry unreachable, retried at …`), if it does.
+        note: Option<String>,
+    },
+    /// Its image cannot be had on any node it could run on: the pass fails it with `reason`.
+    ImageUnavailable {
+        /// Why, naming the image.
+        reason: String,
+    },
 }
 
 impl WaitReason {
@@ -170,6 +189,23 @@ impl WaitReason {
             WaitReason::OwnerDisabled => "held: its owner's account is disabled (user_disabled); \
                                           it runs once an admin enables the account again"
                 .to_string(),
+            WaitReason::Pulling {
+                image,
+                node,
+                bytes_done,
+                bytes_total,
+                note,
+            } => {
+                let mut text = format!("pulling image {image} on node {node}");
+                if let Some(total) = bytes_total.filter(|t| *t > 0) {
+                    text.push_str(&format!(": {}", of_total(*bytes_done, total)));
+                }
+                if let Some(note) = note {
+                    text.push_str(&format!(" ({note})"));
+                }
+                text
+            }
+            WaitReason::ImageUnavailable { reason } => reason.clone(),
         }
     }
 
@@ -183,6 +219,18 @@ impl WaitReason {
     }
 }
 
+/// A download's progress as people read it, in the total's unit: `3.2 of 9.8 GB` (decimal, as
+/// registries and `docker pull` count), in MB below a tenth of a gigabyte.
+fn of_total(done: i64, total: i64) -> String {
+    let (unit, scale) = if total >= 100_000_000 {
+        ("GB", 1e9)
+    } else {
+        ("MB", 1e6)
+    };
+    let (d, t) = (done.max(0) as f64 / scale, total as f64 / scale);
+    format!("{d:.1} of {t:.1} {unit}")
+}
+
 /// Explains why `s` does not fit at this point of the pass. Only called for
 /// shapes that just failed (or failed earlier, which stays true).
 pub(super) fn explain(pass: &Pass<'_>, s: &Shape) -> WaitReason {
@@ -192,6 +240,9 @@ pub(super) fn explain(pass: &Pass<'_>, s: &Shape) -> WaitReason {
     let mut best: Option<(i64, usize)> = None;
     let mut best_node: Option<(usize, usize)> = None;
     for (n, span) in pass.nodes.iter().enumerate() {
+        if !s.allows(n) {
+            continue;
+        }
         let mut count = 0usize;
         let mut holder = None;
         for si in span.start..span.end {

@@ -24,7 +24,7 @@ mod stop;
 mod tests;
 
 pub use enter::{enter, enter_batch, BatchEntry, BatchRow, NewJob};
-pub use place::{admit, fail_on_forgotten_node, requeue_lost_jobs};
+pub use place::{admit, fail_on_forgotten_node, fail_queued, requeue_lost_jobs};
 pub use run::{claim, finish, finish_stopped, set_running, unclaim, Ending};
 pub use stop::{
     cancel_unstarted, cancel_unstarted_all, request_cancel, request_stop, request_stop_of,
@@ -85,6 +85,7 @@ const PEOPLE: &[Actor] = &[Actor::Owner, Actor::Admin];
 const ADMIN: &[Actor] = &[Actor::Admin];
 const SCHEDULER: &[Actor] = &[Actor::Scheduler];
 const RUNNER: &[Actor] = &[Actor::Runner];
+const MACHINES: &[Actor] = &[Actor::Scheduler, Actor::Runner];
 
 /// Every change a job's status may make, and who may make it. Anything not listed is refused.
 pub const TRANSITIONS: &[Transition] = &[
@@ -92,6 +93,7 @@ pub const TRANSITIONS: &[Transition] = &[
     t(None, Rejected, OWNER, "submitted, and it could never run here"),
     t(Some(Queued), Admitted, SCHEDULER, "a pass reserved its cards"),
     t(Some(Queued), Cancelled, PEOPLE, "cancelled while waiting"),
+    t(Some(Queued), Failed, MACHINES, "its image cannot be had (its node's puller found so, or the pass, on every node)"),
     t(Some(Admitted), Starting, RUNNER, "its node's runner claimed it"),
     t(Some(Admitted), Cancelled, PEOPLE, "cancelled before its runner claimed it (the next pass takes its cards back)"),
     t(Some(Admitted), Queued, ADMIN, "its owner was disabled: back in the queue, held"),

@@ -13,6 +13,11 @@ pub(super) const ADMIT: Move = Move {
     from: &[Queued],
     to: &[Admitted],
 };
+pub(super) const UNRUNNABLE: Move = Move {
+    name: "failing a queued job that cannot run",
+    from: &[Queued],
+    to: &[Failed],
+};
 pub(super) const NODE_FORGOTTEN: Move = Move {
     name: "forgetting a lost node",
     from: &[Admitted, Starting, Running],
@@ -45,6 +50,29 @@ pub async fn admit(
     .fetch_all(db)
     .await?;
     Ok(admitted.into_iter().collect())
+}
+
+/// Ends a queued job `failed` with `reason`: its image cannot be had (found so by a node's puller,
+/// a runner, or by the pass on every node). Only if it is still queued; a
+/// queued job holds no cards, so it is released at once. Returns whether it was ended.
+pub async fn fail_queued(
+    db: &mut PgConnection,
+    id: Uuid,
+    by: Actor,
+    reason: &str,
+) -> sqlx::Result<bool> {
+    permit(&UNRUNNABLE, by)?;
+    let failed: Option<Uuid> = sqlx::query_scalar(&format!(
+        "UPDATE jobs SET status = 'failed', status_reason = $2, finished_at = clock_timestamp(), \
+           released_at = clock_timestamp() \
+         WHERE id = $1 AND {guard} RETURNING id",
+        guard = UNRUNNABLE.guard("status"),
+    ))
+    .bind(id)
+    .bind(reason)
+    .fetch_optional(db)
+    .await?;
+    Ok(failed.is_some())
 }
 
 /// Ends every job that `node` (being forgotten by an admin, in the caller's transaction) had

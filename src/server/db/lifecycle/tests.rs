@@ -9,6 +9,7 @@ fn statements() -> Vec<(Move, &'static [Actor])> {
     vec![
         (enter::ENTER, &[Actor::Owner]),
         (place::ADMIT, &[Actor::Scheduler]),
+        (place::UNRUNNABLE, &[Actor::Scheduler, Actor::Runner]),
         (place::NODE_FORGOTTEN, &[Actor::Admin]),
         (place::NODE_LOST_REQUEUE, &[Actor::Scheduler]),
         (run::CLAIM, &[Actor::Runner]),

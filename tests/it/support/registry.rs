@@ -1,0 +1,133 @@
+//! A real image registry for the pull tests: Debian's `docker-registry` (distribution 2.8) on a
+//! free loopback port, which dockerd pushes to and pulls from without TLS. Its access log names
+//! every request, so a test counts the pulls the node made.
+
+use super::docker::{docker_cli, IMAGE};
+use super::free_port;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running registry, stopped (and its storage removed) when dropped.
+pub struct Registry {
+    child: Option<Child>,
+    port: u16,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+    /// References this test tagged or pulled on the host's dockerd, removed when dropped.
+    images: std::sync::Mutex<Vec<String>>,
+}
+
+impl Registry {
+    /// Starts a registry and waits (up to 20 s) until it answers.
+    pub async fn start() -> Registry {
+        let dir = tempfile::tempdir().expect("a folder for the registry");
+        let port = free_port();
+        let config = dir.path().join("config.yml");
+        let storage = dir.path().join("storage");
+        std::fs::write(
+            &config,
+            format!(
+                "version: 0.1\nlog:\n  level: info\nstorage:\n  filesystem:\n    rootdirectory: {}\n\
+                 http:\n  addr: 127.0.0.1:{port}\n",
+                storage.display()
+            ),
+        )
+        .expect("writing the registry's config");
+        let log = dir.path().join("registry.log");
+        let out = std::fs::File::create(&log).expect("the registry's log");
+        let err = out.try_clone().expect("the registry's log");
+        let child = Command::new("docker-registry")
+            .arg("serve")
+            .arg(&config)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .expect("docker-registry must be installed (scripts/deps.sh)");
+        let registry = Registry {
+            child: Some(child),
+            port,
+            log,
+            _dir: dir,
+            images: Default::default(),
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let url = format!("http://127.0.0.1:{port}/v2/");
+        loop {
+            if let Ok(r) = reqwest::get(&url).await {
+                if r.status().is_success() {
+                    break;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the registry never answered: {}",
+                std::fs::read_to_string(&registry.log).unwrap_or_default()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        registry
+    }
+
+    /// `127.0.0.1:PORT`.
+    pub fn host(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Pushes the local test image as `<host>/<repo>:<tag>` and removes that tag from the host's
+    /// dockerd again, so a node must pull it. Returns the reference.
+    pub fn push_test_image(&self, repo: &str, tag: &str) -> String {
+        let reference = format!("{}/{repo}:{tag}", self.host());
+        docker_cli(&["tag", IMAGE, &reference]);
+        self.forget_later(&reference);
+        docker_cli(&["push", &reference]);
+        docker_cli(&["rmi", &reference]);
+        reference
+    }
+
+    /// Removes `reference` from the host's dockerd when the registry is dropped.
+    pub fn forget_later(&self, reference: &str) {
+        if let Ok(mut images) = self.images.lock() {
+            images.push(reference.to_owned());
+        }
+    }
+
+    /// Pulls of a tag of `repo` the registry answered: dockerd asks for the tag's manifest once
+    /// per pull (a `HEAD`, then a `GET` by digest only when it lacks the image it names), so the
+    /// requests for a manifest by tag count the pulls.
+    pub fn pulls(&self, repo: &str) -> usize {
+        let path = format!(" /v2/{repo}/manifests/");
+        self.log()
+            .lines()
+            .filter(|l| l.contains("\"HEAD ") || l.contains("\"GET "))
+            .filter_map(|l| l.split_once(&path).map(|(_, rest)| rest))
+            .filter(|rest| !rest.starts_with("sha256:"))
+            .count()
+    }
+
+    /// The registry's log so far (for a failing test's message).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Stops the registry (a pull then finds nothing listening).
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        self.stop();
+        let images = self.images.lock().map(|i| i.clone()).unwrap_or_default();
+        for image in images {
+            let _ = Command::new("docker")
+                .args(["rmi", "--force", &image])
+                .output();
+        }
+    }
+}
