@@ -25,8 +25,9 @@ async fn a_client_of_the_original_api_runs_succeeding_failing_and_timed_out_jobs
     pool: PgPool,
 ) {
     let (app, admin, member, _node) = node_with_cards(pool, "compat1").await;
-    // The original client sends no timeout: the policy's default is what ends the sleeper.
-    app.set_policy(&admin, json!({ "default_timeout_s": 3 }))
+    // The original client sends no timeout: the policy's default is what ends the sleeper. Its
+    // deadline counts from the claim, so it leaves a loaded machine's launch time to the others.
+    app.set_policy(&admin, json!({ "default_timeout_s": 15 }))
         .await;
     let base = format!("{}/api/v1", app.listen().await);
     let token = member.trim_start_matches("Bearer ").to_owned();
