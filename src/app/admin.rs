@@ -1,5 +1,5 @@
 //! `/admin` (admins): cards (drain / undrain / offline), nodes (drain / undrain / forget), users
-//! (create, role, disable) and the launch policy. Every change goes through the same service functions as the REST API.
+//! (create, role, disable), the launch policy and registry credentials (`app::registries`). Every change goes through the same service functions as the REST API.
 
 use super::alert::{action_error, loaded, Fetched};
 use super::gate::SignedInAs;
@@ -53,6 +53,17 @@ pub fn AdminPage() -> impl IntoView {
         }
     });
     let policy = Resource::new(move || saved.get(), |_| get_launch_policy());
+    let set_registry = ServerAction::<crate::api::SetRegistry>::new();
+    let remove_registry = ServerAction::<crate::api::RemoveRegistry>::new();
+    let registries = Resource::new(
+        move || {
+            (
+                set_registry.version().get(),
+                remove_registry.version().get(),
+            )
+        },
+        |_| crate::api::list_registries(),
+    );
     view! {
         <Title text="Admin · gpuq" />
         <SignedInAs
@@ -62,6 +73,7 @@ pub fn AdminPage() -> impl IntoView {
                 <Nodes set=set_node forget nodes />
                 <Users me create update users />
                 <Policy save policy />
+                <super::registries::Registries set=set_registry remove=remove_registry registries />
             }
             refused=|| view! { <p class="card error" role="alert">"This page is for admins."</p> }
         />

@@ -11,6 +11,7 @@ mod live;
 mod login;
 mod manifest;
 mod queue;
+mod registries;
 mod submit;
 mod usage;
 mod widgets;

@@ -266,6 +266,15 @@ impl ApiClient {
         self.send(req, true).await
     }
 
+    /// `method path` with `body` as JSON, if any: for the commands that need nothing more.
+    pub async fn call(&self, method: Method, path: &str, body: Option<&Value>) -> Result<Value> {
+        let mut req = self.request(method, path);
+        if let Some(body) = body {
+            req = req.json(body);
+        }
+        self.send(req, true).await
+    }
+
     /// Turns a full job ID, or a unique prefix of one (as shown by
     /// `gpuq jobs`), into the job's UUID. Prefixes are looked up among the
     /// jobs the server lists.

@@ -10,6 +10,7 @@
 
 pub mod api;
 pub mod credentials;
+pub mod registry;
 pub mod render;
 pub mod request;
 pub mod sanitize;
@@ -70,6 +71,8 @@ pub enum ClientCommand {
     Nodes(NodesArgs),
     /// Drain, undrain or forget a node (admins)
     Node(NodeArgs),
+    /// Registry credentials the nodes pull with: login, list, logout (admins)
+    Registry(registry::RegistryArgs),
 }
 
 /// Arguments of `gpuq manifest`.
@@ -354,6 +357,7 @@ pub async fn run(cmd: ClientCommand, conn: ConnArgs) -> Result<()> {
                 format!("{name}: forgotten; {failed} job(s) ended failed (node_lost)\n")
             }
         },
+        ClientCommand::Registry(args) => registry::run(&api, args).await?,
     };
     if conn.raw {
         emit(&text)

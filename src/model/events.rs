@@ -116,6 +116,11 @@ vocabulary! {
         NodeUndrain = "node.undrain",
         /// An admin forgot a lost node: its jobs ended `node_lost` and their cards were released.
         NodeForget = "node.forget",
+        /// An admin set (or replaced) a registry's credentials (subject: the host; detail: the
+        /// username, never the password).
+        RegistrySet = "registry.set",
+        /// An admin removed a registry's credentials (subject: the host).
+        RegistryRemove = "registry.remove",
     }
 }
 

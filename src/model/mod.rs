@@ -9,6 +9,7 @@ pub mod image_ref;
 mod job;
 mod node;
 mod policy;
+mod registry;
 mod secret;
 pub mod spec;
 mod status;
@@ -31,6 +32,10 @@ pub use job::{
 };
 pub use node::{NodeState, NodeView, NODE_LOST_REASON};
 pub use policy::{glob_match, JobNetwork, LaunchPolicy, PullPolicy, VolumeRule, VramEnforcement};
+pub use registry::{
+    check_login, check_registry_host, registry_of_image, RegistryLogin, RegistryView,
+    MAX_CREDENTIAL_LEN,
+};
 pub use secret::Secret;
 pub use status::StatusView;
 pub use suggest::{

@@ -8,6 +8,7 @@ use crate::server::auth::password::HashGate;
 use crate::server::limits::{LogReads, StreamSlots, SubmitRate};
 use crate::server::notifier::Notifier;
 use crate::server::peers::Peers;
+use crate::server::registries::SecretsKey;
 use crate::server::runner::DockerHealth;
 use sqlx::PgPool;
 use std::path::PathBuf;
@@ -41,6 +42,9 @@ pub struct Ctx {
     /// This process's node and how it reaches the others (`gpuq serve`); `None` reads every log
     /// from `logs_dir`, as one process alone does.
     pub peers: Option<Peers>,
+    /// The key registry passwords are sealed under (`GPUQ_SECRETS_KEY` or
+    /// `<data-dir>/secrets.key`); none by default, so nothing is stored.
+    pub secrets: SecretsKey,
 }
 
 impl Ctx {
@@ -61,6 +65,7 @@ impl Ctx {
                 crate::server::auth::DEFAULT_SESSION_LIFETIME_H,
             ),
             peers: None,
+            secrets: SecretsKey::None,
         }
     }
 }

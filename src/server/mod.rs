@@ -40,6 +40,7 @@ pub mod nodes;
 pub mod notifier;
 pub mod peers;
 pub mod periodic;
+pub mod registries;
 pub mod runner;
 pub mod runtime;
 pub mod serve;

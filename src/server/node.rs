@@ -336,7 +336,12 @@ async fn run_runner(
         }
     };
     // Images of queued jobs are pulled from now on: before any card is held for them.
-    let puller = Puller::new(pool.clone(), docker.clone(), cfg.node.clone());
+    let puller = Puller::new(
+        pool.clone(),
+        docker.clone(),
+        cfg.node.clone(),
+        cfg.secrets.clone(),
+    );
     let puller = tokio::spawn(puller.run(pull_notes, stop.clone()));
     let runner = match lease {
         Some(lease) => Runner::leased(pool, docker, cfg, health, notifier, lease),

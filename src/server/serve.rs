@@ -15,6 +15,7 @@ use crate::server::metrics::Metrics;
 use crate::server::node::{self, DockerAt, NodeSetup, RunnerSetup};
 use crate::server::notifier::Notifier;
 use crate::server::peers::{ClusterSecret, Peers};
+use crate::server::registries::key::{KeyError, SecretsKey, KEY_ENV};
 use crate::server::runner::{DockerHealth, RunnerConfig};
 use crate::server::runtime::LaunchMode;
 use crate::server::{AppState, Ctx};
@@ -39,13 +40,19 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         .map(ClusterSecret::new)
         .transpose()
         .map_err(|e| anyhow!("--cluster-secret (GPUQ_CLUSTER_SECRET) {e}"))?;
+    let secrets = secrets_key(&args.db.data_dir)?;
     let database = db::open(&super::commands::db_options(&args.db)).await?;
-    let result = run(&args, &database, secret).await;
+    let result = run(&args, &database, secret, secrets).await;
     database.close().await?;
     result
 }
 
-async fn run(args: &ServeArgs, database: &Database, secret: Option<ClusterSecret>) -> Result<()> {
+async fn run(
+    args: &ServeArgs,
+    database: &Database,
+    secret: Option<ClusterSecret>,
+    secrets: SecretsKey,
+) -> Result<()> {
     let pool = database.pool.clone();
     // The first admin is made where people sign in: on a UI host, not on an agent.
     let first_admin = match args.ui {
@@ -100,6 +107,7 @@ async fn run(args: &ServeArgs, database: &Database, secret: Option<ClusterSecret
     ctx.submit_rate =
         crate::server::limits::SubmitRate::new(args.submit_rate_per_min, args.preview_rate_per_min);
     ctx.session_lifetime = chrono::TimeDelta::hours(i64::from(args.session_lifetime_h));
+    ctx.secrets = secrets;
     let registered = register_node(&pool, args).await?;
     let lease = registered.lease.clone();
     let runner = args.runner.then(|| {
@@ -115,6 +123,7 @@ async fn run(args: &ServeArgs, database: &Database, secret: Option<ClusterSecret
                 mode: LaunchMode::Fenced,
                 job_uids,
                 never_mount: never_mount(args),
+                secrets: ctx.secrets.clone(),
             },
             health,
             lease: Some(lease),
@@ -186,6 +195,24 @@ async fn run(args: &ServeArgs, database: &Database, secret: Option<ClusterSecret
     }
     tasks.stop().await;
     Ok(())
+}
+
+/// The key registry passwords are sealed under: `GPUQ_SECRETS_KEY` (read from the environment
+/// only, never a flag, so it is not in `ps`), else `<data-dir>/secrets.key`, made when a password
+/// is first stored. A key file already there is checked now, so a bad one is said at start-up;
+/// jobs whose registries need no credentials run either way.
+fn secrets_key(data_dir: &std::path::Path) -> Result<SecretsKey> {
+    let key = match std::env::var(KEY_ENV) {
+        Ok(text) if !text.trim().is_empty() => {
+            SecretsKey::from_base64(&text).map_err(|e| anyhow!("{KEY_ENV}: {e}"))?
+        }
+        _ => SecretsKey::in_data_dir(data_dir),
+    };
+    match key.for_opening() {
+        Ok(_) | Err(KeyError::Missing(_)) => {}
+        Err(e) => tracing::warn!("registry credentials cannot be stored or used: {e}"),
+    }
+    Ok(key)
 }
 
 /// Registers this process's node (a new epoch, held until a heartbeat is refused).

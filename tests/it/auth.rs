@@ -423,6 +423,9 @@ async fn the_openapi_document_describes_every_route(pool: PgPool) {
         ("get", "/api/v1/usage"),
         ("get", "/api/v1/usage/samples.csv"),
         ("get", "/api/v1/usage/jobs.csv"),
+        ("get", "/api/v1/registries"),
+        ("put", "/api/v1/registries/{host}"),
+        ("delete", "/api/v1/registries/{host}"),
     ];
     let paths = doc["paths"].as_object().unwrap();
     let documented: usize = paths.values().map(|p| p.as_object().unwrap().len()).sum();
@@ -453,7 +456,8 @@ async fn the_openapi_document_describes_every_route(pool: PgPool) {
         let concrete = path
             .replace("{id}", "00000000-0000-0000-0000-000000000000")
             .replace("{uuid}", "GPU-00000000-0000-0000-0000-000000000000")
-            .replace("{workload}", "w");
+            .replace("{workload}", "w")
+            .replace("{host}", "r.example");
         let reply = app
             .api(
                 &method.to_uppercase(),
@@ -596,6 +600,14 @@ async fn every_route_allows_exactly_the_roles_it_should(pool: PgPool) {
         ("GET", "/api/v1/usage".into(), None, MANAGER),
         ("GET", "/api/v1/usage/samples.csv".into(), None, MANAGER),
         ("GET", "/api/v1/usage/jobs.csv".into(), None, MANAGER),
+        ("GET", "/api/v1/registries".into(), None, ADMIN),
+        (
+            "PUT",
+            "/api/v1/registries/r.example".into(),
+            Some(json!({ "username": "u", "password": "p" })),
+            ADMIN,
+        ),
+        ("DELETE", "/api/v1/registries/r.example".into(), None, ADMIN),
     ];
     let callers = [
         None,
@@ -659,7 +671,8 @@ async fn every_route_allows_exactly_the_roles_it_should(pool: PgPool) {
                 .replace("{id}", &job.to_string())
                 .replace("{uuid}", &card)
                 .replace("{workload}", "w")
-                .replace("{name}", "roles");
+                .replace("{name}", "roles")
+                .replace("{host}", "r.example");
             let users_path = path.replace("{id}", &bob_id);
             let key = format!("{method} {concrete}");
             let alt = format!("{method} {users_path}");

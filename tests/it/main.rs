@@ -28,6 +28,7 @@ mod notifier;
 mod nvml;
 mod planner_props;
 mod pull;
+mod registry_auth;
 mod retention;
 mod roles;
 mod runner;

@@ -408,6 +408,7 @@ async fn a_runner_that_lost_its_lease_claims_nothing(pool: PgPool) {
         mode: LaunchMode::Fenced,
         job_uids: Default::default(),
         never_mount: vec![app.logs_dir.clone()],
+        secrets: Default::default(),
     };
     let docker = Docker::connect().await.expect("dockerd must be running");
     let runner = Runner::leased(

@@ -40,6 +40,7 @@ pub(super) async fn start(
         stop_grace,
         mode: LaunchMode::Fenced,
         job_uids: Default::default(),
+        secrets: Default::default(),
     };
     let local = node::start_runner(pool.clone(), notifier, pass, docker, cfg).await?;
     Ok((ctx, local))

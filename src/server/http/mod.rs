@@ -18,6 +18,7 @@ pub mod metrics;
 mod nodes;
 pub mod openapi;
 mod peer;
+mod registries;
 mod suggest;
 mod usage;
 mod v1;
@@ -137,7 +138,8 @@ pub fn app(state: AppState, opts: HttpOptions) -> Router {
                 .merge(cluster::router())
                 .merge(nodes::router())
                 .merge(usage::router())
-                .merge(suggest::router()),
+                .merge(suggest::router())
+                .merge(registries::router()),
         )
         .merge(peer::router())
         .merge(pages)

@@ -2,7 +2,7 @@
 //! types, served at `GET /api/v1/openapi.json`.
 
 use super::error::ErrorBody;
-use super::{cluster, health, jobs, live, nodes, suggest, usage, v1};
+use super::{cluster, health, jobs, live, nodes, registries, suggest, usage, v1};
 use crate::model::spec::{RawCommand, RawJobSpec};
 use crate::model::{
     AssignedGpu, AuditEntry, AuditKind, CreatedToken, GpuHolder, GpuList, GpuState, GpuView,
@@ -36,6 +36,7 @@ use utoipa::{Modify, OpenApi};
         usage::report, usage::samples_csv, usage::jobs_csv,
         live::events,
         openapi_json,
+        registries::list_registries, registries::put_registry, registries::delete_registry,
     ),
     components(schemas(
         ErrorBody, Role, UserView, TokenView, CreatedToken, v1::TokenRequest, v1::NewUser, v1::UserPatch, v1::PasswordChange,
@@ -48,6 +49,7 @@ use utoipa::{Modify, OpenApi};
         crate::model::WaitStats, crate::model::WaitBucket, crate::model::UsageTotal,
         crate::model::ManifestSuggestions, crate::model::WorkloadSuggestion,
         crate::model::ImageSuggestion, crate::model::Observed, crate::model::PeakStats, suggest::ApplySuggestion,
+        crate::model::RegistryLogin, crate::model::RegistryView,
     )),
     modifiers(&BearerAuth)
 )]

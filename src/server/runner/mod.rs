@@ -50,6 +50,8 @@ pub struct RunnerConfig {
     /// This node's own paths no job may mount, beside the fixed never-mount list: its Docker
     /// socket, gpuq's data folder.
     pub never_mount: Vec<PathBuf>,
+    /// The key the stored registry passwords are opened with when this node pulls.
+    pub secrets: crate::server::registries::SecretsKey,
 }
 
 /// Whether this node can launch: read by `/readyz`.

@@ -12,7 +12,8 @@ use crate::server::db::images::{self, ImageState, NodeImage};
 use crate::server::db::lifecycle::Actor;
 use crate::server::db::{events, jobs, settings};
 use crate::server::notifier::{Note, Subscription};
-use crate::server::runtime::{Docker, PullError, PullProgress};
+use crate::server::registries::{self, OpenError, SecretsKey};
+use crate::server::runtime::{Docker, PullAuth, PullError, PullProgress};
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 use std::collections::{HashMap, HashSet};
@@ -36,18 +37,21 @@ pub struct Puller {
     pool: PgPool,
     docker: Docker,
     node: String,
+    /// The key stored registry passwords are opened with.
+    secrets: SecretsKey,
     /// Images being pulled by this process now (one task each).
     pulling: HashSet<String>,
     tasks: JoinSet<String>,
 }
 
 impl Puller {
-    /// A puller of `node`'s images through `docker`.
-    pub fn new(pool: PgPool, docker: Docker, node: String) -> Puller {
+    /// A puller of `node`'s images through `docker`, opening registry credentials with `secrets`.
+    pub fn new(pool: PgPool, docker: Docker, node: String, secrets: SecretsKey) -> Puller {
         Puller {
             pool,
             docker,
             node,
+            secrets,
             pulling: HashSet::new(),
             tasks: JoinSet::new(),
         }
@@ -194,8 +198,14 @@ impl Puller {
         tracing::info!(%image, attempt = attempts, "pulling an image for queued jobs");
         self.pulling.insert(image.clone());
         let (pool, docker, node) = (self.pool.clone(), self.docker.clone(), self.node.clone());
+        let secrets = self.secrets.clone();
         self.tasks.spawn(async move {
-            let outcome = pull_one(&pool, &docker, &node, &image).await;
+            let outcome = match credentials(&pool, &secrets, &image).await {
+                Ok(auth) => pull_one(&pool, &docker, &node, &image, auth.as_ref())
+                    .await
+                    .map_err(|e| with_credentials_said(e, &image, auth.as_ref())),
+                Err(e) => Err(e),
+            };
             if let Err(e) = record(&pool, &docker, &node, &image, attempts, started, outcome).await
             {
                 tracing::warn!(%image, error = %e, "could not record a pull's end; it is tried again");
@@ -214,15 +224,55 @@ impl Puller {
     }
 }
 
-/// Pulls `image`, writing its progress at most every [`PROGRESS_EVERY`].
+/// The stored credentials of `image`'s registry, opened, if it has any. Credentials that do not
+/// open fail the pull with a reason naming the registry (never retried: a key does not change by
+/// itself); a database out of reach is tried again like a registry that does not answer.
+async fn credentials(
+    pool: &PgPool,
+    secrets: &SecretsKey,
+    image: &str,
+) -> Result<Option<PullAuth>, PullError> {
+    match registries::for_image(pool, secrets, image).await {
+        Ok(found) => Ok(found.map(|a| PullAuth {
+            server: a.host,
+            username: a.username,
+            password: a.password,
+        })),
+        Err(e @ OpenError::Database { .. }) => Err(PullError::Unreachable(e.to_string())),
+        Err(e) => {
+            tracing::warn!(%image, error = %e, "stored registry credentials cannot be used");
+            Err(PullError::Refused(e.to_string()))
+        }
+    }
+}
+
+/// A refusal says whether credentials were sent, and whose (never the password).
+fn with_credentials_said(e: PullError, image: &str, auth: Option<&PullAuth>) -> PullError {
+    match (e, auth) {
+        (PullError::Unauthorized(m), Some(a)) => PullError::Unauthorized(format!(
+            "{m} (sent the stored credentials of registry {}, user {})",
+            a.server, a.username
+        )),
+        (PullError::Unauthorized(m), None) => PullError::Unauthorized(format!(
+            "{m} (no credentials are stored for registry {}; an admin adds them with \
+             `gpuq registry login`)",
+            crate::model::registry_of_image(image).unwrap_or_default()
+        )),
+        (other, _) => other,
+    }
+}
+
+/// Pulls `image` (with `auth`, when its registry has credentials), writing its progress at most
+/// every [`PROGRESS_EVERY`].
 async fn pull_one(
     pool: &PgPool,
     docker: &Docker,
     node: &str,
     image: &str,
+    auth: Option<&PullAuth>,
 ) -> Result<(), PullError> {
     let (tx, mut rx) = watch::channel(PullProgress::default());
-    let pull = docker.pull(image, &tx);
+    let pull = docker.pull(image, &tx, auth);
     tokio::pin!(pull);
     let mut tick = tokio::time::interval(PROGRESS_EVERY);
     loop {
@@ -275,7 +325,7 @@ async fn record(
             images::set_failed(pool, node, image, &why).await?;
         }
         Err(PullError::Unauthorized(m)) => {
-            let why = format!("the registry refused to hand out image {image}: {m}");
+            let why = format!("unauthorized: the registry refused to hand out image {image}: {m}");
             images::set_failed(pool, node, image, &why).await?;
         }
         Err(PullError::Refused(m)) => {

@@ -28,6 +28,9 @@
 //! - `peers`: a peer that redirects a log read (and its grant) elsewhere.
 //! - `database`: the embedded Postgres's socket without its password (its owner account, root
 //!   past the folder, other users), and a cluster that trusted its socket before.
+//! - `registries`: registry credentials set, read or removed by a member (REST and the admin
+//!   page's server functions), a password read back from the page, a row copied to another
+//!   registry, a key file others may read, a bad key given to `gpuq serve`.
 
 mod accounts;
 mod bounds;
@@ -38,6 +41,7 @@ mod listener;
 mod lockout;
 mod logs;
 mod peers;
+mod registries;
 mod sessions;
 mod shared_docker;
 mod signin;

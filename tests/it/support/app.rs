@@ -38,6 +38,9 @@ pub struct TestApp {
     pub logs_dir: std::path::PathBuf,
     /// This app's bound on concurrent password checks (it counts the checks it let through).
     pub hashing: gpuq::server::auth::password::HashGate,
+    /// The key registry passwords are sealed under: a key file of this app's own (made on first
+    /// need), which its nodes share.
+    pub secrets: gpuq::server::registries::SecretsKey,
     router: Router,
 }
 
@@ -147,12 +150,17 @@ impl TestApp {
         // The tests submit in loops far faster than a person does; `attacks::submits` checks the
         // per-user rate with an app of its own.
         ctx.submit_rate = gpuq::server::limits::SubmitRate::new(0, 0);
+        ctx.secrets = gpuq::server::registries::SecretsKey::in_data_dir(
+            &std::env::temp_dir().join(format!("gpuq-test-data-{}", uuid::Uuid::new_v4())),
+        );
         edit(&mut ctx);
+        let secrets = ctx.secrets.clone();
         TestApp {
             pool,
             notifier,
             logs_dir,
             hashing,
+            secrets,
             router: app(AppState::new(ctx, "target/site"), opts),
         }
     }

@@ -65,6 +65,7 @@ impl Node {
             mode,
             job_uids,
             never_mount,
+            secrets: app.secrets.clone(),
         };
         let pass = gpuq::server::admission::PassConfig {
             cpu_node: node.to_owned(),

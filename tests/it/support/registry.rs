@@ -1,6 +1,7 @@
 //! A real image registry for the pull tests: Debian's `docker-registry` (distribution 2.8) on a
 //! free loopback port, which dockerd pushes to and pulls from without TLS. Its access log names
-//! every request, so a test counts the pulls the node made.
+//! every request, so a test counts the pulls the node made. [`Registry::start_with_auth`] starts
+//! one that asks for a username and password (htpasswd, bcrypt), as a team's private one does.
 
 use super::docker::{docker_cli, IMAGE};
 use super::free_port;
@@ -16,20 +17,51 @@ pub struct Registry {
     _dir: tempfile::TempDir,
     /// References this test tagged or pulled on the host's dockerd, removed when dropped.
     images: std::sync::Mutex<Vec<String>>,
+    /// For a registry with auth: the account, and a docker CLI config folder of this registry's
+    /// own, which `docker login` writes (the user's `~/.docker` is left alone).
+    auth: Option<(String, String, PathBuf)>,
 }
 
 impl Registry {
     /// Starts a registry and waits (up to 20 s) until it answers.
     pub async fn start() -> Registry {
+        Self::start_inner(None).await
+    }
+
+    /// Starts a registry that serves only `user` with `password` (htpasswd, bcrypt: `docker
+    /// login` against it works, and a pull without them is refused as `unauthorized`).
+    pub async fn start_with_auth(user: &str, password: &str) -> Registry {
+        Self::start_inner(Some((user, password))).await
+    }
+
+    async fn start_inner(auth: Option<(&str, &str)>) -> Registry {
         let dir = tempfile::tempdir().expect("a folder for the registry");
         let port = free_port();
         let config = dir.path().join("config.yml");
         let storage = dir.path().join("storage");
+        let mut auth_config = String::new();
+        let mut account = None;
+        if let Some((user, password)) = auth {
+            let out = Command::new("htpasswd")
+                .args(["-Bbn", user, password])
+                .output()
+                .expect("htpasswd must be installed (apache2-utils, scripts/deps.sh)");
+            assert!(out.status.success(), "htpasswd: {out:?}");
+            let file = dir.path().join("htpasswd");
+            std::fs::write(&file, &out.stdout).expect("writing the htpasswd file");
+            auth_config = format!(
+                "auth:\n  htpasswd:\n    realm: gpuq-test\n    path: {}\n",
+                file.display()
+            );
+            let docker_config = dir.path().join("docker-config");
+            std::fs::create_dir(&docker_config).expect("a docker CLI config folder");
+            account = Some((user.to_owned(), password.to_owned(), docker_config));
+        }
         std::fs::write(
             &config,
             format!(
                 "version: 0.1\nlog:\n  level: info\nstorage:\n  filesystem:\n    rootdirectory: {}\n\
-                 http:\n  addr: 127.0.0.1:{port}\n",
+                 http:\n  addr: 127.0.0.1:{port}\n{auth_config}",
                 storage.display()
             ),
         )
@@ -51,12 +83,14 @@ impl Registry {
             log,
             _dir: dir,
             images: Default::default(),
+            auth: account,
         };
         let deadline = Instant::now() + Duration::from_secs(20);
         let url = format!("http://127.0.0.1:{port}/v2/");
         loop {
             if let Ok(r) = reqwest::get(&url).await {
-                if r.status().is_success() {
+                // A registry with auth answers its base route 401 once it runs.
+                if r.status().is_success() || r.status() == reqwest::StatusCode::UNAUTHORIZED {
                     break;
                 }
             }
@@ -81,7 +115,17 @@ impl Registry {
         let reference = format!("{}/{repo}:{tag}", self.host());
         docker_cli(&["tag", IMAGE, &reference]);
         self.forget_later(&reference);
-        docker_cli(&["push", &reference]);
+        match &self.auth {
+            None => {
+                docker_cli(&["push", &reference]);
+            }
+            Some((user, password, config)) => {
+                let config = config.to_str().expect("a UTF-8 path");
+                let login = ["--config", config, "login", "--username", user];
+                login_with_stdin(&login, &self.host(), password);
+                docker_cli(&["--config", config, "push", &reference]);
+            }
+        }
         docker_cli(&["rmi", &reference]);
         reference
     }
@@ -118,6 +162,27 @@ impl Registry {
             let _ = child.wait();
         }
     }
+}
+
+/// `docker <args> --password-stdin <host>`, the password written to its standard input.
+fn login_with_stdin(args: &[&str], host: &str, password: &str) {
+    use std::io::Write;
+    let mut child = Command::new("docker")
+        .args(args)
+        .args(["--password-stdin", host])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("running docker login");
+    child
+        .stdin
+        .take()
+        .expect("its stdin")
+        .write_all(password.as_bytes())
+        .expect("writing the password");
+    let out = child.wait_with_output().expect("docker login");
+    assert!(out.status.success(), "docker login {host}: {out:?}");
 }
 
 impl Drop for Registry {

@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 
+use bollard::auth::DockerCredentials;
 use bollard::errors::Error as BollardError;
 use bollard::models::CreateImageInfo;
 use bollard::query_parameters::CreateImageOptionsBuilder;
@@ -11,7 +12,7 @@ use tokio::sync::watch;
 
 use super::convert::map_err;
 use super::Docker;
-use crate::model::image_ref;
+use crate::model::{image_ref, Secret};
 use crate::server::runtime::RuntimeError;
 
 /// How far a pull has come, summed over its layers.
@@ -42,6 +43,34 @@ pub enum PullError {
     /// Anything else dockerd refused (a malformed reference, a full disk): not tried again.
     #[error("{0}")]
     Refused(String),
+}
+
+/// The credentials a pull hands its registry (through dockerd's `X-Registry-Auth`, never written
+/// anywhere). `Debug` shows the password as `<redacted>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PullAuth {
+    /// The registry host (`docker.io` for Docker Hub).
+    pub server: String,
+    /// The account.
+    pub username: String,
+    /// Its password or token.
+    pub password: Secret,
+}
+
+impl PullAuth {
+    fn credentials(&self) -> DockerCredentials {
+        // dockerd keys Docker Hub's credentials by its v1 index address.
+        let server = match self.server.as_str() {
+            image_ref::DEFAULT_REGISTRY => "https://index.docker.io/v1/".to_owned(),
+            other => other.to_owned(),
+        };
+        DockerCredentials {
+            username: Some(self.username.clone()),
+            password: Some(self.password.expose().to_owned()),
+            serveraddress: Some(server),
+            ..Default::default()
+        }
+    }
 }
 
 /// An image the node has.
@@ -75,17 +104,20 @@ impl Docker {
         Ok(Some(LocalImage { digest, volumes }))
     }
 
-    /// Pulls `reference` (a full reference), telling `progress` how far it has come after every
-    /// message of dockerd's. Returns once the image is on the node, or why it is not.
+    /// Pulls `reference` (a full reference), with `auth` when its registry has credentials,
+    /// telling `progress` how far it has come after every message of dockerd's. Returns once the
+    /// image is on the node, or why it is not.
     pub async fn pull(
         &self,
         reference: &str,
         progress: &watch::Sender<PullProgress>,
+        auth: Option<&PullAuth>,
     ) -> Result<(), PullError> {
         let options = CreateImageOptionsBuilder::new()
             .from_image(reference)
             .build();
-        let mut stream = self.inner.create_image(Some(options), None, None);
+        let credentials = auth.map(PullAuth::credentials);
+        let mut stream = self.inner.create_image(Some(options), None, credentials);
         let mut layers = Layers::default();
         while let Some(item) = stream.next().await {
             match item {
@@ -190,6 +222,8 @@ fn classify(e: BollardError) -> PullError {
     if [
         "unauthorized",
         "authentication required",
+        // dockerd's words for a registry that asked for credentials when it was sent none.
+        "no basic auth credentials",
         "denied",
         "forbidden",
     ]
@@ -233,6 +267,11 @@ mod tests {
         let auth = "Head \"http://r/v2/x/manifests/1\": no basic auth credentials: unauthorized";
         assert!(matches!(
             classify(err(500, auth)),
+            PullError::Unauthorized(_)
+        ));
+        let asked = "Head \"http://127.0.0.1:40459/v2/x/manifests/t1\": no basic auth credentials";
+        assert!(matches!(
+            classify(err(500, asked)),
             PullError::Unauthorized(_)
         ));
         let bad = "invalid reference format";
