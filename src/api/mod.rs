@@ -5,12 +5,14 @@ pub mod admin;
 #[cfg(feature = "ssr")]
 pub mod context;
 pub mod jobs;
+pub mod notify;
 pub mod session;
 pub mod suggest;
 pub mod usage;
 
 pub use admin::*;
 pub use jobs::*;
+pub use notify::*;
 pub use session::*;
 pub use suggest::*;
 pub use usage::*;

@@ -8,6 +8,7 @@ mod gpu;
 pub mod image_ref;
 mod job;
 mod node;
+mod notify;
 mod policy;
 mod secret;
 pub mod spec;
@@ -30,6 +31,10 @@ pub use job::{
     QUEUE_ORDER_SQL,
 };
 pub use node::{NodeState, NodeView, NODE_LOST_REASON};
+pub use notify::{
+    DeliveryState, DeliveryView, NotificationSettings, NotificationsPut, NotifyEvent,
+    WebhookFormat, WebhookPut, WebhookView, DEFAULT_WAIT_MINUTES, MAX_WEBHOOKS, MIN_SECRET_LEN,
+};
 pub use policy::{glob_match, JobNetwork, LaunchPolicy, PullPolicy, VolumeRule, VramEnforcement};
 pub use secret::Secret;
 pub use status::StatusView;

@@ -127,6 +127,10 @@ pub struct LaunchPolicy {
     /// Sets environment keys that keep frameworks which take the whole card by default (JAX/XLA,
     /// TensorFlow) within the job's commitment. Jobs cannot override them.
     pub framework_memory_hints: bool,
+    /// Where members' webhooks may go beyond the public internet: hosts (`host`), a host's port
+    /// (`host:port`, `[v6]:port`) or networks (CIDR, `10.1.0.0/16`). Everything else that is
+    /// loopback, link-local, private, CGNAT, multicast, unspecified, or a gpuq node is refused.
+    pub webhook_allowlist: Vec<String>,
 }
 
 impl Default for LaunchPolicy {
@@ -154,6 +158,7 @@ impl Default for LaunchPolicy {
             network: JobNetwork::Isolated,
             vram_enforcement: VramEnforcement::Stop,
             framework_memory_hints: true,
+            webhook_allowlist: Vec::new(),
         }
     }
 }
@@ -195,6 +200,11 @@ impl LaunchPolicy {
                         "patterns must be non-empty, without spaces".into(),
                     ));
                 }
+            }
+        }
+        for (i, entry) in self.webhook_allowlist.iter().enumerate() {
+            if let Err(why) = check_webhook_allow(entry) {
+                return Err((format!("webhook_allowlist[{i}]"), why));
             }
         }
         if self.log_total_mib > 0 && self.log_user_mib > self.log_total_mib {
@@ -258,6 +268,45 @@ impl LaunchPolicy {
     /// Docker's CPU limit for one job, in billionths of a core; `None` when unlimited.
     pub fn nano_cpus(&self) -> Option<i64> {
         (self.cpus_per_job > 0.0).then(|| (self.cpus_per_job * 1e9).round() as i64)
+    }
+}
+
+/// Checks one `webhook_allowlist` entry: a CIDR, `host:port` or `host`.
+pub fn check_webhook_allow(entry: &str) -> Result<(), String> {
+    let bad = |why: &str| Err(format!("`{entry}`: {why}"));
+    if entry.is_empty() || entry.len() > 253 || entry.chars().any(|c| c.is_whitespace()) {
+        return bad("a host, host:port or CIDR, without spaces");
+    }
+    if let Some((ip, bits)) = entry.split_once('/') {
+        let max = match ip.parse::<std::net::IpAddr>() {
+            Ok(std::net::IpAddr::V4(_)) => 32,
+            Ok(std::net::IpAddr::V6(_)) => 128,
+            Err(_) => return bad("a CIDR is an IP address, `/` and a prefix length"),
+        };
+        return match bits.parse::<u8>() {
+            Ok(b) if b <= max => Ok(()),
+            _ => bad("the prefix length is out of range"),
+        };
+    }
+    if entry.parse::<std::net::IpAddr>().is_ok() || entry.parse::<std::net::SocketAddr>().is_ok() {
+        return Ok(());
+    }
+    let host = match entry.rsplit_once(':') {
+        Some((h, port)) => {
+            if port.parse::<u16>().is_err() {
+                return bad("the port must be a number up to 65535");
+            }
+            h
+        }
+        None => entry,
+    };
+    let label_ok = |l: &str| {
+        !l.is_empty() && l.len() <= 63 && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+    };
+    if host.split('.').all(label_ok) {
+        Ok(())
+    } else {
+        bad("not a host name")
     }
 }
 

@@ -139,6 +139,8 @@ pub struct NodeSetup {
     pub retention: Option<PathBuf>,
     /// The metrics snapshot, its node and period (`gpuq serve`).
     pub metrics: Option<(Metrics, String, Duration)>,
+    /// The notification delivery worker (`gpuq serve`).
+    pub notify: Option<crate::server::notify::NotifySetup>,
 }
 
 /// A node's running tasks.
@@ -185,6 +187,7 @@ pub async fn start(setup: NodeSetup) -> Result<NodeTasks> {
         cards,
         retention,
         metrics,
+        notify,
     } = setup;
     let (stop, rx) = watch::channel(false);
     let (ready_tx, ready) = watch::channel(None);
@@ -249,6 +252,13 @@ pub async fn start(setup: NodeSetup) -> Result<NodeTasks> {
             rx.clone(),
         ));
     }
+    if let Some(n) = notify {
+        tasks.spawn(crate::server::notify::deliver::run(
+            n,
+            notifier.subscribe(),
+            rx.clone(),
+        ));
+    }
     tasks.spawn(notifier.run(pool, rx));
     Ok(NodeTasks {
         stop,
@@ -282,6 +292,7 @@ pub async fn start_runner(
         cards: None,
         retention: None,
         metrics: None,
+        notify: None,
     })
     .await?;
     tasks.ready().await?;

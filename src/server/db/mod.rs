@@ -11,6 +11,7 @@ pub mod lifecycle;
 pub mod logins;
 pub mod manifest;
 pub mod nodes;
+pub mod notifications;
 pub mod runs;
 pub mod settings;
 pub mod users;

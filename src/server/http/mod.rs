@@ -16,6 +16,7 @@ pub mod listen;
 mod live;
 pub mod metrics;
 mod nodes;
+mod notify;
 pub mod openapi;
 mod peer;
 mod suggest;
@@ -137,7 +138,8 @@ pub fn app(state: AppState, opts: HttpOptions) -> Router {
                 .merge(cluster::router())
                 .merge(nodes::router())
                 .merge(usage::router())
-                .merge(suggest::router()),
+                .merge(suggest::router())
+                .merge(notify::router()),
         )
         .merge(peer::router())
         .merge(pages)
