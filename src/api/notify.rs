@@ -1,7 +1,9 @@
 //! The account page's notification settings and deliveries: the same domain calls as
 //! `/api/v1/me/notifications`, for the caller only.
 
-use crate::model::{AppError, DeliveryView, NotificationSettings, NotificationsPut, Role};
+#[cfg(feature = "ssr")]
+use crate::model::Role;
+use crate::model::{AppError, DeliveryView, NotificationSettings, NotificationsPut};
 use leptos::prelude::*;
 use leptos::server_fn::codec::Json;
 

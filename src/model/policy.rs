@@ -335,6 +335,29 @@ mod tests {
     use super::*;
 
     #[test]
+    fn webhook_allowlist_entries_are_hosts_ports_or_networks() {
+        for ok in [
+            "hooks.lan",
+            "hooks.lan:8443",
+            "127.0.0.1:9000",
+            "[fd00::5]:443",
+            "10.20.0.0/16",
+            "fd00::/8",
+            "192.0.2.1",
+        ] {
+            assert_eq!(check_webhook_allow(ok), Ok(()), "{ok}");
+        }
+        for bad in ["", "a b", "10.0.0.0/33", "host:99999", "bad_host!", "x/8"] {
+            assert!(check_webhook_allow(bad).is_err(), "{bad} accepted");
+        }
+        let p = LaunchPolicy {
+            webhook_allowlist: vec!["ok.lan".into(), "10.0.0.0/99".into()],
+            ..Default::default()
+        };
+        assert_eq!(p.check().unwrap_err().0, "webhook_allowlist[1]");
+    }
+
+    #[test]
     fn globs() {
         assert!(glob_match("*", "anything:tag"));
         assert!(glob_match("registry.local/*", "registry.local/team/x:1"));

@@ -423,6 +423,9 @@ async fn the_openapi_document_describes_every_route(pool: PgPool) {
         ("get", "/api/v1/usage"),
         ("get", "/api/v1/usage/samples.csv"),
         ("get", "/api/v1/usage/jobs.csv"),
+        ("get", "/api/v1/me/notifications"),
+        ("put", "/api/v1/me/notifications"),
+        ("get", "/api/v1/me/notifications/deliveries"),
     ];
     let paths = doc["paths"].as_object().unwrap();
     let documented: usize = paths.values().map(|p| p.as_object().unwrap().len()).sum();
@@ -596,6 +599,19 @@ async fn every_route_allows_exactly_the_roles_it_should(pool: PgPool) {
         ("GET", "/api/v1/usage".into(), None, MANAGER),
         ("GET", "/api/v1/usage/samples.csv".into(), None, MANAGER),
         ("GET", "/api/v1/usage/jobs.csv".into(), None, MANAGER),
+        ("GET", "/api/v1/me/notifications".into(), None, ALL),
+        (
+            "PUT",
+            "/api/v1/me/notifications".into(),
+            Some(json!({ "on": ["failed"] })),
+            ALL,
+        ),
+        (
+            "GET",
+            "/api/v1/me/notifications/deliveries".into(),
+            None,
+            ALL,
+        ),
     ];
     let callers = [
         None,
