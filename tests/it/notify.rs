@@ -804,3 +804,88 @@ async fn an_outbox_row_survives_kill9_between_send_and_mark_and_is_sent_again(po
     }
     assert_eq!(receiver.seen().len(), 2, "sent more than twice");
 }
+
+/// The outbox rows a status change of `job` wrote: (event, channel).
+async fn rows_of(pool: &PgPool, job: Uuid) -> Vec<(String, String)> {
+    sqlx::query_as("SELECT event, channel FROM notification_outbox WHERE job_id = $1 ORDER BY id")
+        .bind(job)
+        .fetch_all(pool)
+        .await
+        .unwrap()
+}
+
+/// Moves a job as the lifecycle would (the trigger sees only the row's change).
+async fn set(pool: &PgPool, job: Uuid, sql: &str) {
+    sqlx::query(&format!("UPDATE jobs SET {sql} WHERE id = $1"))
+        .bind(job)
+        .execute(pool)
+        .await
+        .unwrap();
+}
+
+#[sqlx::test(migrations = false)]
+async fn the_trigger_writes_one_row_per_place_for_exactly_the_events_asked_for(pool: PgPool) {
+    let (app, _admin, member) = app_with(pool, "n1", &["127.0.0.1:9".into()]).await;
+    let r = put(
+        &app,
+        &member,
+        json!({ "email": "alice@example.org", "on": ["failed", "started_after_wait"],
+                "started_after_wait_minutes": 5,
+                "webhooks": [{ "url": "http://127.0.0.1:9/a" }, { "url": "http://127.0.0.1:9/b", "format": "slack" }] }),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let spec = json!({ "image": IMAGE, "command": ["true"], "min_vram_mb": 1000 });
+
+    // Started after 10 minutes of waiting (more than 5): told, to the mail and both webhooks.
+    let late = app.submit_ok(&member, spec.clone()).await;
+    set(
+        &app.pool,
+        late,
+        "created_at = now() - interval '10 minutes'",
+    )
+    .await;
+    set(&app.pool, late, "status = 'running', started_at = now()").await;
+    let rows = rows_of(&app.pool, late).await;
+    assert_eq!(rows.len(), 3, "{rows:?}");
+    assert!(
+        rows.iter().all(|(e, _)| e == "started_after_wait"),
+        "{rows:?}"
+    );
+    // Its success was not asked for: nothing more.
+    set(&app.pool, late, "status = 'succeeded', finished_at = now()").await;
+    assert_eq!(rows_of(&app.pool, late).await.len(), 3);
+
+    // Started after a short wait: not told.
+    let quick_start = app.submit_ok(&member, spec.clone()).await;
+    set(
+        &app.pool,
+        quick_start,
+        "status = 'running', started_at = now()",
+    )
+    .await;
+    assert!(rows_of(&app.pool, quick_start).await.is_empty());
+    // Stopped for VRAM overuse: a failure of its own kind, heard by who asked for `failed`.
+    set(
+        &app.pool,
+        quick_start,
+        "status = 'failed', stop_cause = 'vram_overuse', finished_at = now()",
+    )
+    .await;
+    let rows = rows_of(&app.pool, quick_start).await;
+    assert_eq!(rows.len(), 3, "{rows:?}");
+    assert!(rows.iter().all(|(e, _)| e == "vram_overuse"), "{rows:?}");
+    assert_eq!(
+        rows.iter().filter(|(_, c)| c == "email").count(),
+        1,
+        "{rows:?}"
+    );
+
+    // A cancel (not asked for) and another user's failure (no settings): nothing.
+    let cancelled = cancelled_job(&app, &member).await;
+    assert!(rows_of(&app.pool, cancelled).await.is_empty());
+    let bob = app.bearer("bob", Role::Member).await;
+    let his = app.submit_ok(&bob, spec).await;
+    set(&app.pool, his, "status = 'failed', finished_at = now()").await;
+    assert!(rows_of(&app.pool, his).await.is_empty());
+}
