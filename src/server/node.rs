@@ -2,7 +2,8 @@
 //! benchmarks alike: the notifier's LISTEN connection, the heartbeat, the scheduler, the runner
 //! (connect, re-adopt, then launch), the card observer and what consumes its snapshots (the
 //! inventory sync, the usage sampler and, on a node with a runner, the VRAM sampler and its
-//! policing), log retention and the metrics snapshot. The top of the domain: it only assembles.
+//! policing), log retention, the metrics snapshot and the notification delivery worker. The top of
+//! the domain: it only assembles.
 
 use crate::server::admission::{scheduler, PassConfig};
 use crate::server::gpu::observer::{self, Cards};

@@ -168,3 +168,34 @@ pub async fn mail(smtp: &SmtpConfig, to: &str, key: Uuid, message: &Value) -> Re
         )
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_signature_is_hmac_sha256_over_timestamp_dot_body() {
+        // Computed independently: printf '1700000000.{"a":1}' | openssl dgst -sha256 -hmac key
+        assert_eq!(
+            signature("key", 1_700_000_000, br#"{"a":1}"#),
+            "sha256=a438e398bfafc57e4396bb7fc2304422f0f768e965d073ca313cb52e22e6ad03"
+        );
+    }
+
+    #[test]
+    fn the_relays_password_never_shows_in_debug_output() {
+        let cfg = SmtpConfig {
+            host: "smtp.example.org".into(),
+            port: 587,
+            tls: SmtpTls::StartTls,
+            credentials: Some(("gpuq".into(), "hunter2-the-password".into())),
+            from: "gpuq@example.org".into(),
+        };
+        let shown = format!("{cfg:?}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(
+            shown.contains("<redacted>") && shown.contains("gpuq"),
+            "{shown}"
+        );
+    }
+}
