@@ -7,6 +7,7 @@
 use crate::support::{api_as_admin, json_of, post_job, Node, Serve, TestApp};
 use axum::body::Bytes;
 use axum::http::{HeaderMap, StatusCode};
+use axum::response::IntoResponse;
 use gpuq::model::Role;
 use gpuq::server::notify::send::{SmtpConfig, SmtpTls};
 use gpuq::server::notify::{deliver, DeliveryConfig, NotifySetup};
@@ -25,11 +26,13 @@ const IMAGE: &str = "gpuq-test/busybox:latest";
 const SECRET: &str = "a-receivers-shared-secret";
 
 /// How the test receiver answers its n-th request (200 past the list).
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 enum Answer {
     Status(u16),
     /// Reads the request and never answers.
     Hang,
+    /// `302 Found` to this URL.
+    Redirect(&'static str),
 }
 
 /// One request the receiver got.
@@ -79,8 +82,9 @@ impl Receiver {
                     seen.push(Seen { headers, body });
                     seen.len() - 1
                 };
-                match answers.get(n).copied().unwrap_or(Answer::Status(200)) {
-                    Answer::Status(code) => StatusCode::from_u16(code).unwrap(),
+                match answers.get(n).cloned().unwrap_or(Answer::Status(200)) {
+                    Answer::Status(code) => StatusCode::from_u16(code).unwrap().into_response(),
+                    Answer::Redirect(to) => axum::response::Redirect::to(to).into_response(),
                     Answer::Hang => std::future::pending().await,
                 }
             }
@@ -888,4 +892,36 @@ async fn the_trigger_writes_one_row_per_place_for_exactly_the_events_asked_for(p
     let his = app.submit_ok(&bob, spec).await;
     set(&app.pool, his, "status = 'failed', finished_at = now()").await;
     assert!(rows_of(&app.pool, his).await.is_empty());
+}
+
+#[sqlx::test(migrations = false)]
+async fn a_redirect_is_a_failed_attempt_never_followed_inward(pool: PgPool) {
+    // The allowlisted receiver answers every delivery with a redirect to the cloud metadata
+    // address: gpuq must not follow it (that would bypass the destination check).
+    let receiver = Receiver::start(vec![
+        Answer::Redirect(
+            "http://169.254.169.254/latest/meta-data/"
+        );
+        3
+    ])
+    .await;
+    let (app, _admin, member) = app_with(pool, "n1", &[receiver.addr.to_string()]).await;
+    let r = put(
+        &app,
+        &member,
+        json!({ "on": ["cancelled"], "webhooks": [{ "url": receiver.url() }] }),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let worker = Worker::start(&app, quick(None), true);
+    cancelled_job(&app, &member).await;
+    let d = deliveries_until(&app, &member, 30, |d| d[0]["state"] == "failed").await;
+    let why = d[0]["last_error"].as_str().unwrap();
+    assert!(why.contains("redirects are not followed"), "{why}");
+    assert_eq!(
+        receiver.seen().len(),
+        3,
+        "every attempt reached the receiver only"
+    );
+    worker.stop().await;
 }
