@@ -39,7 +39,7 @@ FLOORS = [
     # the context the services share, and the bounds it holds
     ["limits", "context"],
     # the services the edges call
-    ["jobs", "admin", "cards"],
+    ["jobs", "admin", "cards", "notify"],
     # one node's tasks, assembled by one function
     ["node"],
 ]

@@ -35,6 +35,7 @@ command -v systemd-analyze >/dev/null 2>&1 || need_apt+=(systemd)   # `make lint
 command -v curl >/dev/null 2>&1 || need_apt+=(curl)                 # the image's smoke test
 command -v docker-registry >/dev/null 2>&1 || need_apt+=(docker-registry)   # the pull tests' registry
 command -v htpasswd >/dev/null 2>&1 || need_apt+=(apache2-utils)   # the auth registry's bcrypt htpasswd file
+/usr/bin/python3 -c 'import aiosmtpd' >/dev/null 2>&1 || need_apt+=(python3-aiosmtpd)   # the notification tests' SMTP sink
 if [ ${#need_apt[@]} -gt 0 ]; then
   apt_install "${need_apt[@]}"
 fi

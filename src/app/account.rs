@@ -1,4 +1,5 @@
-//! `/account`: change my password; create and revoke my API tokens (for the CLI and scripts).
+//! `/account`: change my password; create and revoke my API tokens (for the CLI and scripts); my
+//! notifications and their deliveries ([`super::notifications`]).
 
 use super::alert::{action_error, loaded};
 use super::gate::SignedIn;
@@ -21,9 +22,14 @@ pub fn AccountPage() -> impl IntoView {
         move || (create.version().get(), revoke.version().get()),
         |_| my_tokens(),
     );
+    let super::notifications::NotifyData {
+        save,
+        settings,
+        deliveries,
+    } = super::notifications::NotifyData::load();
     view! {
         <Title text="Account · gpuq" />
-        <SignedIn page=move |me| view! { <Password me /> <Tokens create revoke tokens /> } />
+        <SignedIn page=move |me| view! { <Password me /> <Tokens create revoke tokens /> <super::notifications::Notifications save settings deliveries /> } />
     }
 }
 

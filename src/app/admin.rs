@@ -347,6 +347,7 @@ fn PolicyForm(p: LaunchPolicy, save: ServerAction<SaveLaunchPolicy>) -> impl Int
     let enforcement = RwSignal::new(p.vram_enforcement);
     let pull = RwSignal::new(p.pull);
     let hints = RwSignal::new(p.framework_memory_hints);
+    let webhook_allow = RwSignal::new(p.webhook_allowlist.join("\n"));
     let local_error = RwSignal::new(None::<String>);
     let number = |field: &str, s: RwSignal<String>| whole_number(field, &s.get_untracked());
     let small = |field: &str, s: RwSignal<String>| {
@@ -379,6 +380,7 @@ fn PolicyForm(p: LaunchPolicy, save: ServerAction<SaveLaunchPolicy>) -> impl Int
                 network: network.get_untracked(),
                 vram_enforcement: enforcement.get_untracked(),
                 framework_memory_hints: hints.get_untracked(),
+                webhook_allowlist: patterns(&webhook_allow.get_untracked()),
             })
         })();
         match policy {
@@ -430,6 +432,7 @@ fn PolicyForm(p: LaunchPolicy, save: ServerAction<SaveLaunchPolicy>) -> impl Int
             </div>
             <div class="row">
                 {text_area("policy-root-images", "Images that may run as root (one pattern per line)", "2", root_images)}
+                {text_area("policy-webhook-allowlist", "Webhooks may also reach (host, host:port or CIDR per line; loopback, private and gpuq's own nodes are refused otherwise)", "2", webhook_allow)}
                 <div class="field">
                     <label for="policy-network">"Job network"</label>
                     <select id="policy-network" on:change=move |ev| network.set(if event_target_value(&ev) == "none" { JobNetwork::None } else { JobNetwork::Isolated })>

@@ -10,6 +10,7 @@ mod job;
 mod live;
 mod login;
 mod manifest;
+mod notifications;
 mod queue;
 mod registries;
 mod submit;

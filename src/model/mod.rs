@@ -8,6 +8,7 @@ mod gpu;
 pub mod image_ref;
 mod job;
 mod node;
+mod notify;
 mod policy;
 mod registry;
 mod secret;
@@ -31,6 +32,10 @@ pub use job::{
     QUEUE_ORDER_SQL,
 };
 pub use node::{NodeState, NodeView, NODE_LOST_REASON};
+pub use notify::{
+    DeliveryState, DeliveryView, NotificationSettings, NotificationsPut, NotifyEvent,
+    WebhookFormat, WebhookPut, WebhookView, DEFAULT_WAIT_MINUTES, MAX_WEBHOOKS, MIN_SECRET_LEN,
+};
 pub use policy::{glob_match, JobNetwork, LaunchPolicy, PullPolicy, VolumeRule, VramEnforcement};
 pub use registry::{
     check_login, check_registry_host, registry_of_image, RegistryLogin, RegistryView,

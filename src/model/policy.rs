@@ -127,6 +127,10 @@ pub struct LaunchPolicy {
     /// Sets environment keys that keep frameworks which take the whole card by default (JAX/XLA,
     /// TensorFlow) within the job's commitment. Jobs cannot override them.
     pub framework_memory_hints: bool,
+    /// Where members' webhooks may go beyond the public internet: hosts (`host`), a host's port
+    /// (`host:port`, `[v6]:port`) or networks (CIDR, `10.1.0.0/16`). Everything else that is
+    /// loopback, link-local, private, CGNAT, multicast, unspecified, or a gpuq node is refused.
+    pub webhook_allowlist: Vec<String>,
 }
 
 impl Default for LaunchPolicy {
@@ -154,6 +158,7 @@ impl Default for LaunchPolicy {
             network: JobNetwork::Isolated,
             vram_enforcement: VramEnforcement::Stop,
             framework_memory_hints: true,
+            webhook_allowlist: Vec::new(),
         }
     }
 }
@@ -195,6 +200,11 @@ impl LaunchPolicy {
                         "patterns must be non-empty, without spaces".into(),
                     ));
                 }
+            }
+        }
+        for (i, entry) in self.webhook_allowlist.iter().enumerate() {
+            if let Err(why) = check_webhook_allow(entry) {
+                return Err((format!("webhook_allowlist[{i}]"), why));
             }
         }
         if self.log_total_mib > 0 && self.log_user_mib > self.log_total_mib {
@@ -261,6 +271,45 @@ impl LaunchPolicy {
     }
 }
 
+/// Checks one `webhook_allowlist` entry: a CIDR, `host:port` or `host`.
+pub fn check_webhook_allow(entry: &str) -> Result<(), String> {
+    let bad = |why: &str| Err(format!("`{entry}`: {why}"));
+    if entry.is_empty() || entry.len() > 253 || entry.chars().any(|c| c.is_whitespace()) {
+        return bad("a host, host:port or CIDR, without spaces");
+    }
+    if let Some((ip, bits)) = entry.split_once('/') {
+        let max = match ip.parse::<std::net::IpAddr>() {
+            Ok(std::net::IpAddr::V4(_)) => 32,
+            Ok(std::net::IpAddr::V6(_)) => 128,
+            Err(_) => return bad("a CIDR is an IP address, `/` and a prefix length"),
+        };
+        return match bits.parse::<u8>() {
+            Ok(b) if b <= max => Ok(()),
+            _ => bad("the prefix length is out of range"),
+        };
+    }
+    if entry.parse::<std::net::IpAddr>().is_ok() || entry.parse::<std::net::SocketAddr>().is_ok() {
+        return Ok(());
+    }
+    let host = match entry.rsplit_once(':') {
+        Some((h, port)) => {
+            if port.parse::<u16>().is_err() {
+                return bad("the port must be a number up to 65535");
+            }
+            h
+        }
+        None => entry,
+    };
+    let label_ok = |l: &str| {
+        !l.is_empty() && l.len() <= 63 && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+    };
+    if host.split('.').all(label_ok) {
+        Ok(())
+    } else {
+        bad("not a host name")
+    }
+}
+
 /// `*`-only glob matching (no other metacharacters), linear in practice for short patterns.
 pub fn glob_match(pattern: &str, text: &str) -> bool {
     let parts: Vec<&str> = pattern.split('*').collect();
@@ -284,6 +333,29 @@ pub fn glob_match(pattern: &str, text: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn webhook_allowlist_entries_are_hosts_ports_or_networks() {
+        for ok in [
+            "hooks.lan",
+            "hooks.lan:8443",
+            "127.0.0.1:9000",
+            "[fd00::5]:443",
+            "10.20.0.0/16",
+            "fd00::/8",
+            "192.0.2.1",
+        ] {
+            assert_eq!(check_webhook_allow(ok), Ok(()), "{ok}");
+        }
+        for bad in ["", "a b", "10.0.0.0/33", "host:99999", "bad_host!", "x/8"] {
+            assert!(check_webhook_allow(bad).is_err(), "{bad} accepted");
+        }
+        let p = LaunchPolicy {
+            webhook_allowlist: vec!["ok.lan".into(), "10.0.0.0/99".into()],
+            ..Default::default()
+        };
+        assert_eq!(p.check().unwrap_err().0, "webhook_allowlist[1]");
+    }
 
     #[test]
     fn globs() {

@@ -176,6 +176,53 @@ pub struct ServeArgs {
     /// Connections served at once; further ones wait until one closes.
     #[arg(long, env = "GPUQ_HTTP_MAX_CONNECTIONS", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub http_max_connections: u32,
+    /// Notifications: the SMTP relay, the retries, the link in each message.
+    #[command(flatten)]
+    pub notify: NotifyArgs,
+}
+
+/// Flags of the notification delivery worker (`gpuq serve`).
+#[derive(Debug, Clone, Args)]
+pub struct NotifyArgs {
+    /// The SMTP relay notification mails go through (its host name). Without it this node sends
+    /// no mail (webhooks still go out); mails wait for a node that has one.
+    #[arg(long, env = "GPUQ_SMTP_HOST")]
+    pub smtp_host: Option<String>,
+    /// The relay's port (587 for STARTTLS, 465 for TLS, 25 without).
+    #[arg(long, env = "GPUQ_SMTP_PORT", default_value_t = 587)]
+    pub smtp_port: u16,
+    /// How the connection to the relay is protected: `starttls` (upgrade, required), `tls`
+    /// (implicit TLS from the first byte) or `none` (plain text: only for a relay on this host).
+    #[arg(long, env = "GPUQ_SMTP_TLS", default_value = "starttls", value_parser = ["none", "starttls", "tls"])]
+    pub smtp_tls: String,
+    /// The user name gpuq signs in to the relay with (none: no AUTH).
+    #[arg(long, env = "GPUQ_SMTP_USERNAME")]
+    pub smtp_username: Option<String>,
+    /// The password it signs in with; set it through the environment (the env file), never on a
+    /// command line others can read. Never logged or shown.
+    #[arg(long, env = "GPUQ_SMTP_PASSWORD", hide_env_values = true)]
+    pub smtp_password: Option<String>,
+    /// The sender of notification mails, e.g. `gpuq <gpuq@example.org>`.
+    #[arg(long, env = "GPUQ_SMTP_FROM")]
+    pub smtp_from: Option<String>,
+    /// The URL people open gpuq at, for the job link in each notification (default: the advertise
+    /// URL).
+    #[arg(long, env = "GPUQ_PUBLIC_URL")]
+    pub public_url: Option<String>,
+    /// Wait before the first retry of a failed delivery (milliseconds); it doubles with each
+    /// retry up to `--notify-retry-max-s`.
+    #[arg(long, env = "GPUQ_NOTIFY_RETRY_FIRST_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
+    pub notify_retry_first_ms: u64,
+    /// The longest wait between two attempts (seconds).
+    #[arg(long, env = "GPUQ_NOTIFY_RETRY_MAX_S", default_value_t = 1800, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub notify_retry_max_s: u64,
+    /// Attempts of one delivery before it ends `failed`.
+    #[arg(long, env = "GPUQ_NOTIFY_ATTEMPTS", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub notify_attempts: u32,
+    /// How long a node that took a delivery holds it while sending (seconds): after a crash
+    /// mid-send another node (or the restarted one) tries it again once this has passed.
+    #[arg(long, env = "GPUQ_NOTIFY_LEASE_S", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub notify_lease_s: u64,
 }
 
 /// A `--trusted-proxy` entry: a CIDR (`10.0.0.0/8`) or one address (`127.0.0.1`, `::1`).

@@ -38,6 +38,7 @@ pub mod metrics;
 pub mod node;
 pub mod nodes;
 pub mod notifier;
+pub mod notify;
 pub mod peers;
 pub mod periodic;
 pub mod registries;

@@ -2,7 +2,8 @@
 //! benchmarks alike: the notifier's LISTEN connection, the heartbeat, the scheduler, the runner
 //! (connect, re-adopt, then launch), the card observer and what consumes its snapshots (the
 //! inventory sync, the usage sampler and, on a node with a runner, the VRAM sampler and its
-//! policing), log retention and the metrics snapshot. The top of the domain: it only assembles.
+//! policing), log retention, the metrics snapshot and the notification delivery worker. The top of
+//! the domain: it only assembles.
 
 use crate::server::admission::{scheduler, PassConfig};
 use crate::server::gpu::observer::{self, Cards};
@@ -139,6 +140,8 @@ pub struct NodeSetup {
     pub retention: Option<PathBuf>,
     /// The metrics snapshot, its node and period (`gpuq serve`).
     pub metrics: Option<(Metrics, String, Duration)>,
+    /// The notification delivery worker (`gpuq serve`).
+    pub notify: Option<crate::server::notify::NotifySetup>,
 }
 
 /// A node's running tasks.
@@ -185,6 +188,7 @@ pub async fn start(setup: NodeSetup) -> Result<NodeTasks> {
         cards,
         retention,
         metrics,
+        notify,
     } = setup;
     let (stop, rx) = watch::channel(false);
     let (ready_tx, ready) = watch::channel(None);
@@ -249,6 +253,13 @@ pub async fn start(setup: NodeSetup) -> Result<NodeTasks> {
             rx.clone(),
         ));
     }
+    if let Some(n) = notify {
+        tasks.spawn(crate::server::notify::deliver::run(
+            n,
+            notifier.subscribe(),
+            rx.clone(),
+        ));
+    }
     tasks.spawn(notifier.run(pool, rx));
     Ok(NodeTasks {
         stop,
@@ -282,6 +293,7 @@ pub async fn start_runner(
         cards: None,
         retention: None,
         metrics: None,
+        notify: None,
     })
     .await?;
     tasks.ready().await?;

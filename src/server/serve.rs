@@ -130,6 +130,10 @@ async fn run(
         }
     });
     let metrics = Metrics::new(&args.node).context("setting up metrics")?;
+    let notify = crate::server::notify::NotifySetup {
+        ctx: ctx.clone(),
+        cfg: delivery_config(args)?,
+    };
     let tasks = node::start(NodeSetup {
         pool: pool.clone(),
         notifier: notifier.clone(),
@@ -143,6 +147,7 @@ async fn run(
             args.node.clone(),
             Duration::from_millis(args.metrics_refresh_ms.max(100)),
         )),
+        notify: Some(notify),
     })
     .await?;
     let scrape = metrics_router(metrics, args.metrics_token.as_deref());
@@ -213,6 +218,65 @@ fn secrets_key(data_dir: &std::path::Path) -> Result<SecretsKey> {
         Err(e) => tracing::warn!("registry credentials cannot be stored or used: {e}"),
     }
     Ok(key)
+}
+
+/// The notification worker's settings from `--smtp-*`, `--notify-*` and `--public-url`.
+fn delivery_config(args: &ServeArgs) -> Result<crate::server::notify::DeliveryConfig> {
+    use crate::server::notify::send::{SmtpConfig, SmtpTls};
+    let n = &args.notify;
+    let smtp = match &n.smtp_host {
+        None => None,
+        Some(host) => {
+            let from = n.smtp_from.clone().ok_or_else(|| {
+                anyhow!(
+                    "--smtp-host is set but --smtp-from (GPUQ_SMTP_FROM) is not: name the sender"
+                )
+            })?;
+            from.parse::<lettre::message::Mailbox>()
+                .map_err(|e| anyhow!("--smtp-from (GPUQ_SMTP_FROM) `{from}`: {e}"))?;
+            let credentials = match (&n.smtp_username, &n.smtp_password) {
+                (Some(u), Some(p)) => Some((u.clone(), p.clone())),
+                (None, None) => None,
+                _ => {
+                    return Err(anyhow!(
+                        "--smtp-username and --smtp-password (GPUQ_SMTP_PASSWORD) go together"
+                    ))
+                }
+            };
+            let tls = match n.smtp_tls.as_str() {
+                "none" => SmtpTls::None,
+                "tls" => SmtpTls::Tls,
+                _ => SmtpTls::StartTls,
+            };
+            Some(SmtpConfig {
+                host: host.clone(),
+                port: n.smtp_port,
+                tls,
+                credentials,
+                from,
+            })
+        }
+    };
+    let public_url = n
+        .public_url
+        .clone()
+        .unwrap_or_else(|| args.advertise_url())
+        .trim_end_matches('/')
+        .to_owned();
+    let own = match args.listen.ip().is_unspecified() {
+        true => Vec::new(),
+        false => vec![args.listen.ip()],
+    };
+    Ok(crate::server::notify::DeliveryConfig {
+        smtp,
+        retry_first: Duration::from_millis(n.notify_retry_first_ms),
+        retry_max: Duration::from_secs(n.notify_retry_max_s),
+        attempts: n.notify_attempts,
+        lease: Duration::from_secs(n.notify_lease_s),
+        public_url,
+        own,
+        webhook_timeout: crate::server::notify::send::WEBHOOK_TIMEOUT,
+    })
 }
 
 /// Registers this process's node (a new epoch, held until a heartbeat is refused).

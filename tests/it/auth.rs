@@ -426,6 +426,9 @@ async fn the_openapi_document_describes_every_route(pool: PgPool) {
         ("get", "/api/v1/registries"),
         ("put", "/api/v1/registries/{host}"),
         ("delete", "/api/v1/registries/{host}"),
+        ("get", "/api/v1/me/notifications"),
+        ("put", "/api/v1/me/notifications"),
+        ("get", "/api/v1/me/notifications/deliveries"),
     ];
     let paths = doc["paths"].as_object().unwrap();
     let documented: usize = paths.values().map(|p| p.as_object().unwrap().len()).sum();
@@ -608,6 +611,19 @@ async fn every_route_allows_exactly_the_roles_it_should(pool: PgPool) {
             ADMIN,
         ),
         ("DELETE", "/api/v1/registries/r.example".into(), None, ADMIN),
+        ("GET", "/api/v1/me/notifications".into(), None, ALL),
+        (
+            "PUT",
+            "/api/v1/me/notifications".into(),
+            Some(json!({ "on": ["failed"] })),
+            ALL,
+        ),
+        (
+            "GET",
+            "/api/v1/me/notifications/deliveries".into(),
+            None,
+            ALL,
+        ),
     ];
     let callers = [
         None,

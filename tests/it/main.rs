@@ -25,6 +25,7 @@ mod logs_json;
 mod metrics;
 mod nodes;
 mod notifier;
+mod notify;
 mod nvml;
 mod planner_props;
 mod pull;

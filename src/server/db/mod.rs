@@ -12,6 +12,7 @@ pub mod logins;
 pub mod manifest;
 pub mod nodes;
 pub mod registries;
+pub mod notifications;
 pub mod runs;
 pub mod settings;
 pub mod users;

@@ -16,6 +16,7 @@ pub mod listen;
 mod live;
 pub mod metrics;
 mod nodes;
+mod notify;
 pub mod openapi;
 mod peer;
 mod registries;
@@ -140,6 +141,7 @@ pub fn app(state: AppState, opts: HttpOptions) -> Router {
                 .merge(usage::router())
                 .merge(suggest::router())
                 .merge(registries::router()),
+                .merge(notify::router()),
         )
         .merge(peer::router())
         .merge(pages)

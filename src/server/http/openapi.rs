@@ -2,7 +2,7 @@
 //! types, served at `GET /api/v1/openapi.json`.
 
 use super::error::ErrorBody;
-use super::{cluster, health, jobs, live, nodes, registries, suggest, usage, v1};
+use super::{cluster, health, jobs, live, nodes, notify, registries, suggest, usage, v1};
 use crate::model::spec::{RawCommand, RawJobSpec};
 use crate::model::{
     AssignedGpu, AuditEntry, AuditKind, CreatedToken, GpuHolder, GpuList, GpuState, GpuView,
@@ -35,6 +35,7 @@ use utoipa::{Modify, OpenApi};
         nodes::list_nodes, nodes::patch_node, nodes::forget_node,
         usage::report, usage::samples_csv, usage::jobs_csv,
         live::events,
+        notify::get_settings, notify::put_settings, notify::deliveries,
         openapi_json,
         registries::list_registries, registries::put_registry, registries::delete_registry,
     ),
@@ -50,6 +51,9 @@ use utoipa::{Modify, OpenApi};
         crate::model::ManifestSuggestions, crate::model::WorkloadSuggestion,
         crate::model::ImageSuggestion, crate::model::Observed, crate::model::PeakStats, suggest::ApplySuggestion,
         crate::model::RegistryLogin, crate::model::RegistryView,
+        crate::model::NotificationSettings, crate::model::NotificationsPut, crate::model::WebhookPut,
+        crate::model::WebhookView, crate::model::DeliveryView, crate::model::NotifyEvent,
+        crate::model::WebhookFormat, crate::model::DeliveryState,
     )),
     modifiers(&BearerAuth)
 )]
