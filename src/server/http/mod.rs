@@ -140,7 +140,7 @@ pub fn app(state: AppState, opts: HttpOptions) -> Router {
                 .merge(nodes::router())
                 .merge(usage::router())
                 .merge(suggest::router())
-                .merge(registries::router()),
+                .merge(registries::router())
                 .merge(notify::router()),
         )
         .merge(peer::router())
