@@ -30,16 +30,49 @@ impl Durations {
         median(&self.0)
     }
 
-    /// How much longer a job that has run `elapsed_ms` is expected to run: the median of the run
-    /// times longer than `elapsed_ms`, less `elapsed_ms` (a job past most of its type's run times
-    /// is likely a long one). With none longer, the p50 again: it has outrun every run seen.
-    pub fn remaining(&self, elapsed_ms: i64) -> Option<i64> {
-        let longer = &self.0[self.0.partition_point(|&d| d <= elapsed_ms)..];
-        match median(longer) {
-            Some(m) => Some(m - elapsed_ms),
-            None => self.p50(),
+    /// The mean run time (`None` without history).
+    pub fn mean(&self) -> Option<i64> {
+        mean(&self.0)
+    }
+
+    /// The typical run time by `t`.
+    pub fn typical(&self, t: Typical) -> Option<i64> {
+        match t {
+            Typical::Median => self.p50(),
+            Typical::Mean => self.mean(),
         }
     }
+
+    /// How much longer a job that has run `elapsed_ms` is expected to run: the typical (`t`) of
+    /// the run times longer than `elapsed_ms`, less `elapsed_ms` (a job past most of its type's
+    /// run times is likely a long one). With none longer, the typical run again: it has outrun
+    /// every run seen.
+    pub fn remaining(&self, elapsed_ms: i64, t: Typical) -> Option<i64> {
+        let longer = &self.0[self.0.partition_point(|&d| d <= elapsed_ms)..];
+        let of_longer = match t {
+            Typical::Median => median(longer),
+            Typical::Mean => mean(longer),
+        };
+        match of_longer {
+            Some(m) => Some(m - elapsed_ms),
+            None => self.typical(t),
+        }
+    }
+}
+
+/// Which figure of a type's run times stands for "how long it runs".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Typical {
+    /// The median (p50).
+    Median,
+    /// The mean: with heavy-tailed run times it is above the median, and a wait behind many jobs
+    /// is their sum, which follows the mean.
+    Mean,
+}
+
+fn mean(v: &[i64]) -> Option<i64> {
+    (!v.is_empty())
+        .then(|| (v.iter().map(|&d| i128::from(d)).sum::<i128>() / v.len() as i128) as i64)
 }
 
 fn median(sorted: &[i64]) -> Option<i64> {
@@ -63,13 +96,17 @@ mod tests {
         let d = Durations::new(vec![30, 10, 20, -5, 100]);
         assert_eq!(d.len(), 4);
         assert_eq!(d.p50(), Some(25));
+        assert_eq!(d.mean(), Some(40));
         // Nothing run yet: the median of all.
-        assert_eq!(d.remaining(0), Some(25));
+        assert_eq!(d.remaining(0, Typical::Median), Some(25));
         // Past 20: the runs that lasted longer are 30 and 100, median 65, so 40 more.
-        assert_eq!(d.remaining(25), Some(40));
-        // Past every run seen: the p50 again.
-        assert_eq!(d.remaining(500), Some(25));
+        assert_eq!(d.remaining(25, Typical::Median), Some(40));
+        assert_eq!(d.remaining(25, Typical::Mean), Some(40));
+        assert_eq!(d.remaining(20, Typical::Mean), Some(45));
+        // Past every run seen: the typical run again.
+        assert_eq!(d.remaining(500, Typical::Median), Some(25));
+        assert_eq!(d.remaining(500, Typical::Mean), Some(40));
         assert_eq!(Durations::default().p50(), None);
-        assert_eq!(Durations::default().remaining(3), None);
+        assert_eq!(Durations::default().remaining(3, Typical::Mean), None);
     }
 }

@@ -4,10 +4,12 @@
 //! current ledger with the pass's own caps and the real planner. They differ only in when the jobs
 //! holding cards give them back:
 //!
-//! - **expected** (`estimated_start_at`): a job ends after its workload type's observed run time
-//!   (the median of finished runs; for a job already running, the median of the runs that lasted
-//!   longer than it has so far, less what it has run), and at its deadline where its type has no
-//!   history;
+//! - **expected** (`estimated_start_at`): a job ends after its workload type's observed run time,
+//!   and at its deadline where its type has no history. For a job already holding cards that is
+//!   the median of the runs that lasted longer than it has so far, less what it has run; for a
+//!   queued job, by default the mean of its type's runs (a long wait is the sum of the runs ahead,
+//!   and with heavy-tailed run times the sum follows the mean, not the median: `gpuq bench
+//!   replay --typical` compares the choices);
 //! - **latest** (`latest_start_at`): every job runs to its deadline, plus a slack for the stop and
 //!   the release. Nothing submitted later is foreseen, so a later job of higher priority (an
 //!   admin's), or a node that goes away, can break it.
@@ -19,7 +21,7 @@ mod history;
 pub mod sim;
 mod store;
 
-pub use history::{Durations, History};
+pub use history::{Durations, History, Typical};
 pub use store::{read, refresh, run, EstimateConfig, StoredEstimate, ESTIMATE_LOCK};
 
 use crate::server::admission::pass::Caps;
@@ -93,6 +95,9 @@ pub struct Snapshot {
     pub slack_ms: i64,
     /// Observed run times per workload type.
     pub history: History,
+    /// Which figure of them the estimate takes: for the jobs holding cards, and for the queued
+    /// jobs once started.
+    pub typical: (Typical, Typical),
     /// Now.
     pub now_ms: i64,
 }
@@ -126,9 +131,10 @@ impl Snapshot {
             Runs::Deadlines => deadline.saturating_add(self.slack_ms),
             Runs::Expected => {
                 let typed = h.workload.as_ref().and_then(|w| self.history.get(w));
+                let t = self.typical.0;
                 let more = match (typed, h.started_ms) {
-                    (Some(d), Some(start)) => d.remaining(now - start),
-                    (Some(d), None) => d.p50(),
+                    (Some(d), Some(start)) => d.remaining(now - start, t),
+                    (Some(d), None) => d.typical(t),
                     (None, _) => None,
                 };
                 more.map_or(deadline, |m| now.saturating_add(m).min(deadline))
@@ -145,7 +151,7 @@ impl Snapshot {
                 .workload
                 .as_ref()
                 .and_then(|t| self.history.get(t))
-                .and_then(Durations::p50)
+                .and_then(|d| d.typical(self.typical.1))
                 .map_or(w.timeout_ms, |m| m.min(w.timeout_ms)),
         }
     }

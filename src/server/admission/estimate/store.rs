@@ -2,7 +2,7 @@
 //! history; the figures written to `job_estimates` under a lock of their own; the background task
 //! that refreshes them; and the read the job views make.
 
-use super::{estimate, Durations, Estimate, History, Holding, Snapshot, Waiter};
+use super::{estimate, Durations, Estimate, History, Holding, Snapshot, Typical, Waiter};
 use crate::model::QUEUE_ORDER_SQL;
 use crate::server::admission::pass::{self, Caps, PassConfig};
 use crate::server::admission::planner::CardGrant;
@@ -21,6 +21,11 @@ use super::sim::Start;
 /// The advisory-lock key of the estimate's writes: "gpuq", then 5 (the pass is 1).
 pub const ESTIMATE_LOCK: i64 = 0x6770_7571_0000_0005;
 
+/// The figures the server takes by default: the conditional median for the jobs holding cards,
+/// the mean for the queued jobs ahead (a long wait is the sum of their runs), the combination
+/// `gpuq bench replay` measured as the most accurate.
+pub const TYPICAL: (Typical, Typical) = (Typical::Median, Typical::Mean);
+
 /// Settings of the estimate.
 #[derive(Debug, Clone)]
 pub struct EstimateConfig {
@@ -35,6 +40,9 @@ pub struct EstimateConfig {
     pub max_steps: usize,
     /// Finished runs per workload type the history keeps (the newest).
     pub history_runs: i64,
+    /// Which figure of a type's run times the estimate takes, for the jobs holding cards and for
+    /// the queued jobs (see `gpuq bench replay --typical`).
+    pub typical: (Typical, Typical),
 }
 
 impl Default for EstimateConfig {
@@ -45,6 +53,7 @@ impl Default for EstimateConfig {
             max_queued: 2_000,
             max_steps: 10_000,
             history_runs: 200,
+            typical: TYPICAL,
         }
     }
 }
@@ -169,6 +178,7 @@ async fn snapshot(
         starvation_after_ms: state.input.starvation_after_ms,
         slack_ms: cfg.slack.as_millis() as i64,
         history: history(tx, cfg.history_runs).await?,
+        typical: cfg.typical,
         now_ms: now.timestamp_millis(),
     })
 }

@@ -69,6 +69,7 @@ fn snapshot(ran_min: i64, runs: &[i64]) -> Snapshot {
         starvation_after_ms: 24 * 60 * MIN,
         slack_ms: MIN / 2,
         history,
+        typical: (Typical::Median, Typical::Median),
         now_ms: now,
     }
 }
