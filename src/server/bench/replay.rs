@@ -511,8 +511,9 @@ mod tests {
     #[test]
     fn a_short_replay_starts_every_job_and_measures_it() {
         let opts = ReplayOptions {
-            hours: 3,
-            per_hour: 4.0,
+            // Past 9:00, when the team's day starts.
+            hours: 12,
+            per_hour: 6.0,
             seed: 7,
             max_running_per_user: 2,
             typical: RunFigure::Mixed,
