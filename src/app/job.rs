@@ -131,6 +131,7 @@ fn Detail(d: JobDetail, cancel: ServerAction<CancelJob>) -> impl IntoView {
     let vram = vram_lines(&j.assigned_gpus);
     let over = over_line(&j.assigned_gpus);
     let waiting = wait_line(status, j.queue_position, j.wait_reason.as_deref());
+    let start = start_line(&j);
     view! {
         <Title text=format!("{} · gpuq", j.name) />
         <section class="card">
@@ -142,6 +143,7 @@ fn Detail(d: JobDetail, cancel: ServerAction<CancelJob>) -> impl IntoView {
             </p>
             {j.stop_cause.map(|c| view! { <p id="stop-cause">"Stopped by " {c.describe()}</p> })}
             {waiting.map(|w| view! { <p id="wait-reason">{w}</p> })}
+            {start.map(|w| view! { <p id="start-estimate">{w}</p> })}
             {j.node_lost.then(|| view! {
                 <p id="node-lost"><span class="badge badge-over">"node lost"</span>
                     " its node stopped heartbeating: the job is not started elsewhere and keeps its cards until the node returns or an admin forgets it"</p>
@@ -276,9 +278,55 @@ fn wait_line(status: JobStatus, position: Option<i64>, reason: Option<&str>) -> 
     })
 }
 
+/// A queued job's start estimate in words: when it is expected to start and at the latest, or why
+/// it cannot start; `None` for other jobs and before the first figure.
+fn start_line(j: &crate::model::JobView) -> Option<String> {
+    if j.status != JobStatus::Queued {
+        return None;
+    }
+    let when = |t: chrono::DateTime<chrono::Utc>| t.format("%Y-%m-%d %H:%M UTC").to_string();
+    if let Some(why) = &j.cannot_start {
+        return Some(format!("Cannot start as things stand: {why}"));
+    }
+    match (j.estimated_start_at, j.latest_start_at) {
+        (Some(e), Some(l)) => Some(format!(
+            "Expected to start around {}, at the latest {}",
+            when(e),
+            when(l)
+        )),
+        (Some(e), None) => Some(format!("Expected to start around {}", when(e))),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_start_estimate_in_words() {
+        let mut j: crate::model::JobView = serde_json::from_value(serde_json::json!({
+            "id": "0badc0de-0000-4000-8000-000000000003", "seq": 1, "name": "s", "owner": "dave",
+            "status": "queued", "image": "x", "command": [], "gpu_count": 1,
+            "created_at": "2025-01-01T11:59:55Z", "exclusive": false, "priority": 0,
+            "timeout_s": 3600, "volumes": [], "assigned_gpus": [],
+            "estimated_start_at": "2025-01-01T12:10:00Z", "latest_start_at": "2025-01-01T13:05:00Z"
+        }))
+        .unwrap();
+        assert_eq!(
+            start_line(&j).as_deref(),
+            Some(
+                "Expected to start around 2025-01-01 12:10 UTC, at the latest 2025-01-01 13:05 UTC"
+            )
+        );
+        j.cannot_start = Some("no card is big enough".into());
+        assert_eq!(
+            start_line(&j).as_deref(),
+            Some("Cannot start as things stand: no card is big enough")
+        );
+        j.status = JobStatus::Running;
+        assert_eq!(start_line(&j), None);
+    }
 
     fn gpu(index: u32, model: &str, vram_mib: i64) -> AssignedGpu {
         AssignedGpu {

@@ -102,6 +102,44 @@ fn wait_cell(job: &JobView) -> String {
     }
 }
 
+/// How far ahead `at` is: `now` when it is not ahead, `in 12m` otherwise.
+fn format_ahead(at: DateTime<Utc>, now: DateTime<Utc>) -> String {
+    if at <= now {
+        "now".to_owned()
+    } else {
+        format!("in {}", format_age(now, at))
+    }
+}
+
+/// A queued job's start estimate in a table cell: `in 12m (by 1h)`, `never`, or `-` before the
+/// first figure (or when it is someone else's job).
+pub fn start_cell(job: &JobView, now: DateTime<Utc>) -> String {
+    if job.cannot_start.is_some() {
+        return "never".to_owned();
+    }
+    match (job.estimated_start_at, job.latest_start_at) {
+        (Some(e), Some(l)) => format!(
+            "{} (by {})",
+            format_ahead(e, now),
+            format_ahead(l, now).trim_start_matches("in ")
+        ),
+        (Some(e), None) => format_ahead(e, now),
+        _ => "-".to_owned(),
+    }
+}
+
+/// An estimate's time in `gpuq show`: the instant and how far ahead it is.
+fn ahead_cell(t: Option<DateTime<Utc>>, now: DateTime<Utc>) -> String {
+    match t {
+        Some(t) => format!(
+            "{} ({})",
+            t.to_rfc3339_opts(SecondsFormat::Secs, true),
+            format_ahead(t, now)
+        ),
+        None => "-".to_owned(),
+    }
+}
+
 /// The `gpuq jobs` table and its `page X of Y (N jobs)` footer.
 pub fn jobs_table(list: &JobPage, now: DateTime<Utc>) -> String {
     let mut rows: Vec<Vec<String>> = list
@@ -121,6 +159,14 @@ pub fn jobs_table(list: &JobPage, now: DateTime<Utc>) -> String {
     let mut headers = vec!["ID", "NAME", "OWNER", "STATUS", "GPUS", "AGE"];
     let any_queued = list.jobs.iter().any(|j| j.status == JobStatus::Queued);
     if any_queued {
+        for (row, job) in rows.iter_mut().zip(&list.jobs) {
+            row.push(if job.status == JobStatus::Queued {
+                start_cell(job, now)
+            } else {
+                String::new()
+            });
+        }
+        headers.push("START");
         // Width of the columns before WAIT, separators included.
         let mut used = 0;
         for (i, h) in headers.iter().enumerate() {
@@ -424,6 +470,15 @@ pub fn job_details(job: &JobView, now: DateTime<Utc>) -> String {
         ),
         ("Wait reason", or_dash(job.wait_reason.as_deref())),
     ]);
+    if job.status == JobStatus::Queued {
+        match job.cannot_start.as_deref() {
+            Some(why) => lines.push(("Expected start", format!("never: {why}"))),
+            None => lines.extend([
+                ("Expected start", ahead_cell(job.estimated_start_at, now)),
+                ("Latest start", ahead_cell(job.latest_start_at, now)),
+            ]),
+        }
+    }
     let width = lines.iter().map(|(k, _)| k.len() + 1).max().unwrap_or(0);
     let mut out = String::new();
     let mut previous = "";

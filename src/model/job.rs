@@ -248,6 +248,23 @@ pub struct JobView {
     #[serde(default)]
     #[cfg_attr(feature = "ssr", sqlx(skip))]
     pub node_lost: bool,
+    /// A queued job: when it is expected to start (a simulation of the admission passes to come
+    /// over the current ledger, with the observed run times of the jobs ahead); `None` when there
+    /// is no figure yet or it cannot start. Hidden, like `status_reason`, from viewers who may not
+    /// read the job's details.
+    #[serde(default)]
+    #[cfg_attr(feature = "ssr", sqlx(skip))]
+    pub estimated_start_at: Option<DateTime<Utc>>,
+    /// A queued job: when it starts at the latest, with every job ahead running to its deadline.
+    /// A later job of higher priority (an admin's) or a node that goes away can break it.
+    #[serde(default)]
+    #[cfg_attr(feature = "ssr", sqlx(skip))]
+    pub latest_start_at: Option<DateTime<Utc>>,
+    /// A queued job that cannot start as things stand (no card big enough, its image cannot be
+    /// had, its owner is disabled): why, instead of a date.
+    #[serde(default)]
+    #[cfg_attr(feature = "ssr", sqlx(skip))]
+    pub cannot_start: Option<String>,
 }
 
 /// One page of jobs.

@@ -78,6 +78,17 @@ pub enum BenchCommand {
     /// The server's resident memory while it answers many whole-log reads and tails at once
     /// (needs a scratch database given by --database-url; --server measures another build).
     Logs(BenchLogsArgs),
+    /// The start estimate's error on a replayed synthetic day of a team's jobs, in virtual time
+    /// against the real planner (needs no database).
+    Replay(BenchReplayArgs),
+}
+
+/// Flags of `gpuq bench replay`.
+#[derive(Debug, Args)]
+pub struct BenchReplayArgs {
+    /// The trace and the cluster's policy.
+    #[command(flatten)]
+    pub opts: crate::server::bench::replay::ReplayOptions,
 }
 
 /// Flags of `gpuq bench logs`.

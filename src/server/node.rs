@@ -2,10 +2,10 @@
 //! benchmarks alike: the notifier's LISTEN connection, the heartbeat, the scheduler, the runner
 //! (connect, re-adopt, then launch), the card observer and what consumes its snapshots (the
 //! inventory sync, the usage sampler and, on a node with a runner, the VRAM sampler and its
-//! policing), log retention, the metrics snapshot and the notification delivery worker. The top of
-//! the domain: it only assembles.
+//! policing), the start estimates, log retention, the metrics snapshot and the notification
+//! delivery worker. The top of the domain: it only assembles.
 
-use crate::server::admission::{scheduler, PassConfig};
+use crate::server::admission::{estimate, scheduler, PassConfig};
 use crate::server::gpu::observer::{self, Cards};
 use crate::server::gpu::{self, GpuInventory};
 use crate::server::metrics::Metrics;
@@ -211,6 +211,13 @@ pub async fn start(setup: NodeSetup) -> Result<NodeTasks> {
             rx.clone(),
         ));
     }
+    // Every node refreshes the start estimates; a node finding them fresh leaves them be.
+    tasks.spawn(estimate::run(
+        pool.clone(),
+        pass.clone(),
+        estimate::EstimateConfig::default(),
+        rx.clone(),
+    ));
     let sched = scheduler::run(pool.clone(), pass, notifier.subscribe(), rx.clone());
     match runner {
         Some(r) => {

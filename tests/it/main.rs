@@ -17,6 +17,7 @@ mod database;
 mod docker;
 mod doctor;
 mod edges;
+mod estimate;
 mod faults;
 mod hints;
 mod isolation;

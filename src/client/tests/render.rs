@@ -98,8 +98,8 @@ fn jobs_table_wait_column_for_queued_jobs() {
     );
     let text = jobs_table(&list, now());
     let expected = format!(
-        "ID        NAME         OWNER  STATUS     GPUS     AGE  WAIT\n\
-         0badc0de  sweep        dave   queued     4        5s   #3 needs 4 GPUs\n\
+        "ID        NAME         OWNER  STATUS     GPUS     AGE  START  WAIT\n\
+         0badc0de  sweep        dave   queued     4        5s   -      #3 needs 4 GPUs\n\
          {FIXTURE_ROWS}"
     );
     assert_eq!(text, expected);
@@ -233,6 +233,29 @@ fn show_queued_job_wait_reason_and_status_reason() {
     assert!(text.contains("\nWait reason:     no room\n"));
     assert!(text.contains("\nAssigned GPUs:   -\n"));
     assert!(text.contains("\nEnv:             -\n"));
+}
+
+#[test]
+fn queued_jobs_show_their_start_estimate_or_why_they_never_start() {
+    let mut job = queued("0badc0de-0000-4000-8000-000000000003", "s", 2, "no room");
+    job.estimated_start_at = Some(now() + Duration::minutes(12));
+    job.latest_start_at = Some(now() + Duration::hours(2));
+    let text = jobs_table(&first_page(vec![job.clone()], 1), now());
+    assert!(text.contains(" START "), "{text}");
+    assert!(text.contains("in 12m (by 2h)"), "{text}");
+    let show = job_details(&job, now());
+    assert!(show.contains("\nExpected start:  "), "{show}");
+    assert!(show.contains(" (in 12m)\nLatest start:    "), "{show}");
+    assert!(show.contains(" (in 2h)\n"), "{show}");
+    job.cannot_start = Some("needs 90000 MiB per card; the largest card offers 81920 MiB".into());
+    let text = jobs_table(&first_page(vec![job.clone()], 1), now());
+    assert!(text.contains(" never "), "{text}");
+    let show = job_details(&job, now());
+    assert!(
+        show.contains("\nExpected start:  never: needs 90000 MiB per card"),
+        "{show}"
+    );
+    assert!(!show.contains("Latest start"), "{show}");
 }
 
 #[test]

@@ -1,6 +1,8 @@
 //! Admission: the pure planner, the advisory-locked pass that applies its decisions, and the
-//! scheduler loop that runs passes on NOTIFY and on a timer.
+//! scheduler loop that runs passes on NOTIFY and on a timer; the start estimate, which runs the
+//! planner forward in virtual time.
 
+pub mod estimate;
 mod images;
 pub mod pass;
 pub mod planner;

@@ -228,21 +228,28 @@ struct QueueRow {
 
 /// The launch policy's caps as they apply to this pass: jobs beyond a cap are held back, in queue
 /// order, before planning. A held-back job waits; a considered job may still not fit, and holds its
-/// owner's place under the cap until it starts or leaves the queue.
-struct Caps {
-    max_running_per_user: u32,
-    max_cpu_jobs: u32,
-    running: HashMap<Uuid, u32>,
-    cpu_running: u32,
+/// owner's place under the cap until it starts or leaves the queue. The start estimate
+/// (`admission::estimate`) applies the same caps at every step of its simulation.
+#[derive(Debug, Clone, Default)]
+pub struct Caps {
+    /// The launch policy's `max_running_per_user` (0: none).
+    pub max_running_per_user: u32,
+    /// The launch policy's `max_cpu_jobs_per_node` (0: none).
+    pub max_cpu_jobs: u32,
+    /// Jobs admitted, starting or running, per owner.
+    pub running: HashMap<Uuid, u32>,
+    /// Jobs without GPUs admitted, starting or running on the node that runs them.
+    pub cpu_running: u32,
     /// Admins, whose jobs are not capped (read once a pass: a join per queued job cost the pass
     /// about as much as reading the queue itself).
-    admins: HashSet<Uuid>,
+    pub admins: HashSet<Uuid>,
     /// Disabled users, whose queued jobs are held (see `jobs::held`).
-    disabled: HashSet<Uuid>,
+    pub disabled: HashSet<Uuid>,
 }
 
 impl Caps {
-    async fn read(
+    /// The caps as they stand in the pass's transaction.
+    pub async fn read(
         tx: &mut Transaction<'_, Postgres>,
         policy: &LaunchPolicy,
         cpu_node: &str,
@@ -283,17 +290,23 @@ impl Caps {
 
     /// Takes a place for `q` under every cap, or names the cap that holds it back.
     fn admit(&mut self, q: &QueueRow) -> Option<WaitReason> {
-        if self.disabled.contains(&q.owner_id) {
+        self.take(q.owner_id, q.gpu_count)
+    }
+
+    /// Takes a place for a job of `owner` asking for `gpu_count` cards under every cap, or names
+    /// the cap that holds it back.
+    pub fn take(&mut self, owner: Uuid, gpu_count: i32) -> Option<WaitReason> {
+        if self.disabled.contains(&owner) {
             return Some(WaitReason::OwnerDisabled);
         }
-        if q.gpu_count == 0 && self.max_cpu_jobs > 0 && self.cpu_running >= self.max_cpu_jobs {
+        if gpu_count == 0 && self.max_cpu_jobs > 0 && self.cpu_running >= self.max_cpu_jobs {
             return Some(WaitReason::OverCap {
                 cap: "max_cpu_jobs_per_node".into(),
                 limit: self.max_cpu_jobs,
             });
         }
-        if self.max_running_per_user > 0 && !self.admins.contains(&q.owner_id) {
-            let mine = self.running.entry(q.owner_id).or_default();
+        if self.max_running_per_user > 0 && !self.admins.contains(&owner) {
+            let mine = self.running.entry(owner).or_default();
             if *mine >= self.max_running_per_user {
                 return Some(WaitReason::OverCap {
                     cap: "max_running_per_user".into(),
@@ -302,7 +315,7 @@ impl Caps {
             }
             *mine += 1;
         }
-        if q.gpu_count == 0 {
+        if gpu_count == 0 {
             self.cpu_running += 1;
         }
         None

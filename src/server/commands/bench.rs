@@ -58,3 +58,9 @@ pub async fn external(
 ) -> Result<()> {
     crate::server::bench::external::run(&url, token, &args.opts, &mut std::io::stdout()).await
 }
+
+/// `gpuq bench replay`: the start estimate's error on a replayed day (no database).
+pub fn replay(args: crate::server::cli::BenchReplayArgs) -> Result<()> {
+    crate::server::bench::replay::run(&args.opts, &mut std::io::stdout())?;
+    Ok(())
+}

@@ -6,7 +6,8 @@ use crate::model::{JobView, Role};
 use crate::server::auth::CurrentUser;
 use uuid::Uuid;
 
-/// Command, volumes, status details, event trail and logs: the owner, managers and admins.
+/// Command, volumes, status details, start estimate, event trail and logs: the owner, managers and
+/// admins.
 pub fn sees_details(viewer: &CurrentUser, owner: Uuid) -> bool {
     viewer.id == owner || viewer.role.at_least(Role::Manager)
 }
@@ -37,6 +38,9 @@ pub fn redact(view: &mut JobView, viewer: &CurrentUser, owner: Uuid) {
         view.status_reason = None;
         view.stop_cause = None;
         view.log_path = None;
+        view.estimated_start_at = None;
+        view.latest_start_at = None;
+        view.cannot_start = None;
         view.details_hidden = true;
     }
 }

@@ -2,7 +2,7 @@
 //! dry run of the planner over the current state.
 
 use crate::model::{queue_key, AppError, JobPage, JobStatus, JobView, Role};
-use crate::server::admission::pass;
+use crate::server::admission::{estimate, pass};
 use crate::server::auth::CurrentUser;
 use crate::server::db::jobs::{self, GrantRow, JobFilter, JobSort, ListRow, ListViewer};
 use crate::server::error::OrInternal;
@@ -141,15 +141,45 @@ async fn views(
     } else {
         HashMap::new()
     };
+    let estimates = estimates_of(ctx, &rows).await?;
     rows.into_iter()
         .map(|r| {
             let grants = by_job.remove(&r.job.id).unwrap_or_default();
             let wait = waiting.get(&r.job.id);
             let node_lost = r.job.status.holds_cards_on_its_node()
                 && r.job.node.as_ref().is_some_and(|n| lost.contains(n));
-            to_view(r, grants, wait, viewer).map(|v| JobView { node_lost, ..v })
+            let owner = r.owner_id;
+            to_view(r, grants, wait, viewer).map(|v| {
+                let mut v = JobView { node_lost, ..v };
+                if let Some(e) = estimates.get(&v.id) {
+                    if super::access::sees_details(viewer, owner) {
+                        v.estimated_start_at = e.estimated_start_at;
+                        v.latest_start_at = e.latest_start_at;
+                        v.cannot_start = e.cannot_start.clone();
+                    }
+                }
+                v
+            })
         })
         .collect()
+}
+
+/// The stored start estimates of the queued jobs among `rows` (see `admission::estimate`).
+async fn estimates_of(
+    ctx: &Ctx,
+    rows: &[ListRow],
+) -> Result<HashMap<Uuid, estimate::StoredEstimate>, AppError> {
+    let queued: Vec<Uuid> = rows
+        .iter()
+        .filter(|r| r.job.status == JobStatus::Queued)
+        .map(|r| r.job.id)
+        .collect();
+    if queued.is_empty() {
+        return Ok(HashMap::new());
+    }
+    estimate::read(&ctx.pool, &queued)
+        .await
+        .or_internal("reading start estimates")
 }
 
 /// Queue position (1-based, in admission order) and wait reason of every queued job.
