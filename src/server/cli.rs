@@ -78,6 +78,20 @@ pub enum BenchCommand {
     /// The server's resident memory while it answers many whole-log reads and tails at once
     /// (needs a scratch database given by --database-url; --server measures another build).
     Logs(BenchLogsArgs),
+    /// Dependencies: parent end → dependent admitted, p50/p99, on an idle queue and with ~1000
+    /// unrelated jobs queued (needs a scratch database).
+    Deps(BenchDepsArgs),
+}
+
+/// Flags of `gpuq bench deps`.
+#[derive(Debug, Args)]
+pub struct BenchDepsArgs {
+    /// Database location (a scratch one).
+    #[command(flatten)]
+    pub db: DbArgs,
+    /// Rounds and queue size.
+    #[command(flatten)]
+    pub opts: crate::server::bench::deps::DepsBenchOptions,
 }
 
 /// Flags of `gpuq bench logs`.

@@ -1,6 +1,7 @@
 //! Admission: the pure planner, the advisory-locked pass that applies its decisions, and the
 //! scheduler loop that runs passes on NOTIFY and on a timer.
 
+pub mod gates;
 mod images;
 pub mod pass;
 pub mod planner;

@@ -58,3 +58,11 @@ pub async fn external(
 ) -> Result<()> {
     crate::server::bench::external::run(&url, token, &args.opts, &mut std::io::stdout()).await
 }
+
+/// `gpuq bench deps`: parent end → dependent admitted, idle and with unrelated jobs queued.
+pub async fn deps(args: crate::server::cli::BenchDepsArgs) -> Result<()> {
+    with_database(&args.db, |pool| async move {
+        crate::server::bench::deps::run(&pool, &args.opts, &mut std::io::stdout()).await
+    })
+    .await
+}

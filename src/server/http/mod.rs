@@ -1,5 +1,6 @@
 //! The HTTP surface: pages, server functions, REST v1, probes; and the layers around them.
 
+mod arrays;
 mod assets;
 mod caller;
 mod client;
@@ -137,7 +138,8 @@ pub fn app(state: AppState, opts: HttpOptions) -> Router {
                 .merge(cluster::router())
                 .merge(nodes::router())
                 .merge(usage::router())
-                .merge(suggest::router()),
+                .merge(suggest::router())
+                .merge(arrays::router()),
         )
         .merge(peer::router())
         .merge(pages)
