@@ -34,6 +34,7 @@ async fn main() -> std::process::ExitCode {
         Command::Bench(BenchCommand::Failover(args)) => commands::bench::failover(args).await,
         Command::Bench(BenchCommand::Logs(args)) => commands::bench::logs(args).await,
         Command::Bench(BenchCommand::Replay(args)) => commands::bench::replay(args),
+        Command::Bench(BenchCommand::Deps(args)) => commands::bench::deps(args).await,
         Command::Bench(BenchCommand::External(args)) => {
             commands::bench::external(args, cli.conn.url, cli.conn.token).await
         }
@@ -41,6 +42,13 @@ async fn main() -> std::process::ExitCode {
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
+        // `gpuq wait`'s code: what it had to say is printed already.
+        Err(e) if e.downcast_ref::<gpuq::client::wait::Exit>().is_some() => {
+            let code = e
+                .downcast_ref::<gpuq::client::wait::Exit>()
+                .map_or(1, |x| x.0);
+            std::process::ExitCode::from(code)
+        }
         Err(e) => {
             if cli_json {
                 tracing::error!(error = format!("{e:#}"), "gpuq failed");

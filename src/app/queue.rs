@@ -6,7 +6,7 @@ use super::gate::SignedIn;
 use super::live::use_live;
 use super::widgets::{column_heads, danger_cell};
 use crate::api::{list_jobs, CancelJob};
-use crate::model::{AppError, JobPage, JobStatus, Role, UserView};
+use crate::model::{AppError, JobPage, JobStatus, JobView, Role, UserView};
 use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::components::A;
@@ -142,6 +142,71 @@ fn may_cancel(me: &UserView, owner: &str, status: JobStatus) -> bool {
     !status.is_terminal() && (owner == me.username || me.role.at_least(Role::Admin))
 }
 
+/// A row of the table: one job, or the elements of one array that this page holds.
+#[derive(Debug, Clone, PartialEq)]
+enum Row {
+    /// A job of its own.
+    Job(Box<JobView>),
+    /// An array's elements on this page: the first of them, and how many are in each status.
+    Array {
+        /// The first element on the page (its row links there).
+        first: Box<JobView>,
+        /// Elements per status, in the vocabulary's order.
+        counts: Vec<(JobStatus, usize)>,
+    },
+}
+
+/// The page's jobs with each array's elements gathered into one row, where its first element is.
+fn rows(jobs: Vec<JobView>) -> Vec<Row> {
+    let mut out: Vec<Row> = Vec::with_capacity(jobs.len());
+    for j in jobs {
+        let Some(array) = j.array_id else {
+            out.push(Row::Job(Box::new(j)));
+            continue;
+        };
+        let at = out
+            .iter()
+            .position(|r| matches!(r, Row::Array { first, .. } if first.array_id == Some(array)));
+        match at {
+            Some(i) => {
+                if let Row::Array { counts, .. } = &mut out[i] {
+                    match counts.iter_mut().find(|(s, _)| *s == j.status) {
+                        Some((_, n)) => *n += 1,
+                        None => counts.push((j.status, 1)),
+                    }
+                    counts.sort_by_key(|(s, _)| JobStatus::ALL.iter().position(|a| a == s));
+                }
+            }
+            None => out.push(Row::Array {
+                counts: vec![(j.status, 1)],
+                first: Box::new(j),
+            }),
+        }
+    }
+    out
+}
+
+/// `3 queued · 2 running`: an array row's status cell.
+fn counts_cell(counts: &[(JobStatus, usize)]) -> String {
+    counts
+        .iter()
+        .map(|(s, n)| format!("{n} {s}"))
+        .collect::<Vec<_>>()
+        .join(" · ")
+}
+
+/// An array's name: its elements' name without their `-<index>`.
+fn array_name(element: &JobView) -> String {
+    let base = match element.array_index {
+        Some(i) => element
+            .name
+            .strip_suffix(&format!("-{i}"))
+            .unwrap_or(&element.name),
+        None => &element.name,
+    };
+    format!("{base} (array)")
+}
+
 #[component]
 fn Table(
     p: JobPage,
@@ -156,7 +221,28 @@ fn Table(
         <table id="jobs">
             {column_heads(["Job", "Owner", "Status", "GPUs", "Submitted", "Queue", ""])}
             <tbody>
-                {p.jobs.into_iter().map(|j| {
+                {rows(p.jobs).into_iter().map(|row| {
+                    let j = match row {
+                        Row::Job(j) => *j,
+                        Row::Array { first, counts } => {
+                            let id = first.id;
+                            let name = array_name(&first);
+                            let owner = first.owner.clone();
+                            let gpus = first.gpu_count;
+                            let submitted = first.created_at.format("%Y-%m-%d %H:%M:%S").to_string();
+                            return view! {
+                                <tr class="array">
+                                    <td><A href=format!("/jobs/{id}")>{name}</A></td>
+                                    <td>{owner}</td>
+                                    <td class="status">{counts_cell(&counts)}</td>
+                                    <td>{gpus}</td>
+                                    <td>{submitted}</td>
+                                    <td class="wait"></td>
+                                    <td></td>
+                                </tr>
+                            }.into_any();
+                        }
+                    };
                     let id = j.id;
                     let queue = queue_cell(j.queue_position, j.wait_reason.as_deref());
                     let cancellable = may_cancel(&me, &j.owner, j.status);
@@ -170,7 +256,7 @@ fn Table(
                             <td class="wait">{queue}</td>
                             {danger_cell(cancellable, "Cancel", move || { cancel.dispatch(CancelJob { id }); })}
                         </tr>
-                    }
+                    }.into_any()
                 }).collect_view()}
             </tbody>
         </table>
@@ -193,6 +279,40 @@ mod tests {
             role,
             disabled: false,
         }
+    }
+
+    fn job(name: &str, status: JobStatus, array: Option<(uuid::Uuid, i32)>) -> JobView {
+        let mut v: JobView = serde_json::from_value(serde_json::json!({
+            "id": uuid::Uuid::new_v4(), "seq": 1, "name": name, "owner": "o", "status": status,
+            "image": "i", "command": [], "gpu_count": 1, "exclusive": false, "priority": 0,
+            "timeout_s": 1, "volumes": [], "assigned_gpus": [],
+            "created_at": "2026-01-01T00:00:00Z",
+        }))
+        .unwrap();
+        v.array_id = array.map(|a| a.0);
+        v.array_index = array.map(|a| a.1);
+        v
+    }
+
+    #[test]
+    fn an_arrays_elements_are_one_row_with_counts_per_status() {
+        let (a, b) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+        let page = vec![
+            job("lone", JobStatus::Queued, None),
+            job("sweep-2", JobStatus::Running, Some((a, 2))),
+            job("other-0", JobStatus::Queued, Some((b, 0))),
+            job("sweep-1", JobStatus::Queued, Some((a, 1))),
+            job("sweep-0", JobStatus::Running, Some((a, 0))),
+        ];
+        let r = rows(page);
+        assert_eq!(r.len(), 3);
+        assert!(matches!(&r[0], Row::Job(j) if j.name == "lone"));
+        let Row::Array { first, counts } = &r[1] else {
+            panic!("an array row")
+        };
+        assert_eq!(array_name(first), "sweep (array)");
+        assert_eq!(counts_cell(counts), "1 queued · 2 running");
+        assert!(matches!(&r[2], Row::Array { counts, .. } if counts_cell(counts) == "1 queued"));
     }
 
     #[test]

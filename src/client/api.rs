@@ -182,6 +182,30 @@ impl ApiClient {
         self.send(req, true).await
     }
 
+    /// `GET /api/v1/jobs/{id}/events`: the job's trail.
+    pub async fn job_events(&self, id: Uuid) -> Result<Value> {
+        let req = self.request(Method::GET, &format!("/api/v1/jobs/{id}/events"));
+        self.send(req, true).await
+    }
+
+    /// `GET /api/v1/arrays/{id}`: an array's counts per status.
+    pub async fn get_array(&self, id: Uuid) -> Result<Value> {
+        let req = self.request(Method::GET, &format!("/api/v1/arrays/{id}"));
+        self.send(req, true).await
+    }
+
+    /// `POST /api/v1/arrays/{id}/cancel`: cancels every element of an array not yet ended.
+    pub async fn cancel_array(&self, id: Uuid) -> Result<Value> {
+        let req = self.request(Method::POST, &format!("/api/v1/arrays/{id}/cancel"));
+        self.send(req, true).await
+    }
+
+    /// `POST /api/v1/arrays/{id}/resubmit`: submits again the array's failed elements.
+    pub async fn resubmit_array(&self, id: Uuid) -> Result<Value> {
+        let req = self.request(Method::POST, &format!("/api/v1/arrays/{id}/resubmit"));
+        self.send(req, true).await
+    }
+
     /// `POST /api/v1/jobs/{id}/cancel`.
     pub async fn cancel_job(&self, id: Uuid) -> Result<Value> {
         let req = self.request(Method::POST, &format!("/api/v1/jobs/{id}/cancel"));

@@ -14,6 +14,7 @@ pub mod registry;
 pub mod render;
 pub mod request;
 pub mod sanitize;
+pub mod wait;
 
 #[cfg(test)]
 mod tests;
@@ -49,6 +50,8 @@ pub struct ConnArgs {
 }
 
 /// The client subcommands.
+// Parsed once per process: the size of the largest variant (submit's flags) costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, clap::Subcommand)]
 pub enum ClientCommand {
     /// Sign in: create an API token and save it for later commands
@@ -73,6 +76,73 @@ pub enum ClientCommand {
     Node(NodeArgs),
     /// Registry credentials the nodes pull with: login, list, logout (admins)
     Registry(registry::RegistryArgs),
+    /// Wait until jobs end; exit with the job's exit code (124 timed out, 125 ended without an
+    /// exit code, 130 cancelled)
+    Wait(WaitArgs),
+    /// A job's trail: every step of its life, oldest first
+    Events(EventsArgs),
+    /// An array as a whole: `show` (counts per status), `cancel`, `resubmit` (its failed
+    /// elements)
+    Array(ArrayArgs),
+}
+
+/// Arguments of `gpuq array`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ArrayArgs {
+    /// What to do with the array
+    #[command(subcommand)]
+    pub action: ArrayAction,
+}
+
+/// What `gpuq array` does.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum ArrayAction {
+    /// Its size, running limit and elements per status
+    Show {
+        /// Array ID (the submit answer's `array_id`)
+        id: uuid::Uuid,
+        /// Print the server's JSON
+        #[arg(long)]
+        json: bool,
+    },
+    /// Cancel every element that has not ended
+    Cancel {
+        /// Array ID
+        id: uuid::Uuid,
+    },
+    /// Submit its failed and timed-out elements again, as a new array
+    Resubmit {
+        /// Array ID
+        id: uuid::Uuid,
+    },
+}
+
+/// Arguments of `gpuq wait`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct WaitArgs {
+    /// Job IDs (or unique prefixes)
+    #[arg(required = true, value_name = "ID")]
+    pub ids: Vec<String>,
+    /// Return when every job ended; the first (in the order given) that did not succeed decides
+    /// the exit code (the default)
+    #[arg(long, conflicts_with = "any")]
+    pub all: bool,
+    /// Return when the first job ends, with its exit code
+    #[arg(long)]
+    pub any: bool,
+    /// Give up after this many seconds (exit 124)
+    #[arg(long, value_name = "S")]
+    pub timeout: Option<u64>,
+}
+
+/// Arguments of `gpuq events`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct EventsArgs {
+    /// Job ID (or a unique prefix of it)
+    pub id: String,
+    /// Print the server's JSON
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Arguments of `gpuq manifest`.
@@ -187,6 +257,29 @@ pub struct SubmitArgs {
     /// Print the server's JSON answer
     #[arg(long)]
     pub json: bool,
+    /// Start only after this job succeeded (repeatable); cancelled if it ends otherwise
+    #[arg(long, value_name = "ID")]
+    pub after_ok: Vec<String>,
+    /// Start only after this job ended, however it ended (repeatable)
+    #[arg(long, value_name = "ID")]
+    pub after_any: Vec<String>,
+    /// Start only after this job failed or timed out (repeatable); cancelled if it succeeds
+    #[arg(long, value_name = "ID")]
+    pub after_failed: Vec<String>,
+    /// An array of jobs: indexes `0-99`, `0,3,7` or `0-9,20`, and `%N` for at most N running at
+    /// once (each gets GPUQ_ARRAY_INDEX)
+    #[arg(long, value_name = "SPEC")]
+    pub array: Option<String>,
+    /// A sweep: `KEY=V1,V2,...` (repeatable); one job per combination, each with its values in
+    /// its environment (KEY upper-cased)
+    #[arg(long, value_name = "K=V,V")]
+    pub sweep: Vec<String>,
+    /// Wait until the job (or every job of the array) ends, and exit as `gpuq wait` does
+    #[arg(long)]
+    pub wait: bool,
+    /// With --wait: print the job's log as it runs
+    #[arg(long, requires = "wait")]
+    pub follow: bool,
     /// Job spec as a JSON request body (`-` = stdin), instead of the flags
     #[arg(long, value_name = "PATH", conflicts_with_all = [
         "image", "gpus", "workload", "vram_mib", "env", "volume", "name",
@@ -271,16 +364,74 @@ pub async fn run(cmd: ClientCommand, conn: ConnArgs) -> Result<()> {
     let text = match cmd {
         ClientCommand::Login(_) => String::new(),
         ClientCommand::Submit(args) => {
-            let body = match &args.file {
+            let mut body = match &args.file {
                 Some(path) => request::read_spec(path)?,
                 None => request::submit_body(&args)?,
             };
+            request::add_submit_extras(&mut body, &args, &api).await?;
             let answer = api.submit(&body).await?;
-            if args.json {
+            let ids = submitted_ids(&answer);
+            let text = if args.json {
                 pretty(&answer)?
+            } else if let Some(array) = answer["array_id"].as_str() {
+                format!("submitted array {array} ({} jobs)\n", ids.len())
             } else {
                 let r: JobAck = typed(answer)?;
                 format!("submitted {} ({})\n", r.job_id, r.status)
+            };
+            if !args.wait {
+                text
+            } else {
+                emit(&text)?;
+                if args.follow {
+                    follow_first(&api, &ids, conn.raw).await?;
+                }
+                return wait_for(&api, &ids, wait::Until::All, None).await;
+            }
+        }
+        ClientCommand::Wait(args) => {
+            let mut ids = Vec::with_capacity(args.ids.len());
+            for id in &args.ids {
+                ids.push(api.resolve_job_id(id).await?);
+            }
+            let until = if args.any {
+                wait::Until::Any
+            } else {
+                wait::Until::All
+            };
+            let timeout = args.timeout.map(std::time::Duration::from_secs);
+            return wait_for(&api, &ids, until, timeout).await;
+        }
+        ClientCommand::Array(args) => match args.action {
+            ArrayAction::Show { id, json } => {
+                let answer = api.get_array(id).await?;
+                if json {
+                    pretty(&answer)?
+                } else {
+                    render::array_summary(&typed(answer)?)
+                }
+            }
+            ArrayAction::Cancel { id } => {
+                let r: crate::model::batch::ArrayAck = typed(api.cancel_array(id).await?)?;
+                format!(
+                    "{}: {} cancelled, {} asked to stop\n",
+                    r.array_id, r.cancelled, r.stopping
+                )
+            }
+            ArrayAction::Resubmit { id } => {
+                let r: JobAck = typed(api.resubmit_array(id).await?)?;
+                let n = r.job_ids.as_ref().map_or(1, Vec::len);
+                let new = r.array_id.map(|a| a.to_string()).unwrap_or_default();
+                format!("resubmitted {n} failed element(s) of {id} as array {new}\n")
+            }
+        },
+        ClientCommand::Events(args) => {
+            let id = api.resolve_job_id(&args.id).await?;
+            let answer = api.job_events(id).await?;
+            if args.json {
+                pretty(&answer)?
+            } else {
+                render::events_table(&typed::<Vec<crate::model::JobEventView>>(answer)?)
             }
         }
         ClientCommand::Jobs(args) => {
@@ -363,6 +514,59 @@ pub async fn run(cmd: ClientCommand, conn: ConnArgs) -> Result<()> {
         emit(&text)
     } else {
         emit(&sanitize::strip_controls(&text))
+    }
+}
+
+/// The jobs a submission made: the one job, or every element of an array.
+fn submitted_ids(answer: &Value) -> Vec<uuid::Uuid> {
+    match answer["job_ids"].as_array() {
+        Some(ids) => ids
+            .iter()
+            .filter_map(|v| v.as_str().and_then(|s| s.parse().ok()))
+            .collect(),
+        None => answer["job_id"]
+            .as_str()
+            .and_then(|s| s.parse().ok())
+            .into_iter()
+            .collect(),
+    }
+}
+
+/// Waits for `ids`, prints one line per ended job, and ends the process with the wait's exit code.
+async fn wait_for(
+    api: &ApiClient,
+    ids: &[uuid::Uuid],
+    until: wait::Until,
+    timeout: Option<std::time::Duration>,
+) -> Result<()> {
+    let waited = wait::wait(api, ids, until, timeout).await?;
+    emit(&sanitize::strip_controls(&wait::summary(&waited, timeout)))?;
+    match waited.exit_code(ids, until) {
+        0 => Ok(()),
+        code => Err(wait::Exit(code).into()),
+    }
+}
+
+/// `submit --wait --follow`: once the first job has started, prints its log until it ends.
+async fn follow_first(api: &ApiClient, ids: &[uuid::Uuid], raw: bool) -> Result<()> {
+    let Some(&id) = ids.first() else {
+        return Ok(());
+    };
+    loop {
+        let view: JobView = typed(api.get_job(id).await?)?;
+        if view.status.is_terminal() && view.started_at.is_none() {
+            return Ok(());
+        }
+        if view.started_at.is_some() || view.status == crate::model::JobStatus::Running {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+    if raw {
+        api.logs(id, None, true, &mut std::io::stdout()).await
+    } else {
+        let mut out = sanitize::StripWriter::new(std::io::stdout());
+        api.logs(id, None, true, &mut out).await
     }
 }
 

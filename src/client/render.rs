@@ -495,3 +495,35 @@ pub fn job_details(job: &JobView, now: DateTime<Utc>) -> String {
     }
     out
 }
+
+/// `gpuq events`: one row per step of a job's life, oldest first.
+pub fn events_table(events: &[crate::model::JobEventView]) -> String {
+    let rows: Vec<Vec<String>> = events
+        .iter()
+        .map(|e| {
+            vec![
+                e.at.format("%Y-%m-%d %H:%M:%S%.3f").to_string(),
+                e.actor.clone(),
+                e.kind.to_string(),
+                e.detail.clone(),
+            ]
+        })
+        .collect();
+    table(&["AT", "ACTOR", "EVENT", "DETAIL"], &rows, &[])
+}
+
+/// `gpuq array show`: the array's size, limit and its elements per status.
+pub fn array_summary(a: &crate::model::batch::ArrayView) -> String {
+    let counts: Vec<String> = a.counts.iter().map(|(s, n)| format!("{s} {n}")).collect();
+    let limit = a
+        .running_limit
+        .map_or("none".to_owned(), |n| format!("{n} at once"));
+    format!(
+        "Array:   {}\nName:    {}\nOwner:   {}\nSize:    {}\nLimit:   {limit}\nStatus:  {}\n",
+        a.array_id,
+        a.name,
+        a.owner,
+        a.size,
+        counts.join(", ")
+    )
+}

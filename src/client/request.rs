@@ -100,3 +100,51 @@ pub fn jobs_query(args: &JobsArgs) -> Vec<(&'static str, String)> {
     }
     query
 }
+
+/// Adds what `gpuq submit` says beyond the spec: dependencies (each id resolved, a prefix
+/// included), an array and a sweep.
+pub async fn add_submit_extras(
+    body: &mut Value,
+    args: &SubmitArgs,
+    api: &super::api::ApiClient,
+) -> Result<()> {
+    for (key, ids) in [
+        ("after_ok", &args.after_ok),
+        ("after_any", &args.after_any),
+        ("after_failed", &args.after_failed),
+    ] {
+        if ids.is_empty() {
+            continue;
+        }
+        let mut resolved = Vec::with_capacity(ids.len());
+        for id in ids {
+            resolved.push(Value::String(api.resolve_job_id(id).await?.to_string()));
+        }
+        body[key] = Value::Array(resolved);
+    }
+    if let Some(array) = &args.array {
+        body["array"] = Value::String(array.clone());
+    }
+    if !args.sweep.is_empty() {
+        body["sweep"] = sweep_body(&args.sweep)?;
+    }
+    Ok(())
+}
+
+/// `--sweep lr=1e-3,3e-4 --sweep bs=32,64` → `{"lr": ["1e-3", "3e-4"], "bs": ["32", "64"]}`.
+pub fn sweep_body(items: &[String]) -> Result<Value> {
+    let mut map = serde_json::Map::new();
+    for item in items {
+        let Some((key, values)) = item.split_once('=').filter(|(k, _)| !k.is_empty()) else {
+            bail!("--sweep {item:?}: expected KEY=V1,V2,...");
+        };
+        let values: Vec<Value> = values
+            .split(',')
+            .map(|v| Value::String(v.to_owned()))
+            .collect();
+        if map.insert(key.to_owned(), Value::Array(values)).is_some() {
+            bail!("--sweep {key} is given twice");
+        }
+    }
+    Ok(Value::Object(map))
+}

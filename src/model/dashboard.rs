@@ -22,6 +22,7 @@ pub struct DashboardView {
 
 /// One step of a job's life, from its audit trail.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct JobEventView {
     /// When.
     pub at: DateTime<Utc>,

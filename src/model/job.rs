@@ -49,6 +49,9 @@ vocabulary! {
         UserDisabled = "user_disabled",
         /// A restart of the container runtime (dockerd) killed it.
         RuntimeRestart = "runtime_restart",
+        /// It waited for another job that ended in a way its dependency can no longer accept
+        /// (an `after_ok` parent that failed, an `after_failed` parent that succeeded).
+        Dependency = "dependency",
     }
 }
 
@@ -65,6 +68,7 @@ impl StopCause {
             StopCause::NodeLost => "the loss of its node",
             StopCause::UserDisabled => "gpuq, as its owner's account was disabled",
             StopCause::RuntimeRestart => "a restart of the container runtime",
+            StopCause::Dependency => "gpuq, as a job it depended on ended the wrong way",
         }
     }
 
@@ -265,6 +269,12 @@ pub struct JobView {
     #[serde(default)]
     #[cfg_attr(feature = "ssr", sqlx(skip))]
     pub cannot_start: Option<String>,
+    /// The array (or sweep) it is an element of, if any.
+    #[serde(default)]
+    pub array_id: Option<Uuid>,
+    /// Its index in that array (`GPUQ_ARRAY_INDEX` in its container).
+    #[serde(default)]
+    pub array_index: Option<i32>,
 }
 
 /// One page of jobs.
@@ -285,10 +295,28 @@ pub struct JobPage {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct JobAck {
-    /// The job.
+    /// The job (of an array: its first element).
     pub job_id: Uuid,
     /// Its status after the request.
     pub status: JobStatus,
+    /// The array the submission made, when it asked for an `array` or a `sweep`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array_id: Option<Uuid>,
+    /// Every job the submission made, in index order, when it made an array.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_ids: Option<Vec<Uuid>>,
+}
+
+impl JobAck {
+    /// The answer about one job.
+    pub fn one(job_id: Uuid, status: JobStatus) -> JobAck {
+        JobAck {
+            job_id,
+            status,
+            array_id: None,
+            job_ids: None,
+        }
+    }
 }
 
 #[cfg(test)]

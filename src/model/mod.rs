@@ -1,6 +1,7 @@
 //! Types shared by the browser and the server: what crosses the wire.
 
 mod admin;
+pub mod batch;
 mod dashboard;
 mod error;
 mod events;

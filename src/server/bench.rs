@@ -26,6 +26,7 @@
 //! finished rows stay behind, outside every partial index a pass reads.
 
 mod db;
+pub mod deps;
 pub mod external;
 pub mod failover;
 pub mod launch;

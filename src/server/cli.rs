@@ -81,6 +81,9 @@ pub enum BenchCommand {
     /// The start estimate's error on a replayed synthetic day of a team's jobs, in virtual time
     /// against the real planner (needs no database).
     Replay(BenchReplayArgs),
+    /// Dependencies: parent end → dependent admitted, p50/p99, on an idle queue and with ~1000
+    /// unrelated jobs queued (needs a scratch database).
+    Deps(BenchDepsArgs),
 }
 
 /// Flags of `gpuq bench replay`.
@@ -89,6 +92,17 @@ pub struct BenchReplayArgs {
     /// The trace and the cluster's policy.
     #[command(flatten)]
     pub opts: crate::server::bench::replay::ReplayOptions,
+}
+
+/// Flags of `gpuq bench deps`.
+#[derive(Debug, Args)]
+pub struct BenchDepsArgs {
+    /// Database location (a scratch one).
+    #[command(flatten)]
+    pub db: DbArgs,
+    /// Rounds and queue size.
+    #[command(flatten)]
+    pub opts: crate::server::bench::deps::DepsBenchOptions,
 }
 
 /// Flags of `gpuq bench logs`.

@@ -429,6 +429,10 @@ async fn the_openapi_document_describes_every_route(pool: PgPool) {
         ("get", "/api/v1/me/notifications"),
         ("put", "/api/v1/me/notifications"),
         ("get", "/api/v1/me/notifications/deliveries"),
+        ("get", "/api/v1/jobs/{id}/events"),
+        ("get", "/api/v1/arrays/{id}"),
+        ("post", "/api/v1/arrays/{id}/cancel"),
+        ("post", "/api/v1/arrays/{id}/resubmit"),
     ];
     let paths = doc["paths"].as_object().unwrap();
     let documented: usize = paths.values().map(|p| p.as_object().unwrap().len()).sum();
@@ -484,6 +488,12 @@ async fn every_route_allows_exactly_the_roles_it_should(pool: PgPool) {
     let other = app.bearer("bob", Role::Member).await;
     let spec = true_job(1000);
     let job = app.submit_ok(&owner, spec.clone()).await;
+    let mut array_spec = spec.clone();
+    array_spec["array"] = json!("0-1");
+    let array = app.submit(&owner, array_spec).await.json()["array_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let card = gpuq::model::gpu_id(&cards[0]);
     let bob_id = app.get("/api/v1/me", &other).await.json()["id"]
         .as_str()
@@ -624,6 +634,25 @@ async fn every_route_allows_exactly_the_roles_it_should(pool: PgPool) {
             None,
             ALL,
         ),
+        (
+            "GET",
+            format!("/api/v1/jobs/{job}/events"),
+            None,
+            OWNER_MANAGER,
+        ),
+        ("GET", format!("/api/v1/arrays/{array}"), None, ALL),
+        (
+            "POST",
+            format!("/api/v1/arrays/{array}/cancel"),
+            None,
+            OWNER_ADMIN,
+        ),
+        (
+            "POST",
+            format!("/api/v1/arrays/{array}/resubmit"),
+            None,
+            OWNER,
+        ),
     ];
     let callers = [
         None,
@@ -678,6 +707,10 @@ async fn every_route_allows_exactly_the_roles_it_should(pool: PgPool) {
             "delete /api/v1/tokens/{id}",
             "post /api/v1/tokens",
             "get /api/v1/events",
+            // Arrays have ids of their own: their rows above name the owner's array.
+            "get /api/v1/arrays/{id}",
+            "post /api/v1/arrays/{id}/cancel",
+            "post /api/v1/arrays/{id}/resubmit",
         ]
         .map(String::from),
     );

@@ -302,3 +302,97 @@ fn serve_refuses_a_short_cluster_secret_before_touching_anything() {
     );
     assert!(!err.contains("hunter2"), "the secret was echoed: {err}");
 }
+
+/// `gpuq wait`, `gpuq submit --wait [--follow]`, `gpuq events` and the array and dependency flags,
+/// as a script uses them: the real binary against a real `gpuq serve` with its runner.
+#[sqlx::test(migrations = false)]
+async fn the_cli_waits_for_jobs_and_exits_with_their_codes(pool: PgPool) {
+    let app = TestApp::with_sim_devices(pool, 4).await;
+    let serve = Serve::runner(&app.pool, "cli-wait", &[]);
+    let _server = serve.start("server.log").await;
+    let server = serve.base();
+    let config = serve.dir.path().join("config");
+    let env = [
+        ("GPUQ_URL", server.as_str()),
+        ("GPUQ_CONFIG_DIR", config.to_str().unwrap()),
+    ];
+    let login = gpuq_env(&["login", "admin"], &format!("{PASSWORD}\n"), &env);
+    assert!(login.status.success(), "{}", text(&login));
+    let job = |extra: &[&str], script: &str| {
+        let mut args = vec![
+            "submit",
+            "--image",
+            "gpuq-test/busybox:latest",
+            "--vram-mib",
+            "1000",
+        ];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--", "sh", "-c"]);
+        args.push(script);
+        args.iter().map(|s| s.to_string()).collect::<Vec<String>>()
+    };
+    let run = |args: &[String]| {
+        let a: Vec<&str> = args.iter().map(String::as_str).collect();
+        gpuq_env(&a, "", &env)
+    };
+    let id_of = |out: &std::process::Output| {
+        let t = text(out);
+        t.split_whitespace().nth(1).unwrap().to_owned()
+    };
+
+    // submit --wait --follow: the log as it runs, then the job's own exit code.
+    let out = run(&job(&["--wait", "--follow"], "echo from the job; exit 3"));
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    let shown = text(&out);
+    assert!(shown.contains("from the job"), "{shown}");
+    assert!(shown.contains("failed (exit 3"), "{shown}");
+
+    let ok = run(&job(&[], "sleep 1"));
+    assert!(ok.status.success(), "{}", text(&ok));
+    let ok_id = id_of(&ok);
+    // A job that never fits (it waits behind 4 exclusive fillers of every card).
+    let filler = run(&job(&["--gpus", "4", "--exclusive"], "sleep 30"));
+    assert!(filler.status.success(), "{}", text(&filler));
+    let filler_id = id_of(&filler);
+    let stuck = run(&job(&["--after-ok", &filler_id], "true"));
+    assert!(stuck.status.success(), "{}", text(&stuck));
+    let stuck_id = id_of(&stuck);
+
+    let out = gpuq_env(&["wait", &ok_id[..8]], "", &env);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(text(&out).contains("succeeded (exit 0)"), "{}", text(&out));
+    // --timeout: 124 while the job still waits; --any returns with the first end.
+    let out = gpuq_env(&["wait", "--timeout", "1", &stuck_id], "", &env);
+    assert_eq!(out.status.code(), Some(124), "{}", text(&out));
+    let out = gpuq_env(&["wait", "--any", &stuck_id, &ok_id], "", &env);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    // A cancelled job: 130; its dependent, cancelled because its parent was: 130 as well.
+    let cancel = gpuq_env(&["cancel", &filler_id], "", &env);
+    assert!(cancel.status.success(), "{}", text(&cancel));
+    let out = gpuq_env(&["wait", &filler_id, &stuck_id], "", &env);
+    assert_eq!(out.status.code(), Some(130), "{}", text(&out));
+    assert!(
+        text(&out).contains("its dependency can no longer hold"),
+        "{}",
+        text(&out)
+    );
+
+    // The trail.
+    let out = gpuq_env(&["events", &ok_id], "", &env);
+    assert!(out.status.success(), "{}", text(&out));
+    let trail = text(&out);
+    for kind in ["submitted", "admitted", "started", "succeeded"] {
+        assert!(trail.contains(kind), "{kind}: {trail}");
+    }
+
+    // An array waited for as a whole: the failing element decides the code.
+    let out = run(&job(
+        &["--array", "0-2%1", "--wait"],
+        "exit $((GPUQ_ARRAY_INDEX * 2))",
+    ));
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("submitted array"), "{}", text(&out));
+    let out = run(&job(&["--array", "0-9999"], "true"));
+    assert!(!out.status.success());
+    assert!(text(&out).contains("field: array"), "{}", text(&out));
+}

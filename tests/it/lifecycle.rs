@@ -26,12 +26,13 @@ enum Stmt {
     RequeueAdmittedOf,
     FailOnForgottenNode,
     RequeueLost,
+    CancelDependent,
 }
 
 impl Stmt {
     fn actor(self) -> Actor {
         match self {
-            Stmt::Admit | Stmt::RequeueLost => Actor::Scheduler,
+            Stmt::Admit | Stmt::RequeueLost | Stmt::CancelDependent => Actor::Scheduler,
             Stmt::Claim | Stmt::SetRunning | Stmt::Unclaim => Actor::Runner,
             Stmt::Finish(_) | Stmt::FinishStopped => Actor::Runner,
             Stmt::Cancel(by) | Stmt::FailQueued(by) => by,
@@ -69,6 +70,9 @@ impl Stmt {
                 drop(lifecycle::fail_on_forgotten_node(&mut conn, NODE, "node_lost").await?)
             }
             Stmt::RequeueLost => drop(lifecycle::requeue_lost_jobs(&mut conn, &[job]).await?),
+            Stmt::CancelDependent => {
+                drop(lifecycle::cancel_dependents(&mut conn, &[job], &["walk".to_owned()]).await?)
+            }
         }
         Ok(())
     }
@@ -91,6 +95,7 @@ const STATEMENTS: &[Stmt] = &[
     Stmt::RequeueAdmittedOf,
     Stmt::FailOnForgottenNode,
     Stmt::RequeueLost,
+    Stmt::CancelDependent,
 ];
 
 /// A fresh job of `owner` put straight into `status` on [`NODE`] (test set-up, not a transition).
@@ -199,6 +204,7 @@ fn expects(stmt: Stmt, from: JobStatus, to: JobStatus) -> bool {
         Stmt::RequeueAdmittedOf => (from, to) == (Admitted, Queued),
         Stmt::FailOnForgottenNode => matches!(from, Admitted | Starting | Running) && to == Failed,
         Stmt::RequeueLost => matches!(from, Admitted | Starting | Running) && to == Queued,
+        Stmt::CancelDependent => (from, to) == (Queued, Cancelled),
     }
 }
 

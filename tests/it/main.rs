@@ -6,6 +6,7 @@ mod support;
 
 mod admin;
 mod admission;
+mod arrays;
 mod attacks;
 mod auth;
 mod cards;
@@ -14,6 +15,7 @@ mod cluster;
 mod compat;
 mod concurrency;
 mod database;
+mod deps;
 mod docker;
 mod doctor;
 mod edges;

@@ -329,10 +329,14 @@ fn check_plan(inp: &PlanInput, p: &Plan) -> Result<(), TestCaseError> {
                 WaitReason::OverCap { .. }
                 | WaitReason::OwnerDisabled
                 | WaitReason::Pulling { .. }
-                | WaitReason::ImageUnavailable { .. } => {
+                | WaitReason::ImageUnavailable { .. }
+                | WaitReason::Dependency { .. }
+                | WaitReason::ArrayLimit { .. }
+                | WaitReason::DependencyBroken { .. } => {
                     prop_assert!(
                         false,
-                        "caps, holds and images are applied before planning, never by the planner"
+                        "caps, holds, images, dependencies and array limits are applied before \
+                         planning, never by the planner"
                     )
                 }
             }

@@ -173,3 +173,46 @@ fn a_number_the_server_cannot_hold_is_refused_naming_the_flag() {
         .to_string();
     assert!(err.contains("--timeout"), "{err}");
 }
+
+#[test]
+fn sweeps_map_to_lists_and_bad_ones_are_refused() {
+    use crate::client::request::sweep_body;
+    let body = sweep_body(&["lr=1e-3,3e-4".into(), "bs=32".into()]).expect("maps");
+    assert_eq!(body, json!({"lr": ["1e-3", "3e-4"], "bs": ["32"]}));
+    assert!(sweep_body(&["lr".into()]).is_err());
+    assert!(sweep_body(&["=1".into()]).is_err());
+    assert!(sweep_body(&["lr=1".into(), "lr=2".into()]).is_err());
+}
+
+#[test]
+fn wait_takes_ids_and_any_excludes_all() {
+    let cli = parse(&["wait", "--any", "--timeout", "5", "abcd", "ef01"]).expect("parses");
+    match cli.cmd {
+        ClientCommand::Wait(w) => {
+            assert!(w.any && !w.all);
+            assert_eq!(w.timeout, Some(5));
+            assert_eq!(w.ids, ["abcd", "ef01"]);
+        }
+        other => panic!("not wait: {other:?}"),
+    }
+    assert!(parse(&["wait"]).is_err());
+    assert!(parse(&["wait", "--any", "--all", "abcd"]).is_err());
+    // --follow needs --wait.
+    assert!(parse(&["submit", "--image", "x", "--follow", "--", "true"]).is_err());
+    let s = submit(&[
+        "--image",
+        "x",
+        "--after-ok",
+        "a1b2",
+        "--after-ok",
+        "c3d4",
+        "--array",
+        "0-9%2",
+        "--wait",
+        "--",
+        "true",
+    ]);
+    assert_eq!(s.after_ok, ["a1b2", "c3d4"]);
+    assert_eq!(s.array.as_deref(), Some("0-9%2"));
+    assert!(s.wait);
+}

@@ -3,6 +3,7 @@
 //! planner forward in virtual time.
 
 pub mod estimate;
+pub mod gates;
 mod images;
 pub mod pass;
 pub mod planner;

@@ -5,6 +5,7 @@
 //! The steps are public so tests can interleave them deliberately (and show what the lock
 //! prevents); [`run_pass`] is the only correct composition.
 
+use super::gates::{DepState, Gates};
 use super::images::{Gate, ImageGate};
 use super::planner::{self, Card, Need, Plan, PlanInput, QueuedJob, WaitReason, Waiting};
 use crate::model::{LaunchPolicy, LiveEvent, QUEUE_ORDER_SQL};
@@ -61,6 +62,11 @@ pub struct PassState {
     /// Queued jobs whose image cannot be had on any node they could run on, and why: the pass
     /// fails them (a dry run only shows them waiting).
     pub doomed: Vec<(Uuid, String)>,
+    /// Queued jobs whose dependency can no longer hold, and why: the pass cancels them (a dry
+    /// run only shows them waiting).
+    pub broken: Vec<(Uuid, String)>,
+    /// The queue's dependencies and array limits as this pass read them.
+    pub gates: Gates,
 }
 
 impl PassState {
@@ -112,6 +118,7 @@ pub async fn run_pass(pool: &PgPool, cfg: &PassConfig, now: DateTime<Utc>) -> Re
             failed += 1;
         }
     }
+    failed += cancel_broken(&mut tx, &state).await?;
     let planned = Instant::now();
     let plan = state.plan();
     let plan_time = planned.elapsed();
@@ -136,6 +143,41 @@ pub async fn run_pass(pool: &PgPool, cfg: &PassConfig, now: DateTime<Utc>) -> Re
         plan_time,
         total_time,
     })
+}
+
+/// Cancels the queued jobs whose dependency can no longer hold (whole chains at once), records
+/// why and announces each. Returns how many were cancelled.
+async fn cancel_broken(tx: &mut Transaction<'_, Postgres>, state: &PassState) -> Result<usize> {
+    if state.broken.is_empty() {
+        return Ok(0);
+    }
+    let (ids, reasons): (Vec<Uuid>, Vec<String>) = state.broken.iter().cloned().unzip();
+    let ended = lifecycle::cancel_dependents(tx, &ids, &reasons)
+        .await
+        .context("cancelling jobs whose dependency can no longer hold")?;
+    let ended_set: HashSet<Uuid> = ended.iter().copied().collect();
+    let (mut e_job, mut e_detail) = (Vec::new(), Vec::new());
+    for (id, reason) in &state.broken {
+        if ended_set.contains(id) {
+            e_job.push(*id);
+            e_detail.push(json!({ "reason": reason, "cause": "dependency" }));
+        }
+    }
+    sqlx::query(
+        "INSERT INTO job_events (job_id, actor, kind, detail) \
+         SELECT id, 'scheduler', 'cancelled', d FROM unnest($1::uuid[], $2::jsonb[]) AS t(id, d)",
+    )
+    .bind(&e_job)
+    .bind(&e_detail)
+    .execute(&mut **tx)
+    .await
+    .context("recording dependents' cancellations")?;
+    for id in &ended {
+        events::job_changed(&mut **tx, *id, crate::model::JobStatus::Cancelled)
+            .await
+            .context("announcing a dependent's cancellation")?;
+    }
+    Ok(ended.len())
 }
 
 /// How long each admitted job waited, submit to `now`, in seconds.
@@ -224,6 +266,7 @@ struct QueueRow {
     created_at: DateTime<Utc>,
     owner_id: Uuid,
     image: String,
+    array_id: Option<Uuid>,
 }
 
 /// The launch policy's caps as they apply to this pass: jobs beyond a cap are held back, in queue
@@ -332,7 +375,7 @@ pub async fn read_state(
     let manifest = manifest::load(tx).await.context("reading the manifest")?;
     let rows_q: Vec<QueueRow> = sqlx::query_as(&format!(
         "SELECT id, seq, priority, gpu_count, workload, min_vram_mib, exclusive, created_at, \
-                owner_id, image \
+                owner_id, image, array_id \
          FROM jobs WHERE status = 'queued' ORDER BY {QUEUE_ORDER_SQL}"
     ))
     .fetch_all(&mut **tx)
@@ -343,6 +386,7 @@ pub async fn read_state(
         .context("reading the launch policy")?;
     let mut caps = Caps::read(tx, &policy, &cfg.cpu_node).await?;
     let images = ImageGate::read(tx, &rows, policy.pull, &cfg.cpu_node).await?;
+    let mut gates = Gates::read(tx).await?;
     let cards = rows.iter().map(to_planner_card).collect();
     let to_job = |q: &QueueRow| QueuedJob {
         id: q.id,
@@ -360,7 +404,21 @@ pub async fn read_state(
     };
     let (mut queue, mut capped) = (Vec::with_capacity(rows_q.len()), Vec::new());
     let mut doomed = Vec::new();
+    let mut broken = Vec::new();
     for q in &rows_q {
+        // Dependencies before anything: a job waiting for another takes no place anywhere.
+        match gates.dependency(q.id) {
+            DepState::Ready => {}
+            DepState::Wait(reason) => {
+                capped.push((to_job(q), reason));
+                continue;
+            }
+            DepState::Broken(why) => {
+                broken.push((q.id, why.clone()));
+                capped.push((to_job(q), WaitReason::DependencyBroken { reason: why }));
+                continue;
+            }
+        }
         // The image first: a job waiting for its image takes no place under its owner's caps.
         let nodes = match images.gate(&q.image, q.gpu_count, q.created_at) {
             Gate::Any => None,
@@ -375,6 +433,12 @@ pub async fn read_state(
                 continue;
             }
         };
+        // The array's running limit before the owner's caps: a place under the limit taken by a
+        // job the caps then hold back only makes this pass admit fewer, never more.
+        if let Some(reason) = gates.take_array_place(q.array_id) {
+            capped.push((to_job(q), reason));
+            continue;
+        }
         match caps.admit(q) {
             None => queue.push(QueuedJob { nodes, ..to_job(q) }),
             Some(reason) => capped.push((to_job(q), reason)),
@@ -394,6 +458,8 @@ pub async fn read_state(
             .collect(),
         capped,
         doomed,
+        broken,
+        gates,
     })
 }
 

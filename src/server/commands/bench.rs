@@ -64,3 +64,11 @@ pub fn replay(args: crate::server::cli::BenchReplayArgs) -> Result<()> {
     crate::server::bench::replay::run(&args.opts, &mut std::io::stdout())?;
     Ok(())
 }
+
+/// `gpuq bench deps`: parent end → dependent admitted, idle and with unrelated jobs queued.
+pub async fn deps(args: crate::server::cli::BenchDepsArgs) -> Result<()> {
+    with_database(&args.db, |pool| async move {
+        crate::server::bench::deps::run(&pool, &args.opts, &mut std::io::stdout()).await
+    })
+    .await
+}

@@ -22,7 +22,8 @@ pub struct JobRow {
 const COLUMNS: &str = "j.id, j.seq, j.owner_id, u.username AS owner, j.name, j.spec, j.image, \
     j.command, j.gpu_count, j.workload, j.min_vram_mib, j.exclusive, j.priority, j.timeout_s, \
     j.status, j.status_reason, j.stop_cause, j.log_path, j.node, j.exit_code, j.created_at, \
-    j.admitted_at, j.started_at, j.finished_at, j.released_at, j.image_digest";
+    j.admitted_at, j.started_at, j.finished_at, j.released_at, j.image_digest, j.array_id, \
+    j.array_index";
 
 /// Locks the owner's row for the rest of the transaction (so one user's submits are counted one
 /// after another), then counts their queued jobs.
@@ -170,7 +171,7 @@ pub async fn list(db: &mut sqlx::PgConnection, f: &JobFilter) -> sqlx::Result<(V
         "SELECT j.id, j.seq, j.owner_id, u.username AS owner, j.name, j.image, j.gpu_count, \
            j.workload, j.min_vram_mib, j.exclusive, j.priority, j.timeout_s, j.status, j.node, \
            j.exit_code, j.created_at, j.admitted_at, j.started_at, j.finished_at, j.released_at, \
-           j.image_digest, CASE WHEN ",
+           j.image_digest, j.array_id, j.array_index, CASE WHEN ",
     );
     push_sees(&mut q, v.id, v.all_details);
     q.push(" THEN j.command ELSE '{}'::text[] END AS command, CASE WHEN ");

@@ -26,10 +26,13 @@ pub struct RunRow {
     pub deadline_at: Option<DateTime<Utc>>,
     /// The owner or an admin asked to stop it.
     pub cancel_requested_at: Option<DateTime<Utc>>,
+    /// Its index in its array, if it is an array's element.
+    pub array_index: Option<i32>,
 }
 
 pub(super) const RUN_COLUMNS: &str =
-    "id, attempt, status, spec, timeout_s, container_id, deadline_at, cancel_requested_at";
+    "id, attempt, status, spec, timeout_s, container_id, deadline_at, cancel_requested_at, \
+     array_index";
 
 /// The runner's name in the audit trail.
 pub fn actor(node: &str) -> String {

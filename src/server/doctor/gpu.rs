@@ -462,6 +462,7 @@ pub(super) async fn smoke(opts: &DoctorOptions, cards: &Cards, docker: Option<&D
         tmp_mib: Some(64),
         network: JobNetwork::None,
         image_volumes: Vec::new(),
+        array_index: None,
     };
     let run = tokio::time::timeout(Duration::from_secs(120), run_smoke(docker, &req)).await;
     let output = match run {

@@ -3,7 +3,7 @@
 use super::error::ErrorBody;
 use super::ApiError;
 use crate::model::spec::RawJobSpec;
-use crate::model::{AppError, JobAck, JobPage, JobView};
+use crate::model::{AppError, JobAck, JobEventView, JobPage, JobView};
 use crate::server::auth::CurrentUser;
 use crate::server::jobs::{self, ListQuery};
 use crate::server::AppState;
@@ -25,6 +25,17 @@ pub fn router() -> Router<AppState> {
         .route("/jobs/{id}/cancel", post(cancel))
         .route("/jobs/{id}/resubmit", post(resubmit))
         .route("/jobs/{id}/logs", get(logs))
+        .route("/jobs/{id}/events", get(events))
+}
+
+/// `GET /api/v1/jobs/{id}/events`: the job's trail, oldest first.
+#[utoipa::path(get, path = "/api/v1/jobs/{id}/events", tag = "jobs", security(("bearer" = [])), params(("id" = Uuid, Path)), responses((status = 200, body = [JobEventView]), (status = 403, description = "another member's job: its trail is for its owner, managers and admins", body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub(super) async fn events(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    Path(id): Path<String>,
+) -> Result<Json<Vec<JobEventView>>, ApiError> {
+    Ok(Json(jobs::events(&state.ctx, &user, job_id(&id)?).await?))
 }
 
 /// `POST /api/v1/jobs`: the body is parsed by the spec parser itself, so every refusal names its

@@ -1,5 +1,6 @@
 //! The HTTP surface: pages, server functions, REST v1, probes; and the layers around them.
 
+mod arrays;
 mod assets;
 mod caller;
 mod client;
@@ -141,7 +142,8 @@ pub fn app(state: AppState, opts: HttpOptions) -> Router {
                 .merge(usage::router())
                 .merge(suggest::router())
                 .merge(registries::router())
-                .merge(notify::router()),
+                .merge(notify::router())
+                .merge(arrays::router()),
         )
         .merge(peer::router())
         .merge(pages)

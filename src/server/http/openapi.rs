@@ -2,7 +2,7 @@
 //! types, served at `GET /api/v1/openapi.json`.
 
 use super::error::ErrorBody;
-use super::{cluster, health, jobs, live, nodes, notify, registries, suggest, usage, v1};
+use super::{arrays, cluster, health, jobs, live, nodes, notify, registries, suggest, usage, v1};
 use crate::model::spec::{RawCommand, RawJobSpec};
 use crate::model::{
     AssignedGpu, AuditEntry, AuditKind, CreatedToken, GpuHolder, GpuList, GpuState, GpuView,
@@ -27,6 +27,7 @@ use utoipa::{Modify, OpenApi};
         v1::me, v1::create_token, v1::list_tokens, v1::revoke_token,
         v1::list_users, v1::create_user, v1::update_user, v1::change_password,
         jobs::submit, jobs::list, jobs::show, jobs::cancel, jobs::resubmit, jobs::logs,
+        jobs::events, arrays::show, arrays::cancel, arrays::resubmit,
         cluster::list_gpus, cluster::put_sim, cluster::patch_gpu,
         cluster::get_manifest, cluster::put_workload, cluster::delete_workload,
         cluster::rename_workload, cluster::manifest_history,
@@ -54,6 +55,8 @@ use utoipa::{Modify, OpenApi};
         crate::model::NotificationSettings, crate::model::NotificationsPut, crate::model::WebhookPut,
         crate::model::WebhookView, crate::model::DeliveryView, crate::model::NotifyEvent,
         crate::model::WebhookFormat, crate::model::DeliveryState,
+        crate::model::JobEventView, crate::model::JobEventKind,
+        crate::model::batch::ArrayView, crate::model::batch::ArrayAck,
     )),
     modifiers(&BearerAuth)
 )]

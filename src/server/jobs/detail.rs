@@ -36,6 +36,35 @@ pub async fn detail(ctx: &Ctx, user: &CurrentUser, id: Uuid) -> Result<JobDetail
     })
 }
 
+/// A job's trail, oldest first (`GET /api/v1/jobs/{id}/events`), for those who may read its
+/// details (its owner, managers and admins): the trail holds reasons and details. The job must
+/// exist (404), and another member's job is refused (403), as its page hides its trail.
+pub async fn events(
+    ctx: &Ctx,
+    user: &CurrentUser,
+    id: Uuid,
+) -> Result<Vec<JobEventView>, AppError> {
+    let job = super::get(ctx, user, id).await?;
+    if job.details_hidden {
+        return Err(AppError::Forbidden(format!(
+            "job {id} is {}'s: its trail is for its owner, managers and admins",
+            job.owner
+        )));
+    }
+    let rows = events::job_events_of(&ctx.pool, id)
+        .await
+        .or_internal("reading a job's events")?;
+    Ok(rows
+        .into_iter()
+        .map(|e| JobEventView {
+            at: e.at,
+            actor: e.actor,
+            detail: describe(e.kind, &e.detail),
+            kind: e.kind,
+        })
+        .collect())
+}
+
 fn describe(kind: JobEventKind, detail: &serde_json::Value) -> String {
     let gpus = || {
         detail["gpus"]

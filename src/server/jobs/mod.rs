@@ -1,6 +1,8 @@
 //! The job rules shared by the REST API and the UI: submit, list, show, cancel.
 
 pub mod access;
+pub mod arrays;
+pub mod batch;
 mod detail;
 pub mod held;
 pub mod live;
@@ -25,7 +27,7 @@ use serde_json::json;
 use std::collections::BTreeMap;
 use uuid::Uuid;
 
-pub use detail::detail;
+pub use detail::{detail, events};
 pub use views::{get, list, queue_summary, ListQuery};
 
 fn spec_error(e: SpecError) -> AppError {
@@ -61,6 +63,8 @@ struct Checked {
     never: Option<String>,
     /// The launch policy the spec was checked against.
     policy: LaunchPolicy,
+    /// The parser's bounds it was checked with.
+    limits: SpecLimits,
 }
 
 /// Everything a submission is checked against, without storing anything: the parser, the launch
@@ -149,7 +153,36 @@ async fn check(ctx: &Ctx, user: &CurrentUser, body: &str) -> Result<Checked, App
         field,
         never,
         policy,
+        limits,
     })
+}
+
+/// A stored spec checked as a new submission is (today's parser, policy, manifest and cards),
+/// refused if it could never run here; with the parser's bounds, for specs that differ from it
+/// only in their env and name (an array's other elements).
+pub(crate) async fn check_submission(
+    ctx: &Ctx,
+    user: &CurrentUser,
+    body: &str,
+) -> Result<(JobSpec, SpecLimits, LaunchPolicy), AppError> {
+    let c = check(ctx, user, body).await?;
+    if let Some(reason) = c.never {
+        return Err(AppError::invalid(
+            c.field,
+            format!("this job can never run here: {reason}"),
+        ));
+    }
+    Ok((c.spec, c.limits, c.policy))
+}
+
+/// [`check_queued_cap`] for `adding` more jobs, in the caller's transaction.
+pub(crate) async fn check_queued_room(
+    tx: &mut sqlx::PgConnection,
+    user: &CurrentUser,
+    policy: &LaunchPolicy,
+    adding: usize,
+) -> Result<(), AppError> {
+    check_queued_cap(tx, user, policy, adding).await
 }
 
 /// Members may only lower their priority (below 0); managers and admins may raise it.
@@ -173,6 +206,7 @@ async fn check_queued_cap(
     tx: &mut sqlx::PgConnection,
     user: &CurrentUser,
     policy: &LaunchPolicy,
+    adding: usize,
 ) -> Result<(), AppError> {
     let cap = policy.max_queued_per_user;
     if cap == 0 || user.role.at_least(Role::Admin) {
@@ -181,6 +215,15 @@ async fn check_queued_cap(
     let queued = jobs::lock_owner_and_count_queued(tx, user.id)
         .await
         .or_internal("counting queued jobs")?;
+    if adding > 1 && queued + adding as i64 > i64::from(cap) {
+        return Err(AppError::OverCap {
+            message: format!(
+                "you have {queued} jobs waiting, and {adding} more would pass the most the \
+                 launch policy allows (max_queued_per_user = {cap})"
+            ),
+            retry_after_s: 60,
+        });
+    }
     if queued >= i64::from(cap) {
         return Err(AppError::OverCap {
             message: format!(
@@ -198,9 +241,12 @@ async fn check_queued_cap(
 pub async fn preview(ctx: &Ctx, user: &CurrentUser, body: &str) -> Result<Preview, AppError> {
     ctx.submit_rate
         .take(user, crate::server::limits::rate::Action::Preview)?;
+    let (extras, body) = batch::split(body)?;
     let Checked {
         spec, need, never, ..
-    } = check(ctx, user, body).await?;
+    } = check(ctx, user, &body)
+        .await
+        .map_err(|e| extras.rename_field(e))?;
     if let Some(reason) = never {
         return Ok(Preview::Never(reason));
     }
@@ -251,13 +297,16 @@ pub async fn preview(ctx: &Ctx, user: &CurrentUser, body: &str) -> Result<Previe
 pub async fn submit(ctx: &Ctx, user: &CurrentUser, body: &str) -> Result<JobAck, AppError> {
     ctx.submit_rate
         .take(user, crate::server::limits::rate::Action::Submit)?;
+    let (extras, body) = batch::split(body)?;
     let Checked {
         spec,
         field,
         never,
         policy,
         ..
-    } = check(ctx, user, body).await?;
+    } = check(ctx, user, &body)
+        .await
+        .map_err(|e| extras.rename_field(e))?;
     if let Some(reason) = never {
         return Err(AppError::invalid(
             field,
@@ -269,7 +318,24 @@ pub async fn submit(ctx: &Ctx, user: &CurrentUser, body: &str) -> Result<JobAck,
         .begin()
         .await
         .or_internal("beginning a submission")?;
-    check_queued_cap(&mut tx, user, &policy).await?;
+    let adding = extras.batch.as_ref().map_or(1, |b| b.elements.len());
+    check_queued_cap(&mut tx, user, &policy, adding).await?;
+    batch::check_parents(&mut tx, user, &extras.deps).await?;
+    if let Some(b) = &extras.batch {
+        let rows = batch::elements_of(&spec, b)?;
+        let limit = b.running_limit;
+        let ack = batch::enter_array(
+            &mut tx,
+            user,
+            (spec.name(), &spec),
+            limit,
+            rows,
+            &extras.deps,
+        )
+        .await?;
+        tx.commit().await.or_internal("committing a submission")?;
+        return Ok(ack);
+    }
     let status = JobStatus::Queued;
     let (workload, min_vram) = match spec.vram() {
         VramNeed::Workload(w) => (Some(w.as_str()), None),
@@ -305,6 +371,7 @@ pub async fn submit(ctx: &Ctx, user: &CurrentUser, body: &str) -> Result<JobAck,
     )
     .await
     .or_internal("recording a submission")?;
+    batch::record_deps(&mut tx, &[id], &extras.deps).await?;
     events::wake(&mut *tx, "submit")
         .await
         .or_internal("waking the scheduler")?;
@@ -312,7 +379,7 @@ pub async fn submit(ctx: &Ctx, user: &CurrentUser, body: &str) -> Result<JobAck,
         .await
         .or_internal("announcing a submission")?;
     tx.commit().await.or_internal("committing a submission")?;
-    Ok(JobAck { job_id: id, status })
+    Ok(JobAck::one(id, status))
 }
 
 /// Job `id`'s row, or a 404 that names it.
@@ -405,7 +472,7 @@ pub async fn cancel(ctx: &Ctx, user: &CurrentUser, id: Uuid) -> Result<JobAck, A
             .await
             .or_internal("announcing a cancellation")?;
         tx.commit().await.or_internal("committing a cancellation")?;
-        return Ok(JobAck { job_id: id, status });
+        return Ok(JobAck::one(id, status));
     }
     if lifecycle::request_cancel(&mut *tx, id, by)
         .await
@@ -424,10 +491,7 @@ pub async fn cancel(ctx: &Ctx, user: &CurrentUser, id: Uuid) -> Result<JobAck, A
             .await
             .or_internal("notifying the runner")?;
         tx.commit().await.or_internal("committing a cancellation")?;
-        return Ok(JobAck {
-            job_id: id,
-            status: job.job.status,
-        });
+        return Ok(JobAck::one(id, job.job.status));
     }
     Err(AppError::Conflict(format!(
         "job {id} has already ended ({})",

@@ -283,6 +283,7 @@ impl Runner {
             tmp_mib: policy.tmpfs_mib(),
             network: policy.network,
             image_volumes,
+            array_index: job.array_index.and_then(|i| u32::try_from(i).ok()),
         };
         Ok((req, origins, digest))
     }

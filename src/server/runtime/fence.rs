@@ -405,6 +405,9 @@ fn build_env(req: &LaunchRequest) -> Result<Vec<String>, RuntimeError> {
     env.push(format!("NVIDIA_VISIBLE_DEVICES={visible}"));
     env.push(format!("GPUQ_GPUS={joined}"));
     env.push(format!("GPUQ_JOB_ID={}", req.job_id));
+    if let Some(index) = req.array_index {
+        env.push(format!("GPUQ_ARRAY_INDEX={index}"));
+    }
     Ok(env)
 }
 

@@ -119,6 +119,9 @@ pub struct LaunchRequest {
     /// job's uid, so dockerd makes no anonymous volume (see `fence::tmpfs`).
     #[serde(default)]
     pub image_volumes: Vec<String>,
+    /// Its index in its array, set as `GPUQ_ARRAY_INDEX` (`None`: not an array's element).
+    #[serde(default)]
+    pub array_index: Option<u32>,
 }
 
 /// Who a job's processes run as.

@@ -46,6 +46,7 @@ pub fn request(argv: &[&str], gpus: Vec<GrantedGpu>) -> LaunchRequest {
         tmp_mib: Some(64),
         network: gpuq::model::JobNetwork::Isolated,
         image_volumes: Vec::new(),
+        array_index: None,
     }
 }
 

@@ -108,6 +108,23 @@ pub enum WaitReason {
         /// Why, naming the image.
         reason: String,
     },
+    /// It depends on a job that has not ended the way it waits for yet.
+    Dependency {
+        /// The parent job it waits for (the first, in the order they were given).
+        parent: Uuid,
+        /// The parent's status now.
+        status: String,
+    },
+    /// Its array already has `limit` elements admitted, starting or running.
+    ArrayLimit {
+        /// The array's running limit (`%N`).
+        limit: u32,
+    },
+    /// A dependency can no longer hold: the pass cancels it with `reason`.
+    DependencyBroken {
+        /// Why, naming the parent and how it ended.
+        reason: String,
+    },
 }
 
 impl WaitReason {
@@ -206,6 +223,13 @@ impl WaitReason {
                 text
             }
             WaitReason::ImageUnavailable { reason } => reason.clone(),
+            WaitReason::Dependency { parent, status } => {
+                format!("waiting for job {parent} ({status})")
+            }
+            WaitReason::ArrayLimit { limit } => format!(
+                "its array already has {limit} jobs admitted or running, its running limit (%{limit})"
+            ),
+            WaitReason::DependencyBroken { reason } => reason.clone(),
         }
     }
 

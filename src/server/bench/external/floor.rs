@@ -101,6 +101,7 @@ impl Shape {
             tmp_mib: p.tmpfs_mib(),
             network: p.network,
             image_volumes: Vec::new(),
+            array_index: None,
         })
     }
 }

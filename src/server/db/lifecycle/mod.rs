@@ -16,6 +16,7 @@
 //!
 //! The table is drawn in `docs/architecture.md`, "The job lifecycle".
 
+mod depend;
 mod enter;
 mod place;
 mod run;
@@ -23,6 +24,7 @@ mod stop;
 #[cfg(test)]
 mod tests;
 
+pub use depend::cancel_dependents;
 pub use enter::{enter, enter_batch, BatchEntry, BatchRow, NewJob};
 pub use place::{admit, fail_on_forgotten_node, fail_queued, requeue_lost_jobs};
 pub use run::{claim, finish, finish_stopped, set_running, unclaim, Ending};
@@ -93,6 +95,7 @@ pub const TRANSITIONS: &[Transition] = &[
     t(None, Rejected, OWNER, "submitted, and it could never run here"),
     t(Some(Queued), Admitted, SCHEDULER, "a pass reserved its cards"),
     t(Some(Queued), Cancelled, PEOPLE, "cancelled while waiting"),
+    t(Some(Queued), Cancelled, SCHEDULER, "a job it depends on ended so that its dependency can no longer hold"),
     t(Some(Queued), Failed, MACHINES, "its image cannot be had (its node's puller found so, or the pass, on every node)"),
     t(Some(Admitted), Starting, RUNNER, "its node's runner claimed it"),
     t(Some(Admitted), Cancelled, PEOPLE, "cancelled before its runner claimed it (the next pass takes its cards back)"),

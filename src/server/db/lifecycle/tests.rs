@@ -19,6 +19,10 @@ fn statements() -> Vec<(Move, &'static [Actor])> {
         (stop::CANCEL_UNSTARTED, &[Actor::Owner, Actor::Admin]),
         (stop::CANCEL_ADMITTED, &[Actor::Owner, Actor::Admin]),
         (stop::REQUEUE_ADMITTED, &[Actor::Admin, Actor::Scheduler]),
+        (
+            depend::DEPENDENCY_BROKEN,
+            &[Actor::Owner, Actor::Admin, Actor::Scheduler],
+        ),
     ]
 }
 

@@ -48,6 +48,7 @@ pub(super) fn req(gpus: Vec<GrantedGpu>) -> LaunchRequest {
         tmp_mib: Some(1024),
         network: JobNetwork::Isolated,
         image_volumes: Vec::new(),
+        array_index: None,
     }
 }
 
