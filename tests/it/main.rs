@@ -19,6 +19,7 @@ mod doctor;
 mod edges;
 mod faults;
 mod hints;
+mod image_gc;
 mod isolation;
 mod lifecycle;
 mod logs_json;
