@@ -33,6 +33,7 @@ async fn main() -> std::process::ExitCode {
         Command::Bench(BenchCommand::Vram(args)) => commands::bench::vram(args).await,
         Command::Bench(BenchCommand::Failover(args)) => commands::bench::failover(args).await,
         Command::Bench(BenchCommand::Logs(args)) => commands::bench::logs(args).await,
+        Command::Bench(BenchCommand::Pull(args)) => commands::bench::pull(args).await,
         Command::Bench(BenchCommand::External(args)) => {
             commands::bench::external(args, cli.conn.url, cli.conn.token).await
         }

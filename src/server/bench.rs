@@ -31,6 +31,7 @@ pub mod failover;
 pub mod launch;
 pub mod logs;
 mod node;
+pub mod pull;
 mod synth;
 pub mod vram;
 

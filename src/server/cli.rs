@@ -78,6 +78,21 @@ pub enum BenchCommand {
     /// The server's resident memory while it answers many whole-log reads and tails at once
     /// (needs a scratch database given by --database-url; --server measures another build).
     Logs(BenchLogsArgs),
+    /// Submit → running for a job whose image must be pulled from a local registry, against
+    /// `docker pull` + `docker run` by hand, in interleaved rounds (needs dockerd,
+    /// docker-registry and a scratch database).
+    Pull(BenchPullArgs),
+}
+
+/// Flags of `gpuq bench pull`.
+#[derive(Debug, Args)]
+pub struct BenchPullArgs {
+    /// Database location (a scratch one).
+    #[command(flatten)]
+    pub db: DbArgs,
+    /// Rounds and image size.
+    #[command(flatten)]
+    pub opts: crate::server::bench::pull::PullBenchOptions,
 }
 
 /// Flags of `gpuq bench logs`.
