@@ -1,6 +1,6 @@
 //! One node's tasks, built by one function ([`start`]) for `gpuq serve`, the tests and the
 //! benchmarks alike: the notifier's LISTEN connection, the heartbeat, the scheduler, the runner
-//! (connect, re-adopt, then launch), the card observer and what consumes its snapshots (the
+//! (connect, re-adopt, then launch) with its image puller and image collector, the card observer and what consumes its snapshots (the
 //! inventory sync, the usage sampler and, on a node with a runner, the VRAM sampler and its
 //! policing), log retention and the metrics snapshot. The top of the domain: it only assembles.
 
