@@ -323,6 +323,16 @@ fn cores(field: &str, text: &str) -> Result<f64, String> {
     }
 }
 
+/// A size in GiB: fractions allowed, not negative; the error names the field.
+fn gib(field: &str, text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(g) if g.is_finite() && g >= 0.0 => Ok(g),
+        _ => Err(format!(
+            "{field}: `{text}` is not a size in GiB (e.g. 200 or 0.5)"
+        )),
+    }
+}
+
 #[component]
 fn PolicyForm(p: LaunchPolicy, save: ServerAction<SaveLaunchPolicy>) -> impl IntoView {
     let images = RwSignal::new(p.image_allowlist.join("\n"));
@@ -348,6 +358,8 @@ fn PolicyForm(p: LaunchPolicy, save: ServerAction<SaveLaunchPolicy>) -> impl Int
     let pull = RwSignal::new(p.pull);
     let hints = RwSignal::new(p.framework_memory_hints);
     let webhook_allow = RwSignal::new(p.webhook_allowlist.join("\n"));
+    let image_days = RwSignal::new(p.image_keep_days.to_string());
+    let image_gib = RwSignal::new(p.image_disk_max_gib.to_string());
     let local_error = RwSignal::new(None::<String>);
     let number = |field: &str, s: RwSignal<String>| whole_number(field, &s.get_untracked());
     let small = |field: &str, s: RwSignal<String>| {
@@ -381,6 +393,8 @@ fn PolicyForm(p: LaunchPolicy, save: ServerAction<SaveLaunchPolicy>) -> impl Int
                 vram_enforcement: enforcement.get_untracked(),
                 framework_memory_hints: hints.get_untracked(),
                 webhook_allowlist: patterns(&webhook_allow.get_untracked()),
+                image_keep_days: small("keep unused images", image_days)?,
+                image_disk_max_gib: gib("images' disk cap", &image_gib.get_untracked())?,
             })
         })();
         match policy {
@@ -460,6 +474,13 @@ fn PolicyForm(p: LaunchPolicy, save: ServerAction<SaveLaunchPolicy>) -> impl Int
                 </div>
                 {check_box("policy-framework-hints", "Framework memory hints (JAX/XLA, TensorFlow stay within the commitment)", hints)}
             </div>
+            <div class="row">
+                {number_input("policy-image-days", "Keep images gpuq pulled, unused (days; 0: kept)", "0", image_days)}
+                <div class="field">
+                    <label for="policy-image-gib">"Images gpuq pulled, per node (GiB; 0: no cap)"</label>
+                    <input id="policy-image-gib" type="number" min="0" step="any" prop:value=move || image_gib.get() on:input=move |ev| image_gib.set(event_target_value(&ev)) />
+                </div>
+            </div>
             <button type="submit">"Save policy"</button>
             {move || local_error.get().map(|e| view! { <p class="error" role="alert">{e}</p> })}
             {move || action_error(save.value().get())}
@@ -487,6 +508,16 @@ mod tests {
         for bad in ["-1", "four", "", "NaN", "inf"] {
             let e = cores("CPU cores per job", bad).unwrap_err();
             assert!(e.starts_with("CPU cores per job: `"), "{e}");
+        }
+    }
+
+    #[test]
+    fn image_disk_caps_are_gib_with_fractions_but_not_negative_or_words() {
+        assert_eq!(gib("cap", " 200 "), Ok(200.0));
+        assert_eq!(gib("cap", "0.5"), Ok(0.5));
+        for bad in ["-1", "lots", "", "NaN", "inf"] {
+            let e = gib("images' disk cap", bad).unwrap_err();
+            assert!(e.starts_with("images' disk cap: `"), "{e}");
         }
     }
 

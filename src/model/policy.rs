@@ -68,6 +68,11 @@ impl JobNetwork {
     }
 }
 
+/// The largest `image_disk_max_gib` (a pebibyte): beyond it the figure is surely a typo.
+pub const MAX_IMAGE_DISK_GIB: f64 = 1_048_576.0;
+/// The longest `image_keep_days` (ten years); 0 keeps images for good.
+pub const MAX_IMAGE_KEEP_DAYS: u32 = 3650;
+
 /// Launch policy, stored in the `settings` table and edited by admins.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
@@ -131,6 +136,13 @@ pub struct LaunchPolicy {
     /// (`host:port`, `[v6]:port`) or networks (CIDR, `10.1.0.0/16`). Everything else that is
     /// loopback, link-local, private, CGNAT, multicast, unspecified, or a gpuq node is refused.
     pub webhook_allowlist: Vec<String>,
+    /// Days an image gpuq pulled stays on a node after the last job that used it there; then the
+    /// node's image collector removes it. 0 = kept (only `image_disk_max_gib` removes it). Images
+    /// an admin loaded by hand are never removed.
+    pub image_keep_days: u32,
+    /// GiB the images gpuq pulled may take on each node; past it the least recently used go first.
+    /// Fractions allowed; 0 = no bound.
+    pub image_disk_max_gib: f64,
 }
 
 impl Default for LaunchPolicy {
@@ -159,6 +171,8 @@ impl Default for LaunchPolicy {
             vram_enforcement: VramEnforcement::Stop,
             framework_memory_hints: true,
             webhook_allowlist: Vec::new(),
+            image_keep_days: 14,
+            image_disk_max_gib: 0.0,
         }
     }
 }
@@ -241,7 +255,27 @@ impl LaunchPolicy {
                 "must be at least 1 MiB and at most the memory limit".into(),
             ));
         }
+        if !self.image_disk_max_gib.is_finite()
+            || !(0.0..=MAX_IMAGE_DISK_GIB).contains(&self.image_disk_max_gib)
+        {
+            return Err((
+                "image_disk_max_gib".into(),
+                format!("must be between 0 (no bound) and {MAX_IMAGE_DISK_GIB} GiB"),
+            ));
+        }
+        if self.image_keep_days > MAX_IMAGE_KEEP_DAYS {
+            return Err((
+                "image_keep_days".into(),
+                format!("must be at most {MAX_IMAGE_KEEP_DAYS} days (0: kept)"),
+            ));
+        }
         Ok(())
+    }
+
+    /// The bound on the images gpuq pulled on one node, bytes; `None` when there is none.
+    pub fn image_disk_max_bytes(&self) -> Option<u64> {
+        (self.image_disk_max_gib > 0.0)
+            .then(|| (self.image_disk_max_gib * (1u64 << 30) as f64).round() as u64)
     }
 
     /// Whether an image reference matches one of the allowed patterns, both in their full form
@@ -425,6 +459,30 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(bad.check().unwrap_err().0, "root_images[0]");
+        for gib in [-1.0, f64::NAN, f64::INFINITY, 2.0 * MAX_IMAGE_DISK_GIB] {
+            let bad = LaunchPolicy {
+                image_disk_max_gib: gib,
+                ..Default::default()
+            };
+            assert_eq!(bad.check().unwrap_err().0, "image_disk_max_gib", "{gib}");
+        }
+        let bad = LaunchPolicy {
+            image_keep_days: MAX_IMAGE_KEEP_DAYS + 1,
+            ..Default::default()
+        };
+        assert_eq!(bad.check().unwrap_err().0, "image_keep_days");
+    }
+
+    #[test]
+    fn the_image_disk_bound_is_off_at_zero_and_reads_fractions_of_a_gib() {
+        let p = LaunchPolicy::default();
+        assert_eq!((p.image_keep_days, p.image_disk_max_bytes()), (14, None));
+        let p = LaunchPolicy {
+            image_disk_max_gib: 0.5,
+            ..p
+        };
+        assert_eq!(p.image_disk_max_bytes(), Some(1 << 29));
+        assert!(p.check().is_ok());
     }
 
     #[test]

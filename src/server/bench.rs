@@ -33,6 +33,7 @@ pub mod launch;
 pub mod logs;
 mod node;
 pub mod replay;
+pub mod pull;
 mod synth;
 pub mod vram;
 

@@ -84,6 +84,10 @@ pub enum BenchCommand {
     /// Dependencies: parent end → dependent admitted, p50/p99, on an idle queue and with ~1000
     /// unrelated jobs queued (needs a scratch database).
     Deps(BenchDepsArgs),
+    /// Submit → running for a job whose image must be pulled from a local registry, against
+    /// `docker pull` + `docker run` by hand, in interleaved rounds (needs dockerd,
+    /// docker-registry and a scratch database).
+    Pull(BenchPullArgs),
 }
 
 /// Flags of `gpuq bench replay`.
@@ -103,6 +107,17 @@ pub struct BenchDepsArgs {
     /// Rounds and queue size.
     #[command(flatten)]
     pub opts: crate::server::bench::deps::DepsBenchOptions,
+}
+
+/// Flags of `gpuq bench pull`.
+#[derive(Debug, Args)]
+pub struct BenchPullArgs {
+    /// Database location (a scratch one).
+    #[command(flatten)]
+    pub db: DbArgs,
+    /// Rounds and image size.
+    #[command(flatten)]
+    pub opts: crate::server::bench::pull::PullBenchOptions,
 }
 
 /// Flags of `gpuq bench logs`.

@@ -1,6 +1,6 @@
 //! One node's tasks, built by one function ([`start`]) for `gpuq serve`, the tests and the
 //! benchmarks alike: the notifier's LISTEN connection, the heartbeat, the scheduler, the runner
-//! (connect, re-adopt, then launch), the card observer and what consumes its snapshots (the
+//! (connect, re-adopt, then launch) with its image puller and image collector, the card observer and what consumes its snapshots (the
 //! inventory sync, the usage sampler and, on a node with a runner, the VRAM sampler and its
 //! policing), the start estimates, log retention, the metrics snapshot and the notification
 //! delivery worker. The top of the domain: it only assembles.
@@ -11,6 +11,7 @@ use crate::server::gpu::{self, GpuInventory};
 use crate::server::metrics::Metrics;
 use crate::server::nodes::{Lease, Registered};
 use crate::server::notifier::Notifier;
+use crate::server::runner::image_gc::{self, Keeper};
 use crate::server::runner::pull::Puller;
 use crate::server::runner::{DockerHealth, Runner, RunnerConfig};
 use crate::server::runtime::{ensure_sim_devices, Docker};
@@ -355,13 +356,24 @@ async fn run_runner(
         }
     };
     // Images of queued jobs are pulled from now on: before any card is held for them.
+    // Images gpuq pulled and no job uses any more are removed by the collector, never while the
+    // puller looks at them.
+    let keeper = Keeper::default();
     let puller = Puller::new(
         pool.clone(),
         docker.clone(),
         cfg.node.clone(),
         cfg.secrets.clone(),
-    );
+    )
+    .sharing(keeper.clone());
     let puller = tokio::spawn(puller.run(pull_notes, stop.clone()));
+    let collector = tokio::spawn(image_gc::run(
+        pool.clone(),
+        docker.clone(),
+        cfg.node.clone(),
+        keeper,
+        stop.clone(),
+    ));
     let runner = match lease {
         Some(lease) => Runner::leased(pool, docker, cfg, health, notifier, lease),
         None => Runner::new(pool, docker, cfg, health, notifier),
@@ -369,6 +381,7 @@ async fn run_runner(
     if !runner.start_up(&mut stop).await {
         let _ = ready.send(Some(false));
         puller.abort();
+        collector.abort();
         return;
     }
     let scheduler = tokio::spawn(scheduler);
@@ -376,6 +389,7 @@ async fn run_runner(
     runner.run(notes, stop).await;
     let _ = scheduler.await;
     let _ = puller.await;
+    let _ = collector.await;
 }
 
 /// Simulated cards get their device nodes (`/dev/gpuq-sim<N>`) before a job is fenced to one.

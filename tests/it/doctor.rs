@@ -98,6 +98,13 @@ async fn doctor_passes_on_simulated_cards(pool: PgPool) {
         .clone();
     assert_eq!(cards.len(), 2);
     assert_check(&all, "smoke", "pass", "gpuq-sim0");
+    // The Docker disk: the free space of the file system of dockerd's own root directory.
+    let root = crate::support::docker::docker_cli(&["info", "-f", "{{.DockerRootDir}}"]);
+    let disk = check(&all, "disk-docker")["detail"].as_str().unwrap();
+    assert!(
+        disk.starts_with(&format!("{root}: ")) && disk.contains("GiB free of"),
+        "{disk}"
+    );
     // Every warn and fail says what to do.
     for c in &all {
         if c["status"] != "pass" {

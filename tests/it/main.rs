@@ -22,6 +22,7 @@ mod edges;
 mod estimate;
 mod faults;
 mod hints;
+mod image_gc;
 mod isolation;
 mod lifecycle;
 mod logs_json;

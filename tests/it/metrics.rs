@@ -209,6 +209,16 @@ async fn metrics_agree_with_the_ledger_while_a_job_runs(pool: PgPool) {
     assert!(histogram_count(&s, "gpuq_admission_wait_seconds") >= 2.0);
     assert!(histogram_count(&s, "gpuq_admission_pass_seconds") >= 1.0);
     assert!(histogram_count(&s, "gpuq_container_start_seconds") >= 2.0);
+    // The image collector's counters are served from the start, both reasons at 0 or more.
+    for reason in ["unused", "disk"] {
+        assert!(
+            text.contains(&format!(
+                "gpuq_images_removed_total{{reason=\"{reason}\"}} "
+            )),
+            "{text}"
+        );
+    }
+    assert!(text.contains("gpuq_image_bytes_removed_total "), "{text}");
     for process in [
         "process_cpu_seconds_total",
         "process_resident_memory_bytes",
@@ -225,8 +235,9 @@ async fn metrics_agree_with_the_ledger_while_a_job_runs(pool: PgPool) {
         !text.contains("admin") && !text.contains("sleep 30"),
         "{text}"
     );
-    // Every label a metric carries is one of the few fixed ones.
-    let allowed: BTreeSet<&str> = ["node", "gpu", "model", "status", "le"].into();
+    // Every label a metric carries is one of the few fixed ones (`reason`: the image
+    // collector's, `unused` or `disk`).
+    let allowed: BTreeSet<&str> = ["node", "gpu", "model", "status", "le", "reason"].into();
     for x in &s.samples {
         for (k, _) in x.labels.iter() {
             assert!(allowed.contains(k.as_str()), "label {k} on {}", x.metric);

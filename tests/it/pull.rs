@@ -291,3 +291,120 @@ async fn a_member_cannot_make_a_node_pull_an_image_the_allowlist_refuses(pool: P
     assert_eq!(reservations_of(&app, id).await, 0);
     node.stop().await;
 }
+
+/// Progress people can see: while a slow pull runs (6 MB of random bytes through a proxy that
+/// passes 2 MB/s), the job's wait reason shows its bytes rising, and the node writes that
+/// progress at most a few times a second.
+#[sqlx::test(migrations = false)]
+async fn a_pulls_bytes_move_in_the_wait_reason_a_few_times_a_second(pool: PgPool) {
+    let registry = Registry::start().await;
+    let repo = repo();
+    registry.push_unique_image(&repo, "big", 6 << 20);
+    let slow = registry.throttled(2 << 20).await;
+    let image = format!("{}/{repo}:big", slow.host());
+    registry.forget_later(&image);
+    let (app, member, _) = setup(pool, "p7").await;
+    let node = Node::start(&app, "p7", LaunchMode::Fenced).await;
+    let id = app.submit_ok(&member, job(&image, "true")).await;
+    let mut reasons: Vec<String> = Vec::new();
+    let mut writes = std::collections::HashSet::new();
+    let mut pulling: Option<(Instant, Instant)> = None;
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let v = app.job(&member, id).await;
+        if v["status"] != "queued" {
+            break;
+        }
+        if let Some(r) = v["wait_reason"].as_str() {
+            if r.contains("pulling")
+                && r.contains(" of ")
+                && reasons.last().map(String::as_str) != Some(r)
+            {
+                reasons.push(r.to_owned());
+            }
+        }
+        let row: Option<(String, chrono::DateTime<chrono::Utc>)> = sqlx::query_as(
+            "SELECT state, updated_at FROM node_images WHERE node = 'p7' AND image_ref = $1",
+        )
+        .bind(&image)
+        .fetch_optional(&app.pool)
+        .await
+        .unwrap();
+        if let Some((_, at)) = row.filter(|r| r.0 == "pulling") {
+            let now = Instant::now();
+            pulling = Some(pulling.map_or((now, now), |(from, _)| (from, now)));
+            writes.insert(at);
+        }
+        assert!(Instant::now() < deadline, "the pull never ended: {v}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let v = wait_status(&app, &member, id, &["succeeded", "failed"], 60).await;
+    assert_eq!(v["status"], "succeeded", "{v}");
+    assert!(reasons.len() >= 2, "the bytes never moved: {reasons:?}");
+    let done = |r: &str| -> f64 {
+        let (_, tail) = r.rsplit_once(": ").expect("bytes after the node");
+        tail.split(" of ")
+            .next()
+            .unwrap()
+            .parse()
+            .expect("a figure")
+    };
+    for r in &reasons {
+        assert!(r.contains(&image) && r.contains("on node p7"), "{r}");
+    }
+    assert!(
+        reasons.windows(2).all(|w| done(&w[0]) <= done(&w[1])),
+        "the bytes only rise: {reasons:?}"
+    );
+    assert!(
+        done(&reasons[0]) < done(reasons.last().unwrap()),
+        "{reasons:?}"
+    );
+    let (from, until) = pulling.expect("the pull was seen");
+    let secs = (until - from).as_secs_f64();
+    assert!(
+        (writes.len() as f64) <= 3.0 * secs + 2.0,
+        "{} progress writes in {secs:.1} s: more than a few a second",
+        writes.len()
+    );
+    node.stop().await;
+}
+
+/// The exact image: the digest a job ran is recorded, and a resubmit pinned to it runs that very
+/// image after its tag was moved to another one in the registry.
+#[sqlx::test(migrations = false)]
+async fn a_pinned_resubmit_runs_the_recorded_digest_after_the_tag_moved(pool: PgPool) {
+    use crate::support::isolation::log;
+    let registry = Registry::start().await;
+    let repo = repo();
+    let (image, first) = registry.push_unique_image_token(&repo, "moving", 4096);
+    let (app, member, admin) = setup(pool, "p8").await;
+    let node = Node::start(&app, "p8", LaunchMode::Fenced).await;
+    let id = app.submit_ok(&member, job(&image, "cat /etc/unique")).await;
+    let v = wait_status(&app, &member, id, &["succeeded", "failed"], 60).await;
+    assert_eq!(v["status"], "succeeded", "{v}");
+    let digest = v["image_digest"].as_str().expect("a digest").to_owned();
+    assert!(log(&app, &member, id).await.contains(&first));
+    // The tag moves to another image; the node resolves tags again for every job.
+    let (_, second) = registry.push_unique_image_token(&repo, "moving", 4096);
+    app.set_policy(&admin, json!({ "pull": "always" })).await;
+    let moved = app.submit_ok(&member, job(&image, "cat /etc/unique")).await;
+    let v = wait_status(&app, &member, moved, &["succeeded", "failed"], 60).await;
+    assert_eq!(v["status"], "succeeded", "{v}");
+    assert_ne!(v["image_digest"], digest.as_str(), "the tag moved: {v}");
+    assert!(log(&app, &member, moved).await.contains(&second));
+    // Pinned to the first job's digest: the first image, not the tag's new one.
+    let r = app
+        .post(&format!("/api/v1/jobs/{id}/resubmit?pin=digest"), &member)
+        .await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let again: uuid::Uuid = r.json()["job_id"].as_str().unwrap().parse().unwrap();
+    let v = wait_status(&app, &member, again, &["succeeded", "failed"], 60).await;
+    assert_eq!(v["status"], "succeeded", "{v}");
+    assert_eq!(v["image"], digest.as_str());
+    assert_eq!(v["image_digest"], digest.as_str());
+    let ran = log(&app, &member, again).await;
+    assert!(ran.contains(&first) && !ran.contains(&second), "{ran}");
+    registry.forget_later(&digest);
+    node.stop().await;
+}

@@ -49,6 +49,15 @@ pub async fn logs(args: crate::server::cli::BenchLogsArgs) -> Result<()> {
     .await
 }
 
+/// `gpuq bench pull`: submit → running of a job whose image must be pulled, against a pull and a
+/// run by hand.
+pub async fn pull(args: crate::server::cli::BenchPullArgs) -> Result<()> {
+    with_database(&args.db, |pool| async move {
+        crate::server::bench::pull::run(&pool, &args.opts, &mut std::io::stdout()).await
+    })
+    .await
+}
+
 /// `gpuq bench external`: measures the running server at `url` from outside. It only reads the
 /// server's database (no migration: the server may be an older build).
 pub async fn external(

@@ -3,6 +3,7 @@
 pub mod embedded;
 pub mod events;
 pub mod gpus;
+pub mod image_gc;
 pub mod images;
 pub mod installation;
 pub mod job_uids;

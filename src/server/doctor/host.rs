@@ -122,10 +122,20 @@ fn free_disk(name: &'static str, path: &Path) -> Check {
                 free as f64 / GIB as f64,
                 total as f64 / GIB as f64
             );
-            let fix = format!(
-                "free space on the file system of {} (job logs, images, the database live there)",
-                at.display()
-            );
+            let fix = if name == "disk-docker" {
+                format!(
+                    "free space on the file system of {} (Docker's images and containers): images \
+                     gpuq pulled go after the launch policy's image_keep_days, and set \
+                     image_disk_max_gib to bound them; images loaded by hand are never removed \
+                     by gpuq (`docker image prune -a` removes unused ones)",
+                    at.display()
+                )
+            } else {
+                format!(
+                    "free space on the file system of {} (job logs, images, the database live there)",
+                    at.display()
+                )
+            };
             if free < FAIL_FREE {
                 Check::fail(name, detail, fix)
             } else if free < WARN_FREE {

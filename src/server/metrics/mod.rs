@@ -12,7 +12,9 @@ pub mod snapshot;
 
 pub use snapshot::Snapshot;
 
-use prometheus::{Encoder, Histogram, HistogramOpts, Registry, TextEncoder};
+use prometheus::{
+    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, Opts, Registry, TextEncoder,
+};
 use std::sync::{Arc, LazyLock, RwLock};
 
 /// The content type of the Prometheus text format written by [`Metrics::render`].
@@ -58,6 +60,38 @@ pub static CONTAINER_START: LazyLock<Histogram> = LazyLock::new(|| {
     )
 });
 
+/// Images this process's collector removed from its node, by why (`unused`: past
+/// `image_keep_days`; `disk`: over `image_disk_max_gib`).
+pub static IMAGES_REMOVED: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    // Start-up only: the options are constants of this file.
+    #[allow(clippy::expect_used)]
+    IntCounterVec::new(
+        Opts::new(
+            "gpuq_images_removed_total",
+            "Images gpuq pulled that this node's image collector removed, by reason.",
+        ),
+        &["reason"],
+    )
+    .expect("valid counter options")
+});
+
+/// Bytes of the images this process's collector removed (dockerd's size of each image).
+pub static IMAGE_BYTES_REMOVED: LazyLock<IntCounter> = LazyLock::new(|| {
+    // Start-up only: the options are constants of this file.
+    #[allow(clippy::expect_used)]
+    IntCounter::new(
+        "gpuq_image_bytes_removed_total",
+        "Size of the images this node's image collector removed, as dockerd reported each.",
+    )
+    .expect("valid counter options")
+});
+
+/// Counts an image the collector removed, for `reason`, of `bytes`.
+pub fn count_image_removed(reason: &str, bytes: u64) {
+    IMAGES_REMOVED.with_label_values(&[reason]).inc();
+    IMAGE_BYTES_REMOVED.inc_by(bytes);
+}
+
 /// Records an admission pass's duration.
 pub fn observe_pass(d: std::time::Duration) {
     ADMISSION_PASS.observe(d.as_secs_f64());
@@ -101,6 +135,12 @@ impl Metrics {
         for h in [&ADMISSION_WAIT, &ADMISSION_PASS, &CONTAINER_START] {
             registry.register(Box::new(Histogram::clone(h)))?;
         }
+        // Both reasons are shown from the start, at 0, so a rate over them is defined.
+        for reason in ["unused", "disk"] {
+            IMAGES_REMOVED.with_label_values(&[reason]);
+        }
+        registry.register(Box::new(IntCounterVec::clone(&IMAGES_REMOVED)))?;
+        registry.register(Box::new(IntCounter::clone(&IMAGE_BYTES_REMOVED)))?;
         registry.register(Box::new(
             prometheus::process_collector::ProcessCollector::for_self(),
         ))?;

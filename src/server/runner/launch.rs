@@ -128,6 +128,7 @@ impl Runner {
         if let Err(e) = jobs::set_image_digest(&self.pool, job.id, &digest).await {
             tracing::warn!(job = %job.id, error = %e, "could not record the image's digest");
         }
+        super::image_gc::used(&self.pool, &self.cfg.node, job.id).await;
         let issued = Utc::now();
         if let Err(e) = self.docker.start(&container).await {
             self.discard(&container).await;

@@ -5,6 +5,7 @@
 //! One runner per node is the deployment model: re-adoption assumes this process is the only one
 //! supervising the node's containers.
 
+pub mod image_gc;
 mod launch;
 pub mod logs;
 mod policy;

@@ -7,6 +7,7 @@
 //! does not answer is tried again after a growing pause, [`RETRIES`] times in all, and never in a
 //! tight loop: between tries the row says when the next one is due.
 
+use super::image_gc::Keeper;
 use crate::model::{image_ref, LaunchPolicy, PullPolicy};
 use crate::server::db::images::{self, ImageState, NodeImage};
 use crate::server::db::lifecycle::Actor;
@@ -42,6 +43,8 @@ pub struct Puller {
     /// Images being pulled by this process now (one task each).
     pulling: HashSet<String>,
     tasks: JoinSet<String>,
+    /// Shared with the node's image collector (`image_gc`).
+    keeper: Keeper,
 }
 
 impl Puller {
@@ -54,7 +57,15 @@ impl Puller {
             secrets,
             pulling: HashSet::new(),
             tasks: JoinSet::new(),
+            keeper: Keeper::default(),
         }
+    }
+
+    /// The puller shares `keeper` with the node's image collector: it looks at the node's images
+    /// only while the collector removes none, and tells it when a pull ended.
+    pub fn sharing(mut self, keeper: Keeper) -> Puller {
+        self.keeper = keeper;
+        self
     }
 
     /// Enters the node among those that pull (so the pass waits for its images), then looks at
@@ -71,7 +82,11 @@ impl Puller {
             }
         }
         loop {
-            if let Err(e) = self.round().await {
+            let keeper = self.keeper.clone();
+            let held = keeper.hold().await;
+            let round = self.round().await;
+            drop(held);
+            if let Err(e) = round {
                 tracing::warn!(error = %e, "the puller's round failed; it looks again on the next note");
             }
             loop {
@@ -81,6 +96,7 @@ impl Puller {
                         if let Ok(image) = done {
                             self.pulling.remove(&image);
                         }
+                        self.keeper.pulled();
                         break;
                     }
                     note = notes.recv() => match note {

@@ -74,6 +74,8 @@ impl Runner {
         if let Err(e) = self.docker.remove(&container).await {
             tracing::warn!(%container, error = %e, "could not remove a finished container");
         }
+        // The image was in use until now: its keep counts from here.
+        super::image_gc::used(&self.pool, &self.cfg.node, job).await;
     }
 
     async fn watch(

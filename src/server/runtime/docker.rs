@@ -3,6 +3,7 @@
 
 mod convert;
 mod daemon;
+pub mod images;
 mod parts;
 pub mod pull;
 

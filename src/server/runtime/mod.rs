@@ -22,6 +22,7 @@ use uuid::Uuid;
 
 use crate::model::JobNetwork;
 
+pub use docker::images::ImageFacts;
 pub use docker::pull::{LocalImage, PullAuth, PullError, PullProgress};
 pub use docker::Docker;
 pub use fence::{container_config, verify, verify_isolation};

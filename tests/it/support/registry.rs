@@ -130,6 +130,45 @@ impl Registry {
         reference
     }
 
+    /// Pushes an image of its own (see [`unique_image`]) with `filler` bytes of random data as
+    /// `<host>/<repo>:<tag>`, and removes it from the host's dockerd again, so a node must pull
+    /// it. Returns the reference.
+    pub fn push_unique_image(&self, repo: &str, tag: &str, filler: usize) -> String {
+        self.push_unique_image_token(repo, tag, filler).0
+    }
+
+    /// [`Registry::push_unique_image`], and the image's token (see [`unique_image`]).
+    pub fn push_unique_image_token(
+        &self,
+        repo: &str,
+        tag: &str,
+        filler: usize,
+    ) -> (String, String) {
+        let reference = format!("{}/{repo}:{tag}", self.host());
+        self.forget_later(&reference);
+        let token = unique_image(&reference, filler);
+        docker_cli(&["push", &reference]);
+        docker_cli(&["rmi", &reference]);
+        (reference, token)
+    }
+
+    /// A slow way to this registry: a proxy on another loopback port that passes what the
+    /// registry sends at `bytes_per_s` at most (what it is sent, at once), until dropped. The
+    /// registry's repositories are the same under either host.
+    pub async fn throttled(&self, bytes_per_s: usize) -> Throttle {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a port for the proxy");
+        let port = listener.local_addr().expect("the proxy's port").port();
+        let upstream = self.port;
+        let task = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                tokio::spawn(proxy(client, upstream, bytes_per_s));
+            }
+        });
+        Throttle { port, task }
+    }
+
     /// Removes `reference` from the host's dockerd when the registry is dropped.
     pub fn forget_later(&self, reference: &str) {
         if let Ok(mut images) = self.images.lock() {
@@ -195,4 +234,89 @@ impl Drop for Registry {
                 .output();
         }
     }
+}
+
+/// Makes the local image `reference` from the test image's busybox plus a file of `filler` random
+/// bytes, with a label of its own, so that its id is shared with no other image on the machine
+/// (containers of the test image do not make it "in use"). Its `/etc/unique` holds the token
+/// returned, so a job can say which image it ran.
+pub fn unique_image(reference: &str, filler: usize) -> String {
+    let token = uuid::Uuid::new_v4().simple().to_string();
+    let root = tempfile::tempdir().expect("a folder for the image's files");
+    let r = root.path();
+    for dir in ["bin", "tmp", "dev", "proc", "sys", "etc"] {
+        std::fs::create_dir_all(r.join(dir)).expect("the image's folders");
+    }
+    std::fs::copy("/bin/busybox", r.join("bin/busybox")).expect("/bin/busybox (busybox-static)");
+    for tool in ["sh", "echo", "true", "sleep", "cat"] {
+        std::os::unix::fs::symlink("busybox", r.join("bin").join(tool)).expect("a busybox link");
+    }
+    let mut data = Vec::with_capacity(filler + 16);
+    while data.len() < filler {
+        data.extend_from_slice(uuid::Uuid::new_v4().as_bytes());
+    }
+    data.truncate(filler);
+    std::fs::write(r.join("filler"), data).expect("the filler");
+    std::fs::write(r.join("etc/unique"), &token).expect("the token");
+    let script = format!(
+        "chmod 1777 tmp && tar -c . | docker import -c 'ENV PATH=/bin' \
+         -c 'LABEL org.gpuq.test-unique={token}' - {reference}"
+    );
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(&script)
+        .current_dir(r)
+        .output()
+        .expect("running tar and docker import");
+    assert!(
+        out.status.success(),
+        "docker import of {reference}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    token
+}
+
+/// A throttling proxy in front of a registry ([`Registry::throttled`]).
+pub struct Throttle {
+    port: u16,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Throttle {
+    /// `127.0.0.1:PORT` of the proxy.
+    pub fn host(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for Throttle {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// One connection through the proxy: requests pass at once, answers at `bytes_per_s`.
+async fn proxy(mut client: tokio::net::TcpStream, upstream: u16, bytes_per_s: usize) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(mut server) = tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await else {
+        return;
+    };
+    let (mut cr, mut cw) = client.split();
+    let (mut sr, mut sw) = server.split();
+    let up = tokio::io::copy(&mut cr, &mut sw);
+    let down = async {
+        // Chunks of a twentieth of a second's worth, each followed by its share of the second.
+        let chunk = (bytes_per_s / 20).max(1);
+        let mut buf = vec![0u8; chunk];
+        loop {
+            let n = sr.read(&mut buf).await?;
+            if n == 0 {
+                break;
+            }
+            cw.write_all(&buf[..n]).await?;
+            tokio::time::sleep(Duration::from_secs_f64(n as f64 / bytes_per_s as f64)).await;
+        }
+        cw.shutdown().await
+    };
+    let _ = tokio::join!(up, down);
 }
