@@ -5,16 +5,16 @@ pub mod admin;
 #[cfg(feature = "ssr")]
 pub mod context;
 pub mod jobs;
-pub mod registries;
 pub mod notify;
+pub mod registries;
 pub mod session;
 pub mod suggest;
 pub mod usage;
 
 pub use admin::*;
 pub use jobs::*;
-pub use registries::*;
 pub use notify::*;
+pub use registries::*;
 pub use session::*;
 pub use suggest::*;
 pub use usage::*;

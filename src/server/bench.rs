@@ -32,8 +32,8 @@ pub mod failover;
 pub mod launch;
 pub mod logs;
 mod node;
-pub mod replay;
 pub mod pull;
+pub mod replay;
 mod synth;
 pub mod vram;
 

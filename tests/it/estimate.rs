@@ -215,3 +215,55 @@ async fn one_node_writes_the_figures_at_a_time_and_only_for_queued_jobs(pool: Pg
         .unwrap();
     assert_eq!(rows, 0);
 }
+
+/// A dependent starts no earlier than its parent is expected to end, though a place for it is
+/// free now; a dependent whose parent can no longer satisfy it is said to be cancelled instead of
+/// given a date.
+#[sqlx::test(migrations = false)]
+async fn dependents_wait_for_their_parents_or_are_said_to_be_cancelled(pool: PgPool) {
+    let (app, alice, queued) = busy_card(pool).await;
+    let cpu = |extra: Value| {
+        let mut spec = json!({ "image": "gpuq-test/busybox:latest", "command": ["true"],
+                               "gpu_count": 0, "timeout_s": 600 });
+        spec.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        spec
+    };
+    // Free now: no card needed, no parent.
+    let free = app.submit_ok(&alice, cpu(json!({}))).await;
+    // Waits for alice's GPU job: that one starts in about 15 minutes (the running job's p50 end)
+    // and runs its type's typical 20.
+    let child = app
+        .submit_ok(&alice, cpu(json!({ "after_ok": [queued] })))
+        .await;
+    // A parent that failed: the child will be cancelled.
+    let failed = app.submit_ok(&alice, cpu(json!({}))).await;
+    app.exec_with(
+        "UPDATE jobs SET status = 'failed', finished_at = now(), released_at = now() WHERE id = $1",
+        failed,
+    )
+    .await;
+    let doomed = app
+        .submit_ok(&alice, cpu(json!({ "after_ok": [failed] })))
+        .await;
+    refresh(&app).await;
+    let now = Utc::now();
+    near(
+        at(&app.job(&alice, free).await, "estimated_start_at"),
+        now,
+        "a free job",
+    );
+    near(
+        at(&app.job(&alice, child).await, "estimated_start_at"),
+        now + Duration::minutes(35),
+        "a dependent",
+    );
+    let view = app.job(&alice, doomed).await;
+    assert_eq!(view["estimated_start_at"], Value::Null);
+    let why = view["cannot_start"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("cancelled"),
+        "says it will be cancelled: {view}"
+    );
+}

@@ -80,6 +80,7 @@ pub async fn run(pool: &PgPool, opts: &DepsBenchOptions, out: &mut impl Write) -
         cards: None,
         retention: None,
         metrics: None,
+        notify: None,
     })
     .await?;
     let result = sections(&ctx, &caller, opts, out).await;

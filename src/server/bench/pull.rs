@@ -293,7 +293,7 @@ async fn by_hand(docker: &Docker, image: &str) -> Result<Hand> {
     let (progress, _) = tokio::sync::watch::channel(PullProgress::default());
     let t = Instant::now();
     docker
-        .pull(image, &progress)
+        .pull(image, &progress, None)
         .await
         .map_err(|e| anyhow!("docker pull {image}: {e}"))?;
     let pull = t.elapsed();
@@ -316,6 +316,7 @@ fn hand_request(image: &str) -> LaunchRequest {
         installation: None,
         image: image.into(),
         argv: vec!["true".into()],
+        array_index: None,
         env: BTreeMap::new(),
         framework_env: BTreeMap::new(),
         mounts: Vec::new(),

@@ -107,6 +107,7 @@ struct QueuedMeta {
     owner_id: Uuid,
     workload: Option<String>,
     timeout_s: i64,
+    array_id: Option<Uuid>,
 }
 
 #[derive(sqlx::FromRow)]
@@ -119,6 +120,7 @@ struct HoldingRow {
     timeout_s: i64,
     started_at: Option<DateTime<Utc>>,
     ended: bool,
+    array_id: Option<Uuid>,
 }
 
 /// Everything the estimate needs, read in one transaction (the pass's own read, the caps, the
@@ -135,7 +137,7 @@ async fn snapshot(
         .context("reading the launch policy")?;
     let caps = Caps::read(tx, &policy, &pass_cfg.cpu_node).await?;
     let meta: Vec<QueuedMeta> = sqlx::query_as(&format!(
-        "SELECT id, owner_id, workload, timeout_s FROM jobs WHERE status = 'queued' \
+        "SELECT id, owner_id, workload, timeout_s, array_id FROM jobs WHERE status = 'queued' \
          ORDER BY {QUEUE_ORDER_SQL} LIMIT $1"
     ))
     .bind(cfg.max_queued)
@@ -148,6 +150,8 @@ async fn snapshot(
         use crate::server::admission::planner::WaitReason as W;
         let held = match reason {
             W::OwnerDisabled | W::ImageUnavailable { .. } => Some(reason.message()),
+            // The next pass cancels it (its dependency can no longer hold).
+            W::DependencyBroken { reason } => Some(format!("it will be cancelled: {reason}")),
             // Caps are applied again at every step; an image being pulled is assumed there soon.
             _ => None,
         };
@@ -161,19 +165,32 @@ async fn snapshot(
                 owner: m.owner_id,
                 workload: m.workload.clone(),
                 timeout_ms: m.timeout_s.saturating_mul(1000),
-                after: Vec::new(),
-                array: None,
+                // Parents that have not ended: it starts no earlier than they end (each is taken
+                // to end as the child asks; one that does not cancels the child instead).
+                after: state
+                    .gates
+                    .parents_of(job.id)
+                    .iter()
+                    .filter(|p| !p.status.is_terminal())
+                    .map(|p| p.id)
+                    .collect(),
+                array: m.array_id,
                 held,
                 job,
             })
         })
+        .collect();
+    let array_limits = meta
+        .values()
+        .filter_map(|m| m.array_id)
+        .filter_map(|a| Some((a, state.gates.array_limit_of(a)?.limit)))
         .collect();
     Ok(Snapshot {
         cards: state.input.cards.clone(),
         holding: holding(tx).await?,
         queued,
         caps,
-        array_limits: HashMap::new(),
+        array_limits,
         headroom_mib: pass_cfg.headroom_mib,
         starvation_after_ms: state.input.starvation_after_ms,
         slack_ms: cfg.slack.as_millis() as i64,
@@ -187,7 +204,7 @@ async fn snapshot(
 async fn holding(tx: &mut Transaction<'_, Postgres>) -> Result<Vec<Holding>> {
     let rows: Vec<HoldingRow> = sqlx::query_as(
         "SELECT id, owner_id, gpu_count, exclusive, workload, timeout_s, started_at, \
-                status NOT IN ('admitted', 'starting', 'running') AS ended \
+                status NOT IN ('admitted', 'starting', 'running') AS ended, array_id \
          FROM jobs WHERE status IN ('admitted', 'starting', 'running') \
             OR (released_at IS NULL \
                 AND status IN ('succeeded', 'failed', 'cancelled', 'timed_out', 'rejected'))",
@@ -216,7 +233,7 @@ async fn holding(tx: &mut Transaction<'_, Postgres>) -> Result<Vec<Holding>> {
             owner: r.owner_id,
             gpu_count: r.gpu_count.max(0) as u32,
             exclusive: r.exclusive,
-            array: None,
+            array: r.array_id,
             workload: r.workload,
             timeout_ms: r.timeout_s.saturating_mul(1000),
             started_ms: r.started_at.map(|t| t.timestamp_millis()),
