@@ -130,6 +130,9 @@ vocabulary! {
 pub enum JobChange {
     /// Its owner or an admin asked the running job to stop (`"cancel_requested"`).
     CancelRequested(CancelRequested),
+    /// Its image's pull on a node moved (`"pulling"`): its wait reason says how far. At most
+    /// twice a second per pull.
+    Pulling(Pulling),
     /// Its status is now this.
     Status(JobStatus),
 }
@@ -140,6 +143,14 @@ pub enum CancelRequested {
     /// `"cancel_requested"`.
     #[serde(rename = "cancel_requested")]
     CancelRequested,
+}
+
+/// The marker of [`JobChange::Pulling`] on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Pulling {
+    /// `"pulling"`.
+    #[serde(rename = "pulling")]
+    Pulling,
 }
 
 /// A live event: what one gpuq process tells every other (through Postgres NOTIFY) and what the
@@ -193,6 +204,14 @@ impl LiveEvent {
             status: JobChange::CancelRequested(CancelRequested::CancelRequested),
         }
     }
+
+    /// A queued job's image is being pulled and its progress moved.
+    pub fn pulling(job_id: Uuid) -> LiveEvent {
+        LiveEvent::Job {
+            job_id,
+            status: JobChange::Pulling(Pulling::Pulling),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -211,6 +230,10 @@ mod tests {
             (
                 LiveEvent::cancel_requested(id),
                 json!({"kind": "job", "job_id": id, "status": "cancel_requested"}),
+            ),
+            (
+                LiveEvent::pulling(id),
+                json!({"kind": "job", "job_id": id, "status": "pulling"}),
             ),
             (
                 LiveEvent::Pass {

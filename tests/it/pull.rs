@@ -305,7 +305,24 @@ async fn a_pulls_bytes_move_in_the_wait_reason_a_few_times_a_second(pool: PgPool
     registry.forget_later(&image);
     let (app, member, _) = setup(pool, "p7").await;
     let node = Node::start(&app, "p7", LaunchMode::Fenced).await;
+    // What every process's live streams hear (Postgres NOTIFY on the events channel).
+    let mut listener = sqlx::postgres::PgListener::connect_with(&app.pool)
+        .await
+        .unwrap();
+    listener.listen("gpuq_events").await.unwrap();
     let id = app.submit_ok(&member, job(&image, "true")).await;
+    let heard = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let hearing = {
+        let heard = heard.clone();
+        tokio::spawn(async move {
+            while let Ok(n) = listener.recv().await {
+                let v: Value = serde_json::from_str(n.payload()).unwrap();
+                if v["job_id"] == id.to_string() && v["status"] == "pulling" {
+                    heard.lock().unwrap().push(Instant::now());
+                }
+            }
+        })
+    };
     let mut reasons: Vec<String> = Vec::new();
     let mut writes = std::collections::HashSet::new();
     let mut pulling: Option<(Instant, Instant)> = None;
@@ -366,6 +383,16 @@ async fn a_pulls_bytes_move_in_the_wait_reason_a_few_times_a_second(pool: PgPool
         (writes.len() as f64) <= 3.0 * secs + 2.0,
         "{} progress writes in {secs:.1} s: more than a few a second",
         writes.len()
+    );
+    // The live streams heard the bytes move, a few times a second at most.
+    hearing.abort();
+    let heard = heard.lock().unwrap().clone();
+    assert!(heard.len() >= 2, "{} progress events", heard.len());
+    let span = (*heard.last().unwrap() - heard[0]).as_secs_f64();
+    assert!(
+        (heard.len() as f64) <= 3.0 * span + 2.0,
+        "{} progress events in {span:.1} s: more than a few a second",
+        heard.len()
     );
     node.stop().await;
 }

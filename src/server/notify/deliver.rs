@@ -9,7 +9,7 @@
 use super::message::{self, wants_tail, TAIL_LINES};
 use super::send::{self, SmtpConfig};
 use super::ssrf::Guard;
-use crate::model::{LiveEvent, Role};
+use crate::model::{JobChange, LiveEvent, Role};
 use crate::server::auth::CurrentUser;
 use crate::server::db::notifications::{self as db, Claimed};
 use crate::server::db::settings;
@@ -86,7 +86,10 @@ pub async fn run(setup: NotifySetup, mut notes: Subscription, mut stop: watch::R
                 _ = stop.changed() => return,
                 _ = &mut sleep => break,
                 note = notes.recv() => match note {
-                    Note::Event(LiveEvent::Job { .. }) | Note::Missed | Note::Backstop => break,
+                    // A status change may have written outbox rows; a pull's progress does not.
+                    Note::Event(LiveEvent::Job { status: JobChange::Status(_), .. })
+                    | Note::Missed
+                    | Note::Backstop => break,
                     _ => continue,
                 },
             }

@@ -8,7 +8,7 @@
 //! tight loop: between tries the row says when the next one is due.
 
 use super::image_gc::Keeper;
-use crate::model::{image_ref, LaunchPolicy, PullPolicy};
+use crate::model::{image_ref, LaunchPolicy, LiveEvent, PullPolicy};
 use crate::server::db::images::{self, ImageState, NodeImage};
 use crate::server::db::lifecycle::Actor;
 use crate::server::db::{events, jobs, settings};
@@ -297,10 +297,32 @@ async fn pull_one(
             _ = tick.tick() => {
                 if rx.has_changed().unwrap_or(false) {
                     let p = *rx.borrow_and_update();
-                    if let Err(e) = images::set_progress(pool, node, image, p.bytes_done, p.bytes_total).await {
-                        tracing::debug!(error = %e, "could not record a pull's progress");
+                    match images::set_progress(pool, node, image, p.bytes_done, p.bytes_total).await {
+                        Ok(()) => announce_progress(pool, image).await,
+                        Err(e) => tracing::debug!(error = %e, "could not record a pull's progress"),
                     }
                 }
+            }
+        }
+    }
+}
+
+/// Tells the live streams that the queued jobs naming `image` have moved on in their wait (their
+/// pages read the bytes in the wait reason again). Best effort: a missed one is made good by the
+/// next, half a second later.
+async fn announce_progress(pool: &PgPool, image: &str) {
+    let queued = match images::queued(pool).await {
+        Ok(q) => q,
+        Err(e) => {
+            tracing::debug!(error = %e, "could not read the queue to announce a pull's progress");
+            return;
+        }
+    };
+    for job in queued {
+        if image_ref::normalise(&job.image).is_ok_and(|full| full == image) {
+            if let Err(e) = events::announce(pool, &LiveEvent::pulling(job.id)).await {
+                tracing::debug!(error = %e, "could not announce a pull's progress");
+                return;
             }
         }
     }
