@@ -214,3 +214,24 @@ test("the page of an ended job stops fetching its log", async ({ page, request }
   // what must be gone is the once-a-second fetch of the log alone.
   expect(logs - logsBefore).toBe(details - detailsBefore);
 });
+
+test("an array is one row with its whole counts, and its owner cancels it as one", async ({ page, request }) => {
+  await waitForServer(request);
+  await ensureUser(request, "ariel");
+  const ariel = await tokenFor(request, "ariel");
+  const sub = await request.post("/api/v1/jobs", {
+    headers: { Authorization: ariel },
+    data: { image: "gpuq-test/busybox:latest", command: ["sleep", "30"], min_vram_mb: 1000, name: "sweep", array: "0-2%1" },
+  });
+  expect(sub.status()).toBe(201);
+  await signIn(page, "ariel");
+  await open(page, "/jobs");
+  await page.getByLabel("Only mine").check();
+  const row = page.locator("#jobs tbody tr.array", { hasText: "sweep (array)" });
+  await expect(row).toHaveCount(1);
+  // At most one at a time: the other two wait.
+  await expect(row.locator("td.status")).toContainText("2 queued");
+  await row.getByRole("button", { name: "Cancel array" }).click();
+  await expect(row.locator("td.status")).toHaveText("3 cancelled", { timeout: 45_000 });
+  await expect(row.getByRole("button", { name: "Cancel array" })).toHaveCount(0);
+});

@@ -82,6 +82,16 @@ pub async fn cancel_job(id: Uuid) -> Result<JobAck, AppError> {
     crate::server::jobs::cancel(&state, &user, id).await
 }
 
+/// Cancels every element of an array that has not ended (its owner or an admin).
+#[server(endpoint = "cancel_array")]
+pub async fn cancel_array(id: Uuid) -> Result<crate::model::batch::ArrayAck, AppError> {
+    use crate::api::context::server_fn_require;
+    use crate::model::Role;
+
+    let (state, user) = server_fn_require(Role::Member).await?;
+    crate::server::jobs::arrays::cancel(&state, &user, id).await
+}
+
 /// Submits a copy of one of the caller's jobs as a new job.
 #[server(endpoint = "resubmit_job")]
 pub async fn resubmit_job(id: Uuid) -> Result<JobAck, AppError> {

@@ -5,7 +5,8 @@ use super::alert::{action_error, loaded};
 use super::gate::SignedIn;
 use super::live::use_live;
 use super::widgets::{column_heads, danger_cell};
-use crate::api::{list_jobs, CancelJob};
+use crate::api::{list_jobs, CancelArray, CancelJob};
+use crate::model::batch::ArraySummary;
 use crate::model::{AppError, JobPage, JobStatus, JobView, Role, UserView};
 use leptos::prelude::*;
 use leptos_meta::Title;
@@ -34,6 +35,7 @@ struct Filters {
     sort: RwSignal<String>,
     page: RwSignal<i64>,
     cancel: ServerAction<CancelJob>,
+    cancel_array: ServerAction<CancelArray>,
     jobs: Resource<Result<JobPage, AppError>>,
 }
 
@@ -46,11 +48,12 @@ impl Filters {
         let sort = RwSignal::new(String::new());
         let page = RwSignal::new(1i64);
         let cancel = ServerAction::<CancelJob>::new();
+        let cancel_array = ServerAction::<CancelArray>::new();
         let jobs = Resource::new(
             move || {
                 (
                     live.get(),
-                    cancel.version().get(),
+                    (cancel.version().get(), cancel_array.version().get()),
                     status.get(),
                     owner.get(),
                     mine.get(),
@@ -67,6 +70,7 @@ impl Filters {
             sort,
             page,
             cancel,
+            cancel_array,
             jobs,
         }
     }
@@ -121,7 +125,10 @@ fn Queue(me: UserView, filters: Filters) -> impl IntoView {
                 </div>
             </form>
             {move || action_error(filters.cancel.value().get())}
-            {loaded(filters.jobs, move |p| view! { <Table p me=me.clone() cancel=filters.cancel page=filters.page /> })}
+            {move || action_error(filters.cancel_array.value().get())}
+            {loaded(filters.jobs, move |p| view! {
+                <Table p me=me.clone() cancel=filters.cancel cancel_array=filters.cancel_array page=filters.page />
+            })}
         </section>
     }
 }
@@ -140,6 +147,29 @@ fn queue_cell(position: Option<i64>, reason: Option<&str>) -> Option<String> {
 /// for an admin.
 fn may_cancel(me: &UserView, owner: &str, status: JobStatus) -> bool {
     !status.is_terminal() && (owner == me.username || me.role.at_least(Role::Admin))
+}
+
+/// An array row's counts: the whole array's, as the server counted them, where the page carries
+/// them; else those of its elements on this page.
+fn whole_counts(
+    summary: Option<&ArraySummary>,
+    on_page: Vec<(JobStatus, usize)>,
+) -> Vec<(JobStatus, usize)> {
+    let Some(s) = summary else { return on_page };
+    JobStatus::ALL
+        .iter()
+        .filter_map(|st| {
+            let n = *s.counts.get(st.as_str())?;
+            (n > 0).then_some((*st, usize::try_from(n).unwrap_or(0)))
+        })
+        .collect()
+}
+
+/// Whether `me` gets a Cancel button on an array row: some element has not ended, and the array
+/// is theirs (or they are an admin).
+fn may_cancel_array(me: &UserView, owner: &str, counts: &[(JobStatus, usize)]) -> bool {
+    counts.iter().any(|(s, n)| *n > 0 && !s.is_terminal())
+        && (owner == me.username || me.role.at_least(Role::Admin))
 }
 
 /// A row of the table: one job, or the elements of one array that this page holds.
@@ -212,8 +242,10 @@ fn Table(
     p: JobPage,
     me: UserView,
     cancel: ServerAction<CancelJob>,
+    cancel_array: ServerAction<CancelArray>,
     page: RwSignal<i64>,
 ) -> impl IntoView {
+    let summaries = p.arrays.clone();
     let pages = page_count(p.total, p.per_page);
     let current = p.page;
     let (first, last) = (current <= 1, current >= pages);
@@ -226,6 +258,12 @@ fn Table(
                         Row::Job(j) => *j,
                         Row::Array { first, counts } => {
                             let id = first.id;
+                            let array = first.array_id.unwrap_or_default();
+                            let counts = whole_counts(
+                                summaries.iter().find(|s| s.array_id == array),
+                                counts,
+                            );
+                            let cancellable = may_cancel_array(&me, &first.owner, &counts);
                             let name = array_name(&first);
                             let owner = first.owner.clone();
                             let gpus = first.gpu_count;
@@ -238,7 +276,9 @@ fn Table(
                                     <td>{gpus}</td>
                                     <td>{submitted}</td>
                                     <td class="wait"></td>
-                                    <td></td>
+                                    {danger_cell(cancellable, "Cancel array", move || {
+                                        cancel_array.dispatch(CancelArray { id: array });
+                                    })}
                                 </tr>
                             }.into_any();
                         }
@@ -313,6 +353,39 @@ mod tests {
         assert_eq!(array_name(first), "sweep (array)");
         assert_eq!(counts_cell(counts), "1 queued · 2 running");
         assert!(matches!(&r[2], Row::Array { counts, .. } if counts_cell(counts) == "1 queued"));
+    }
+
+    #[test]
+    fn an_array_row_counts_the_whole_array_where_the_page_carries_it() {
+        let on_page = vec![(JobStatus::Queued, 2)];
+        assert_eq!(whole_counts(None, on_page.clone()), on_page);
+        let summary = ArraySummary {
+            array_id: uuid::Uuid::nil(),
+            size: 7,
+            running_limit: Some(2),
+            counts: [("succeeded".to_owned(), 3), ("queued".to_owned(), 2), ("running".to_owned(), 2)]
+                .into_iter()
+                .collect(),
+        };
+        let mut want = vec![
+            (JobStatus::Succeeded, 3),
+            (JobStatus::Queued, 2),
+            (JobStatus::Running, 2),
+        ];
+        want.sort_by_key(|(s, _)| JobStatus::ALL.iter().position(|a| a == s));
+        assert_eq!(whole_counts(Some(&summary), on_page), want);
+    }
+
+    #[test]
+    fn only_an_arrays_owner_or_an_admin_may_cancel_it_while_some_element_runs() {
+        let alice = user("alice", Role::Member);
+        let ada = user("ada", Role::Admin);
+        let live = [(JobStatus::Queued, 1), (JobStatus::Succeeded, 2)];
+        let done = [(JobStatus::Succeeded, 2), (JobStatus::Failed, 1)];
+        assert!(may_cancel_array(&alice, "alice", &live));
+        assert!(may_cancel_array(&ada, "alice", &live));
+        assert!(!may_cancel_array(&alice, "bob", &live));
+        assert!(!may_cancel_array(&alice, "alice", &done));
     }
 
     #[test]

@@ -33,6 +33,21 @@ pub struct ArrayView {
     pub job_ids: Vec<Uuid>,
 }
 
+/// An array's counts, as a page of jobs that holds some of its elements shows it: for the whole
+/// array, not only the elements on that page.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+pub struct ArraySummary {
+    /// The array.
+    pub array_id: Uuid,
+    /// How many elements it was submitted with.
+    pub size: i32,
+    /// At most this many admitted, starting or running at once (`%N`), if limited.
+    pub running_limit: Option<i32>,
+    /// Elements per status; statuses without any are left out.
+    pub counts: BTreeMap<String, i64>,
+}
+
 /// What an operation on a whole array did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]

@@ -289,6 +289,10 @@ pub struct JobPage {
     pub per_page: i64,
     /// Jobs matching the filter.
     pub total: i64,
+    /// The arrays some of this page's jobs are elements of, counted whole (an array's elements
+    /// may be spread over several pages).
+    #[serde(default)]
+    pub arrays: Vec<super::batch::ArraySummary>,
 }
 
 /// Answer to a submission or cancellation.

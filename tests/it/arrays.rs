@@ -261,3 +261,52 @@ async fn a_thousand_elements_take_one_request_and_a_member_stays_under_the_queue
     .unwrap();
     assert_eq!(mine, 0);
 }
+
+/// The queue page counts an array whole though its elements span pages, and its "Cancel array"
+/// button (a server function) is its owner's: another member's call is refused and cancels
+/// nothing; the owner's cancels every element.
+#[sqlx::test(migrations = false)]
+async fn a_page_counts_an_array_whole_and_only_its_owner_cancels_it_there(pool: PgPool) {
+    let app = TestApp::new(pool).await;
+    app.sim_cards("1x24576:NVIDIA GeForce RTX 3090", "page-node")
+        .await;
+    let member = app.bearer("alice", Role::Member).await;
+    app.add_user("mallory", Role::Member).await;
+    let mut spec = sh("true");
+    spec["array"] = json!("0-4");
+    let r = app.submit(&member, spec).await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let ack = r.json();
+    let array = ack["array_id"].as_str().unwrap().to_owned();
+    let page = app
+        .get("/api/v1/jobs?mine=true&per_page=2", &member)
+        .await
+        .json();
+    assert_eq!(page["jobs"].as_array().unwrap().len(), 2, "{page}");
+    let whole = page["arrays"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["array_id"] == array.as_str())
+        .cloned()
+        .unwrap_or_else(|| panic!("the page counts the array: {page}"));
+    assert_eq!(whole["size"], 5, "{whole}");
+    assert_eq!(whole["counts"]["queued"], 5, "all five, not the two on the page: {whole}");
+
+    let mallory = app.login("mallory", crate::support::PASSWORD).await;
+    let r = app
+        .signed_in_call(&mallory, "cancel_array", &format!("id={array}"))
+        .await;
+    assert_eq!(r.status, 403, "{}", r.text);
+    for id in ids(&ack) {
+        assert_eq!(app.job(&member, id).await["status"], "queued");
+    }
+    let alice = app.login("alice", crate::support::PASSWORD).await;
+    let r = app
+        .signed_in_call(&alice, "cancel_array", &format!("id={array}"))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    for id in ids(&ack) {
+        assert_eq!(app.job(&member, id).await["status"], "cancelled");
+    }
+}

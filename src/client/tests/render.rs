@@ -15,6 +15,7 @@ fn jobs_fixture() -> JobPage {
 /// The first page (of 50) of `total` jobs, holding `jobs`.
 fn first_page(jobs: Vec<JobView>, total: i64) -> JobPage {
     JobPage {
+        arrays: Vec::new(),
         jobs,
         page: 1,
         per_page: 50,

@@ -56,7 +56,7 @@ use utoipa::{Modify, OpenApi};
         crate::model::WebhookView, crate::model::DeliveryView, crate::model::NotifyEvent,
         crate::model::WebhookFormat, crate::model::DeliveryState,
         crate::model::JobEventView, crate::model::JobEventKind,
-        crate::model::batch::ArrayView, crate::model::batch::ArrayAck,
+        crate::model::batch::ArrayView, crate::model::batch::ArrayAck, crate::model::batch::ArraySummary,
     )),
     modifiers(&BearerAuth)
 )]

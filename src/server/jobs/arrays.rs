@@ -4,7 +4,7 @@
 
 use super::access;
 use super::batch::{self, ElementRow};
-use crate::model::batch::{ArrayAck, ArrayView};
+use crate::model::batch::{ArrayAck, ArraySummary, ArrayView};
 use crate::model::spec::JobSpec;
 use crate::model::{AppError, JobAck, JobEventKind, JobStatus, LiveEvent};
 use crate::server::auth::CurrentUser;
@@ -64,6 +64,40 @@ pub async fn view(ctx: &Ctx, _user: &CurrentUser, id: Uuid) -> Result<ArrayView,
         counts,
         job_ids: rows.into_iter().map(|(id, _)| id).collect(),
     })
+}
+
+/// The whole counts of arrays `ids` (the shared queue's: anyone who sees their elements in a list
+/// may see them), in one query.
+pub async fn summaries(pool: &sqlx::PgPool, ids: &[Uuid]) -> Result<Vec<ArraySummary>, AppError> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let rows: Vec<(Uuid, i32, Option<i32>, JobStatus, i64)> = sqlx::query_as(
+        "SELECT a.id, a.size, a.running_limit, j.status, count(*) \
+         FROM job_arrays a JOIN jobs j ON j.array_id = a.id \
+         WHERE a.id = ANY($1) GROUP BY a.id, a.size, a.running_limit, j.status",
+    )
+    .bind(ids)
+    .fetch_all(pool)
+    .await
+    .or_internal("counting arrays' elements")?;
+    let mut out: Vec<ArraySummary> = Vec::with_capacity(ids.len());
+    for (id, size, running_limit, status, n) in rows {
+        let at = match out.iter().position(|s| s.array_id == id) {
+            Some(at) => at,
+            None => {
+                out.push(ArraySummary {
+                    array_id: id,
+                    size,
+                    running_limit,
+                    counts: BTreeMap::new(),
+                });
+                out.len() - 1
+            }
+        };
+        out[at].counts.insert(status.to_string(), n);
+    }
+    Ok(out)
 }
 
 /// Cancels every element of an array that has not ended (its owner or an admin), in one

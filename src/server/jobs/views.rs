@@ -93,11 +93,16 @@ pub async fn list(ctx: &Ctx, viewer: &CurrentUser, q: &ListQuery) -> Result<JobP
         .or_internal("listing jobs")?;
     drop(conn);
     let jobs = views(ctx, viewer, rows).await?;
+    let mut ids: Vec<Uuid> = jobs.iter().filter_map(|j| j.array_id).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let arrays = super::arrays::summaries(&ctx.pool, &ids).await?;
     Ok(JobPage {
         jobs,
         page,
         per_page,
         total,
+        arrays,
     })
 }
 
