@@ -334,3 +334,44 @@ async fn doctor_warns_when_a_dockerd_restart_would_kill_every_job(pool: PgPool) 
     let all = checks(&doctor_on_sim(&app, cards, &["--docker-socket", &socket]));
     assert_check(&all, "live-restore", "pass", "outlive a restart");
 }
+
+/// The key registry passwords are sealed under: none yet passes (it is made when first needed), a
+/// key file only its owner reads passes, one its group or others may read fails saying `chmod 600`.
+#[sqlx::test(migrations = false)]
+async fn doctor_checks_the_secrets_key_file(pool: PgPool) {
+    use std::os::unix::fs::PermissionsExt;
+    let app = TestApp::new(pool).await;
+    let url = database_url(&app.pool);
+    let dir = tempfile::tempdir().unwrap();
+    let run = || {
+        let listen = format!("127.0.0.1:{}", free_port());
+        checks(&doctor(&[
+            "--json",
+            "--gpu-source",
+            "sim",
+            "--sim-gpus",
+            "1x24576:NVIDIA GeForce RTX 3090",
+            "--database-url",
+            &url,
+            "--listen",
+            &listen,
+            "--data-dir",
+            dir.path().to_str().unwrap(),
+        ]))
+    };
+    assert_check(&run(), "secrets-key", "pass", "no secrets key yet");
+    let key = dir.path().join("secrets.key");
+    std::fs::write(&key, "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=\n").unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    assert_check(&run(), "secrets-key", "pass", "readable by its owner only");
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let all = run();
+    assert_check(&all, "secrets-key", "fail", "may be read by its group or others");
+    assert!(
+        check(&all, "secrets-key")["fix"]
+            .as_str()
+            .unwrap()
+            .contains("chmod 600"),
+        "{all:#?}"
+    );
+}

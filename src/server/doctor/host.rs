@@ -23,7 +23,7 @@ const CLOCK_SKEW_S: f64 = 2.0;
 
 /// The data directory (writable), the embedded Postgres programs, free disk.
 pub(super) fn storage(opts: &DoctorOptions, docker_root: Option<&str>) -> Vec<Check> {
-    let mut checks = vec![data_dir(&opts.data_dir)];
+    let mut checks = vec![data_dir(&opts.data_dir), secrets_key(&opts.data_dir)];
     if opts.database_url.is_none() {
         checks.push(postgres_programs());
     }
@@ -37,6 +37,52 @@ pub(super) fn storage(opts: &DoctorOptions, docker_root: Option<&str>) -> Vec<Ch
         )),
     }
     checks
+}
+
+/// The key registry passwords are sealed under: `GPUQ_SECRETS_KEY` if set, else the key file in
+/// the data directory, which must be readable by its owner only.
+fn secrets_key(data_dir: &Path) -> Check {
+    use crate::server::registries::key::KEY_ENV;
+    use crate::server::registries::{KeyError, SecretsKey};
+    const NAME: &str = "secrets-key";
+    let key = match std::env::var(KEY_ENV) {
+        Ok(text) if !text.trim().is_empty() => match SecretsKey::from_base64(&text) {
+            Ok(key) => key,
+            Err(e) => {
+                return Check::fail(
+                    NAME,
+                    e.to_string(),
+                    format!("set {KEY_ENV} to the base64 of 32 bytes (`openssl rand -base64 32`), the same on every node"),
+                )
+            }
+        },
+        _ => SecretsKey::in_data_dir(data_dir),
+    };
+    match key.for_opening() {
+        Ok(_) if std::env::var(KEY_ENV).is_ok_and(|t| !t.trim().is_empty()) => {
+            Check::pass(NAME, format!("registry credentials are sealed under {KEY_ENV}"))
+        }
+        Ok(_) => Check::pass(
+            NAME,
+            format!(
+                "registry credentials are sealed under {} (readable by its owner only)",
+                data_dir.join("secrets.key").display()
+            ),
+        ),
+        Err(KeyError::Missing(path)) => Check::pass(
+            NAME,
+            format!("no secrets key yet: {path} is made (mode 0600) when an admin first stores registry credentials"),
+        ),
+        Err(e @ KeyError::Exposed { .. }) => {
+            let fix = format!("chmod 600 {}", data_dir.join("secrets.key").display());
+            Check::fail(NAME, e.to_string(), fix)
+        }
+        Err(e) => Check::fail(
+            NAME,
+            e.to_string(),
+            format!("give gpuq a key it can read: {KEY_ENV}, or a key file in the data directory"),
+        ),
+    }
 }
 
 /// The nearest existing folder at or above `path`.
