@@ -363,9 +363,13 @@ mod tests {
             array_id: uuid::Uuid::nil(),
             size: 7,
             running_limit: Some(2),
-            counts: [("succeeded".to_owned(), 3), ("queued".to_owned(), 2), ("running".to_owned(), 2)]
-                .into_iter()
-                .collect(),
+            counts: [
+                ("succeeded".to_owned(), 3),
+                ("queued".to_owned(), 2),
+                ("running".to_owned(), 2),
+            ]
+            .into_iter()
+            .collect(),
         };
         let mut want = vec![
             (JobStatus::Succeeded, 3),

@@ -291,7 +291,10 @@ async fn a_page_counts_an_array_whole_and_only_its_owner_cancels_it_there(pool: 
         .cloned()
         .unwrap_or_else(|| panic!("the page counts the array: {page}"));
     assert_eq!(whole["size"], 5, "{whole}");
-    assert_eq!(whole["counts"]["queued"], 5, "all five, not the two on the page: {whole}");
+    assert_eq!(
+        whole["counts"]["queued"], 5,
+        "all five, not the two on the page: {whole}"
+    );
 
     let mallory = app.login("mallory", crate::support::PASSWORD).await;
     let r = app

@@ -366,7 +366,12 @@ async fn doctor_checks_the_secrets_key_file(pool: PgPool) {
     assert_check(&run(), "secrets-key", "pass", "readable by its owner only");
     std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
     let all = run();
-    assert_check(&all, "secrets-key", "fail", "may be read by its group or others");
+    assert_check(
+        &all,
+        "secrets-key",
+        "fail",
+        "may be read by its group or others",
+    );
     assert!(
         check(&all, "secrets-key")["fix"]
             .as_str()

@@ -158,6 +158,25 @@ async fn every_server_function_allows_exactly_the_roles_it_should(pool: PgPool) 
             ALL,
         ),
         ("usage_report", form("from=&to="), MANAGER),
+        ("my_notifications", form(""), ALL),
+        (
+            "save_notifications",
+            Args::Json(json!({ "settings": { "on": ["failed"] } })),
+            ALL,
+        ),
+        ("my_deliveries", form(""), ALL),
+        ("registries", form(""), ADMIN),
+        (
+            "set_registry",
+            form("host=r.example&username=u&password=p"),
+            ADMIN,
+        ),
+        ("remove_registry", form("host=r.example"), ADMIN),
+        (
+            "cancel_array",
+            form(&format!("id={}", uuid::Uuid::new_v4())),
+            ALL,
+        ),
         // Last: it ends the session.
         ("logout", form(""), ANYONE),
     ];
