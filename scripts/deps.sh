@@ -32,6 +32,7 @@ command -v npm >/dev/null 2>&1 || need_apt+=(nodejs npm)
 command -v cc >/dev/null 2>&1 || need_apt+=(gcc libc6-dev)   # builds the tests' fake NVML
 command -v debootstrap >/dev/null 2>&1 || need_apt+=(debootstrap)   # `make image`'s base, no registry
 command -v systemd-analyze >/dev/null 2>&1 || need_apt+=(systemd)   # `make lint` checks the unit
+command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)             # the strict SMTP relay's certificates (tests)
 command -v curl >/dev/null 2>&1 || need_apt+=(curl)                 # the image's smoke test
 command -v docker-registry >/dev/null 2>&1 || need_apt+=(docker-registry)   # the pull tests' registry
 command -v htpasswd >/dev/null 2>&1 || need_apt+=(apache2-utils)   # the auth registry's bcrypt htpasswd file

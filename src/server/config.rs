@@ -202,6 +202,10 @@ pub struct NotifyArgs {
     /// command line others can read. Never logged or shown.
     #[arg(long, env = "GPUQ_SMTP_PASSWORD", hide_env_values = true)]
     pub smtp_password: Option<String>,
+    /// A PEM file of certificate authorities to trust for the relay besides the public ones
+    /// (a relay inside the company, its certificate signed by the company's own CA).
+    #[arg(long, env = "GPUQ_SMTP_CA_FILE")]
+    pub smtp_ca_file: Option<std::path::PathBuf>,
     /// The sender of notification mails, e.g. `gpuq <gpuq@example.org>`.
     #[arg(long, env = "GPUQ_SMTP_FROM")]
     pub smtp_from: Option<String>,

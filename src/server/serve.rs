@@ -248,12 +248,28 @@ fn delivery_config(args: &ServeArgs) -> Result<crate::server::notify::DeliveryCo
                 "tls" => SmtpTls::Tls,
                 _ => SmtpTls::StartTls,
             };
+            let ca_pem = match &n.smtp_ca_file {
+                None => None,
+                Some(path) => {
+                    let pem = std::fs::read(path).map_err(|e| {
+                        anyhow!("--smtp-ca-file (GPUQ_SMTP_CA_FILE) {}: {e}", path.display())
+                    })?;
+                    lettre::transport::smtp::client::Certificate::from_pem(&pem).map_err(|e| {
+                        anyhow!(
+                            "--smtp-ca-file (GPUQ_SMTP_CA_FILE) {}: no PEM certificate in it ({e})",
+                            path.display()
+                        )
+                    })?;
+                    Some(pem)
+                }
+            };
             Some(SmtpConfig {
                 host: host.clone(),
                 port: n.smtp_port,
                 tls,
                 credentials,
                 from,
+                ca_pem,
             })
         }
     };

@@ -6,6 +6,7 @@ use crate::model::WebhookFormat;
 use hmac::{Hmac, Mac};
 use lettre::message::header::ContentType;
 use lettre::transport::smtp::authentication::Credentials;
+use lettre::transport::smtp::client::{Certificate, Tls, TlsParameters};
 use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
 use serde_json::Value;
 use sha2::Sha256;
@@ -42,6 +43,9 @@ pub struct SmtpConfig {
     pub credentials: Option<(String, String)>,
     /// The sender.
     pub from: String,
+    /// Certificate authorities (PEM) trusted for the relay besides the public roots
+    /// (`--smtp-ca-file`).
+    pub ca_pem: Option<Vec<u8>>,
 }
 
 impl fmt::Debug for SmtpConfig {
@@ -53,6 +57,7 @@ impl fmt::Debug for SmtpConfig {
             .field("username", &self.credentials.as_ref().map(|c| &c.0))
             .field("password", &self.credentials.as_ref().map(|_| "<redacted>"))
             .field("from", &self.from)
+            .field("ca_pem", &self.ca_pem.as_ref().map(Vec::len))
             .finish()
     }
 }
@@ -146,14 +151,30 @@ pub async fn mail(smtp: &SmtpConfig, to: &str, key: Uuid, message: &Value) -> Re
         .header(ContentType::TEXT_PLAIN)
         .body(text)
         .map_err(|e| e.to_string())?;
-    let builder = match smtp.tls {
-        SmtpTls::None => {
+    let builder = match (smtp.tls, &smtp.ca_pem) {
+        (SmtpTls::None, _) => {
             AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(smtp.host.as_str())
         }
-        SmtpTls::StartTls => AsyncSmtpTransport::<Tokio1Executor>::starttls_relay(&smtp.host)
-            .map_err(|e| e.to_string())?,
-        SmtpTls::Tls => {
+        (SmtpTls::StartTls, None) => {
+            AsyncSmtpTransport::<Tokio1Executor>::starttls_relay(&smtp.host)
+                .map_err(|e| e.to_string())?
+        }
+        (SmtpTls::Tls, None) => {
             AsyncSmtpTransport::<Tokio1Executor>::relay(&smtp.host).map_err(|e| e.to_string())?
+        }
+        // The public roots and the admin's own authorities: the relay's certificate must chain
+        // to one of them and name the relay's host, as without the file.
+        (tls, Some(pem)) => {
+            let ca = Certificate::from_pem(pem).map_err(|e| format!("--smtp-ca-file: {e}"))?;
+            let params = TlsParameters::builder(smtp.host.clone())
+                .add_root_certificate(ca)
+                .build_rustls()
+                .map_err(|e| e.to_string())?;
+            let tls = match tls {
+                SmtpTls::Tls => Tls::Wrapper(params),
+                _ => Tls::Required(params),
+            };
+            AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(smtp.host.as_str()).tls(tls)
         }
     };
     let mut builder = builder.port(smtp.port).timeout(Some(SMTP_TIMEOUT));
@@ -190,6 +211,7 @@ mod tests {
             tls: SmtpTls::StartTls,
             credentials: Some(("gpuq".into(), "hunter2-the-password".into())),
             from: "gpuq@example.org".into(),
+            ca_pem: None,
         };
         let shown = format!("{cfg:?}");
         assert!(!shown.contains("hunter2"), "{shown}");

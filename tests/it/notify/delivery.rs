@@ -333,3 +333,83 @@ async fn the_trigger_writes_one_row_per_place_for_exactly_the_events_asked_for(p
     set(&app.pool, his, "status = 'failed', finished_at = now()").await;
     assert!(rows_of(&app.pool, his).await.is_empty());
 }
+
+/// A relay as a company runs one: STARTTLS required, AUTH required (over TLS only), its
+/// certificate signed by the company's own CA, which the admin gives gpuq (`--smtp-ca-file`).
+/// With the right password the mail goes through encrypted; a wrong password, plain text, or the
+/// relay's certificate without its CA (a stranger on the relay's address) gets no mail through,
+/// and each delivery ends `failed` saying why.
+#[sqlx::test(migrations = false)]
+async fn a_relay_that_requires_starttls_and_auth_takes_the_mail_and_nothing_less(pool: PgPool) {
+    let relay = StrictRelay::start("gpuq-relay", "relay-password-1").await;
+    let (app, _admin, member) = app_with(pool, "n1", &[]).await;
+    let r = put(
+        &app,
+        &member,
+        json!({ "email": "alice@example.org", "on": ["cancelled"] }),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let refused = [
+        (
+            "a wrong password",
+            relay.config(SmtpTls::StartTls, Some(("gpuq-relay", "wrong")), true),
+        ),
+        (
+            "plain text",
+            relay.config(SmtpTls::None, Some(("gpuq-relay", "relay-password-1")), true),
+        ),
+        (
+            "a certificate gpuq was not told to trust",
+            relay.config(SmtpTls::StartTls, Some(("gpuq-relay", "relay-password-1")), false),
+        ),
+    ];
+    for (what, cfg) in refused {
+        let worker = Worker::start(&app, quick(Some(cfg)), true);
+        let job = cancelled_job(&app, &member).await;
+        let d = deliveries_until(&app, &member, 60, |d| {
+            d.as_array()
+                .unwrap()
+                .iter()
+                .any(|x| x["job_id"] == job.to_string() && x["state"] == "failed")
+        })
+        .await;
+        let row = d
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["job_id"] == job.to_string())
+            .unwrap()
+            .clone();
+        assert!(
+            row["last_error"]
+                .as_str()
+                .is_some_and(|e| e.contains("SMTP relay")),
+            "{what}: {row}"
+        );
+        worker.stop().await;
+        assert!(relay.mails().is_empty(), "{what}: a mail got through");
+    }
+    let worker = Worker::start(
+        &app,
+        quick(Some(relay.config(
+            SmtpTls::StartTls,
+            Some(("gpuq-relay", "relay-password-1")),
+            true,
+        ))),
+        true,
+    );
+    let job = cancelled_job(&app, &member).await;
+    deliveries_until(&app, &member, 60, |d| {
+        d.as_array()
+            .unwrap()
+            .iter()
+            .any(|x| x["job_id"] == job.to_string() && x["state"] == "sent")
+    })
+    .await;
+    let mails = relay.mails();
+    assert_eq!(mails.len(), 1, "{mails:?}");
+    assert!(mails[0].contains(&format!("/jobs/{job}")), "{}", mails[0]);
+    assert!(mails[0].contains("X-RcptTo: alice@example.org"), "{}", mails[0]);
+    worker.stop().await;
+}

@@ -189,6 +189,7 @@ impl SmtpSink {
             tls: SmtpTls::None,
             credentials: None,
             from: "gpuq <gpuq@example.org>".into(),
+            ca_pem: None,
         }
     }
 
@@ -212,6 +213,102 @@ impl SmtpSink {
             assert!(Instant::now() < deadline, "no mail in {secs} s");
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+}
+
+/// A relay as strict as a company's (tests/fixtures/smtp-relay/relay.py): STARTTLS required
+/// before anything else, AUTH (over TLS only) before a mail, its certificate for 127.0.0.1 signed
+/// by a CA of its own made here with openssl.
+struct StrictRelay {
+    child: std::process::Child,
+    port: u16,
+    dir: tempfile::TempDir,
+    /// The CA that signed the relay's certificate (PEM).
+    ca: Vec<u8>,
+}
+
+impl Drop for StrictRelay {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn openssl(dir: &std::path::Path, args: &[&str]) {
+    let out = std::process::Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("openssl (scripts/deps.sh installs it)");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+impl StrictRelay {
+    async fn start(user: &str, password: &str) -> StrictRelay {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        openssl(d, &["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+            "-subj", "/CN=gpuq test relay CA", "-keyout", "ca.key", "-out", "ca.pem"]);
+        openssl(d, &["req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1",
+            "-keyout", "relay.key", "-out", "relay.csr"]);
+        std::fs::write(
+            d.join("ext.cnf"),
+            "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+        )
+        .unwrap();
+        openssl(d, &["x509", "-req", "-in", "relay.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+            "-CAcreateserial", "-days", "1", "-extfile", "ext.cnf", "-out", "relay.pem"]);
+        let port = crate::support::free_port();
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/smtp-relay/relay.py");
+        let child = std::process::Command::new("/usr/bin/python3")
+            .arg(script)
+            .arg(port.to_string())
+            .arg(d.join("mail"))
+            .arg(d.join("relay.pem"))
+            .arg(d.join("relay.key"))
+            .args([user, password])
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("python3-aiosmtpd (scripts/deps.sh installs it)");
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_err()
+        {
+            assert!(Instant::now() < deadline, "the strict relay did not listen");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let ca = std::fs::read(d.join("ca.pem")).unwrap();
+        StrictRelay {
+            child,
+            port,
+            dir,
+            ca,
+        }
+    }
+
+    fn config(&self, tls: SmtpTls, credentials: Option<(&str, &str)>, ca: bool) -> SmtpConfig {
+        SmtpConfig {
+            host: "127.0.0.1".into(),
+            port: self.port,
+            tls,
+            credentials: credentials.map(|(u, p)| (u.to_owned(), p.to_owned())),
+            from: "gpuq <gpuq@example.org>".into(),
+            ca_pem: ca.then(|| self.ca.clone()),
+        }
+    }
+
+    fn mails(&self) -> Vec<String> {
+        let Ok(entries) = std::fs::read_dir(self.dir.path().join("mail/new")) else {
+            return Vec::new();
+        };
+        entries
+            .filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
+            .collect()
     }
 }
 
