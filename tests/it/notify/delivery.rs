@@ -357,11 +357,19 @@ async fn a_relay_that_requires_starttls_and_auth_takes_the_mail_and_nothing_less
         ),
         (
             "plain text",
-            relay.config(SmtpTls::None, Some(("gpuq-relay", "relay-password-1")), true),
+            relay.config(
+                SmtpTls::None,
+                Some(("gpuq-relay", "relay-password-1")),
+                true,
+            ),
         ),
         (
             "a certificate gpuq was not told to trust",
-            relay.config(SmtpTls::StartTls, Some(("gpuq-relay", "relay-password-1")), false),
+            relay.config(
+                SmtpTls::StartTls,
+                Some(("gpuq-relay", "relay-password-1")),
+                false,
+            ),
         ),
     ];
     for (what, cfg) in refused {
@@ -410,6 +418,10 @@ async fn a_relay_that_requires_starttls_and_auth_takes_the_mail_and_nothing_less
     let mails = relay.mails();
     assert_eq!(mails.len(), 1, "{mails:?}");
     assert!(mails[0].contains(&format!("/jobs/{job}")), "{}", mails[0]);
-    assert!(mails[0].contains("X-RcptTo: alice@example.org"), "{}", mails[0]);
+    assert!(
+        mails[0].contains("X-RcptTo: alice@example.org"),
+        "{}",
+        mails[0]
+    );
     worker.stop().await;
 }

@@ -234,9 +234,11 @@ impl Drop for StrictRelay {
     }
 }
 
-fn openssl(dir: &std::path::Path, args: &[&str]) {
+/// Runs `openssl` with `args` (split on white space) in `dir`.
+fn openssl(dir: &std::path::Path, args: &str) {
+    let args: Vec<&str> = args.split_whitespace().collect();
     let out = std::process::Command::new("openssl")
-        .args(args)
+        .args(&args)
         .current_dir(dir)
         .output()
         .expect("openssl (scripts/deps.sh installs it)");
@@ -251,19 +253,30 @@ impl StrictRelay {
     async fn start(user: &str, password: &str) -> StrictRelay {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
-        openssl(d, &["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-            "-subj", "/CN=gpuq test relay CA", "-keyout", "ca.key", "-out", "ca.pem"]);
-        openssl(d, &["req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1",
-            "-keyout", "relay.key", "-out", "relay.csr"]);
+        openssl(
+            d,
+            "req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=gpuq-test-relay-CA \
+             -keyout ca.key -out ca.pem",
+        );
+        openssl(
+            d,
+            "req -newkey rsa:2048 -nodes -subj /CN=127.0.0.1 -keyout relay.key -out relay.csr",
+        );
         std::fs::write(
             d.join("ext.cnf"),
             "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
         )
         .unwrap();
-        openssl(d, &["x509", "-req", "-in", "relay.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-            "-CAcreateserial", "-days", "1", "-extfile", "ext.cnf", "-out", "relay.pem"]);
+        openssl(
+            d,
+            "x509 -req -in relay.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 1 \
+             -extfile ext.cnf -out relay.pem",
+        );
         let port = crate::support::free_port();
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/smtp-relay/relay.py");
+        let script = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/smtp-relay/relay.py"
+        );
         let child = std::process::Command::new("/usr/bin/python3")
             .arg(script)
             .arg(port.to_string())
