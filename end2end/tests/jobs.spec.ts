@@ -235,3 +235,22 @@ test("an array is one row with its whole counts, and its owner cancels it as one
   await expect(row.locator("td.status")).toHaveText("3 cancelled", { timeout: 45_000 });
   await expect(row.getByRole("button", { name: "Cancel array" })).toHaveCount(0);
 });
+
+test("an array whose elements failed offers its owner Resubmit failed, which queues them again as a new array", async ({ page, request }) => {
+  await waitForServer(request);
+  await ensureUser(request, "ariel");
+  const ariel = await tokenFor(request, "ariel");
+  const sub = await request.post("/api/v1/jobs", {
+    headers: { Authorization: ariel },
+    data: { image: "gpuq-test/busybox:latest", command: ["false"], min_vram_mb: 1000, name: "flaky", array: "0-1" },
+  });
+  expect(sub.status()).toBe(201);
+  await signIn(page, "ariel");
+  await open(page, "/jobs");
+  await page.getByLabel("Only mine").check();
+  const rows = page.locator("#jobs tbody tr.array", { hasText: "flaky (array)" });
+  await expect(rows).toHaveCount(1);
+  await expect(rows.first().locator("td.status")).toHaveText("2 failed", { timeout: 45_000 });
+  await rows.first().getByRole("button", { name: "Resubmit failed" }).click();
+  await expect(rows).toHaveCount(2);
+});

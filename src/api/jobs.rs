@@ -92,6 +92,16 @@ pub async fn cancel_array(id: Uuid) -> Result<crate::model::batch::ArrayAck, App
     crate::server::jobs::arrays::cancel(&state, &user, id).await
 }
 
+/// Submits an array's failed and timed-out elements again, as a new array (its owner).
+#[server(endpoint = "resubmit_array")]
+pub async fn resubmit_array(id: Uuid) -> Result<JobAck, AppError> {
+    use crate::api::context::server_fn_require;
+    use crate::model::Role;
+
+    let (state, user) = server_fn_require(Role::Member).await?;
+    crate::server::jobs::arrays::resubmit_failed(&state, &user, id).await
+}
+
 /// Submits a copy of one of the caller's jobs as a new job.
 #[server(endpoint = "resubmit_job")]
 pub async fn resubmit_job(id: Uuid) -> Result<JobAck, AppError> {

@@ -5,7 +5,7 @@ use super::alert::{action_error, loaded};
 use super::gate::SignedIn;
 use super::live::use_live;
 use super::widgets::{column_heads, danger_cell};
-use crate::api::{list_jobs, CancelArray, CancelJob};
+use crate::api::{list_jobs, CancelArray, CancelJob, ResubmitArray};
 use crate::model::batch::ArraySummary;
 use crate::model::{AppError, JobPage, JobStatus, JobView, Role, UserView};
 use leptos::prelude::*;
@@ -36,6 +36,7 @@ struct Filters {
     page: RwSignal<i64>,
     cancel: ServerAction<CancelJob>,
     cancel_array: ServerAction<CancelArray>,
+    resubmit_array: ServerAction<ResubmitArray>,
     jobs: Resource<Result<JobPage, AppError>>,
 }
 
@@ -49,11 +50,16 @@ impl Filters {
         let page = RwSignal::new(1i64);
         let cancel = ServerAction::<CancelJob>::new();
         let cancel_array = ServerAction::<CancelArray>::new();
+        let resubmit_array = ServerAction::<ResubmitArray>::new();
         let jobs = Resource::new(
             move || {
                 (
                     live.get(),
-                    (cancel.version().get(), cancel_array.version().get()),
+                    (
+                        cancel.version().get(),
+                        cancel_array.version().get(),
+                        resubmit_array.version().get(),
+                    ),
                     status.get(),
                     owner.get(),
                     mine.get(),
@@ -71,6 +77,7 @@ impl Filters {
             page,
             cancel,
             cancel_array,
+            resubmit_array,
             jobs,
         }
     }
@@ -126,8 +133,10 @@ fn Queue(me: UserView, filters: Filters) -> impl IntoView {
             </form>
             {move || action_error(filters.cancel.value().get())}
             {move || action_error(filters.cancel_array.value().get())}
+            {move || action_error(filters.resubmit_array.value().get())}
             {loaded(filters.jobs, move |p| view! {
-                <Table p me=me.clone() cancel=filters.cancel cancel_array=filters.cancel_array page=filters.page />
+                <Table p me=me.clone() cancel=filters.cancel cancel_array=filters.cancel_array
+                    resubmit_array=filters.resubmit_array page=filters.page />
             })}
         </section>
     }
@@ -170,6 +179,26 @@ fn whole_counts(
 fn may_cancel_array(me: &UserView, owner: &str, counts: &[(JobStatus, usize)]) -> bool {
     counts.iter().any(|(s, n)| *n > 0 && !s.is_terminal())
         && (owner == me.username || me.role.at_least(Role::Admin))
+}
+
+/// What the button cell of an array row offers `me`: Cancel while some element has not ended
+/// (its owner, or an admin); once all ended, Resubmit failed where some failed or timed out (its
+/// owner only: the elements' env is theirs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ArrayButton {
+    Cancel,
+    ResubmitFailed,
+}
+
+fn array_button(me: &UserView, owner: &str, counts: &[(JobStatus, usize)]) -> Option<ArrayButton> {
+    if may_cancel_array(me, owner, counts) {
+        return Some(ArrayButton::Cancel);
+    }
+    let all_ended = counts.iter().all(|(s, _)| s.is_terminal());
+    let some_failed = counts
+        .iter()
+        .any(|(s, n)| *n > 0 && matches!(s, JobStatus::Failed | JobStatus::TimedOut));
+    (all_ended && some_failed && owner == me.username).then_some(ArrayButton::ResubmitFailed)
 }
 
 /// A row of the table: one job, or the elements of one array that this page holds.
@@ -243,6 +272,7 @@ fn Table(
     me: UserView,
     cancel: ServerAction<CancelJob>,
     cancel_array: ServerAction<CancelArray>,
+    resubmit_array: ServerAction<ResubmitArray>,
     page: RwSignal<i64>,
 ) -> impl IntoView {
     let summaries = p.arrays.clone();
@@ -263,7 +293,7 @@ fn Table(
                                 summaries.iter().find(|s| s.array_id == array),
                                 counts,
                             );
-                            let cancellable = may_cancel_array(&me, &first.owner, &counts);
+                            let button = array_button(&me, &first.owner, &counts);
                             let name = array_name(&first);
                             let owner = first.owner.clone();
                             let gpus = first.gpu_count;
@@ -276,9 +306,18 @@ fn Table(
                                     <td>{gpus}</td>
                                     <td>{submitted}</td>
                                     <td class="wait"></td>
-                                    {danger_cell(cancellable, "Cancel array", move || {
-                                        cancel_array.dispatch(CancelArray { id: array });
-                                    })}
+                                    {match button {
+                                        Some(ArrayButton::ResubmitFailed) => view! {
+                                            <td>
+                                                <button type="button" class="small" on:click=move |_| {
+                                                    resubmit_array.dispatch(ResubmitArray { id: array });
+                                                }>"Resubmit failed"</button>
+                                            </td>
+                                        }.into_any(),
+                                        b => danger_cell(b == Some(ArrayButton::Cancel), "Cancel array", move || {
+                                            cancel_array.dispatch(CancelArray { id: array });
+                                        }).into_any(),
+                                    }}
                                 </tr>
                             }.into_any();
                         }
@@ -390,6 +429,26 @@ mod tests {
         assert!(may_cancel_array(&ada, "alice", &live));
         assert!(!may_cancel_array(&alice, "bob", &live));
         assert!(!may_cancel_array(&alice, "alice", &done));
+    }
+
+    #[test]
+    fn an_ended_array_with_failures_offers_its_owner_a_resubmit_and_no_one_else() {
+        let alice = user("alice", Role::Member);
+        let ada = user("ada", Role::Admin);
+        let failed = [(JobStatus::Succeeded, 2), (JobStatus::Failed, 1)];
+        let fine = [(JobStatus::Succeeded, 3)];
+        let live = [(JobStatus::Running, 1), (JobStatus::Failed, 1)];
+        assert_eq!(
+            array_button(&alice, "alice", &failed),
+            Some(ArrayButton::ResubmitFailed)
+        );
+        assert_eq!(array_button(&ada, "alice", &failed), None);
+        assert_eq!(array_button(&alice, "bob", &failed), None);
+        assert_eq!(array_button(&alice, "alice", &fine), None);
+        assert_eq!(
+            array_button(&alice, "alice", &live),
+            Some(ArrayButton::Cancel)
+        );
     }
 
     #[test]

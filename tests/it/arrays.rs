@@ -263,10 +263,13 @@ async fn a_thousand_elements_take_one_request_and_a_member_stays_under_the_queue
 }
 
 /// The queue page counts an array whole though its elements span pages, and its "Cancel array"
-/// button (a server function) is its owner's: another member's call is refused and cancels
-/// nothing; the owner's cancels every element.
+/// and "Resubmit failed" buttons (server functions) are its owner's: another member's calls are
+/// refused and change nothing; the owner's cancel every element, and resubmit the failed ones
+/// only, as a new array.
 #[sqlx::test(migrations = false)]
-async fn a_page_counts_an_array_whole_and_only_its_owner_cancels_it_there(pool: PgPool) {
+async fn a_page_counts_an_array_whole_and_only_its_owner_cancels_or_resubmits_it_there(
+    pool: PgPool,
+) {
     let app = TestApp::new(pool).await;
     app.sim_cards("1x24576:NVIDIA GeForce RTX 3090", "page-node")
         .await;
@@ -312,4 +315,27 @@ async fn a_page_counts_an_array_whole_and_only_its_owner_cancels_it_there(pool: 
     for id in ids(&ack) {
         assert_eq!(app.job(&member, id).await["status"], "cancelled");
     }
+
+    // Two elements failed (as if they had run): the page's "Resubmit failed" is its owner's too.
+    let elements = ids(&ack);
+    sqlx::query("UPDATE jobs SET status = 'failed' WHERE id = ANY($1)")
+        .bind(&elements[..2])
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    let r = app
+        .signed_in_call(&mallory, "resubmit_array", &format!("id={array}"))
+        .await;
+    assert_eq!(r.status, 403, "{}", r.text);
+    let r = app
+        .signed_in_call(&alice, "resubmit_array", &format!("id={array}"))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let again = r.json();
+    assert_eq!(
+        ids(&again).len(),
+        2,
+        "the two failed elements only: {again}"
+    );
+    assert_ne!(again["array_id"], array.as_str());
 }

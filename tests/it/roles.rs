@@ -177,6 +177,11 @@ async fn every_server_function_allows_exactly_the_roles_it_should(pool: PgPool) 
             form(&format!("id={}", uuid::Uuid::new_v4())),
             ALL,
         ),
+        (
+            "resubmit_array",
+            form(&format!("id={}", uuid::Uuid::new_v4())),
+            ALL,
+        ),
         // Last: it ends the session.
         ("logout", form(""), ANYONE),
     ];
