@@ -66,6 +66,24 @@ pub(super) async fn bench_member(
     })
 }
 
+/// Gives `node` one simulated 24 GiB card (`gpuq-sim0`), as the runner benches run on.
+pub(super) async fn one_sim_card(pool: &PgPool, node: &str) -> Result<()> {
+    let card = crate::server::gpu::GpuInfo {
+        uuid: crate::server::gpu::sim_uuid(node, 0, "bench", 24576),
+        index: 0,
+        model: "bench".into(),
+        total_mib: 24576,
+        used_mib: None,
+        external_mib: None,
+        utilization_pct: None,
+        simulated: true,
+    };
+    let mut tx = pool.begin().await?;
+    gpus::sync_node(&mut tx, node, &[card]).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
 /// Creates the bench user, the `bench-*` workload types and `cards` empty cards; returns the
 /// user's id.
 pub(super) async fn setup(pool: &PgPool, cards: usize) -> Result<Uuid> {

@@ -16,7 +16,6 @@
 use super::{gap, latency_row};
 use crate::server::admission::PassConfig;
 use crate::server::auth::CurrentUser;
-use crate::server::db::gpus;
 use crate::server::db::lifecycle::{self, BatchEntry, BatchRow, Ending};
 use crate::server::node::{self, NodeSetup};
 use crate::server::notifier::Notifier;
@@ -48,19 +47,7 @@ pub struct DepsBenchOptions {
 pub async fn run(pool: &PgPool, opts: &DepsBenchOptions, out: &mut impl Write) -> Result<()> {
     super::db::ensure_scratch(pool).await?;
     let caller = super::db::bench_member(pool, "bench-deps").await?;
-    let card = crate::server::gpu::GpuInfo {
-        uuid: crate::server::gpu::sim_uuid(NODE, 0, "bench", 24576),
-        index: 0,
-        model: "bench".into(),
-        total_mib: 24576,
-        used_mib: None,
-        external_mib: None,
-        utilization_pct: None,
-        simulated: true,
-    };
-    let mut tx = pool.begin().await?;
-    gpus::sync_node(&mut tx, NODE, &[card]).await?;
-    tx.commit().await?;
+    super::db::one_sim_card(pool, NODE).await?;
     let pass = PassConfig {
         headroom_mib: 0,
         starvation_after: Duration::from_secs(24 * 3600),

@@ -9,7 +9,6 @@
 
 use super::{gap, latency_row};
 use crate::server::auth::CurrentUser;
-use crate::server::db::gpus;
 use crate::server::runtime::ensure_sim_devices;
 use crate::server::{jobs, Ctx};
 use anyhow::{anyhow, bail, Result};
@@ -39,19 +38,7 @@ pub struct RunnerBenchOptions {
 pub async fn runner(pool: &PgPool, opts: &RunnerBenchOptions, out: &mut impl Write) -> Result<()> {
     super::db::ensure_scratch(pool).await?;
     let caller = super::db::bench_member(pool, "bench-runner").await?;
-    let card = crate::server::gpu::GpuInfo {
-        uuid: crate::server::gpu::sim_uuid(NODE, 0, "bench", 24576),
-        index: 0,
-        model: "bench".into(),
-        total_mib: 24576,
-        used_mib: None,
-        external_mib: None,
-        utilization_pct: None,
-        simulated: true,
-    };
-    let mut tx = pool.begin().await?;
-    gpus::sync_node(&mut tx, NODE, &[card]).await?;
-    tx.commit().await?;
+    super::db::one_sim_card(pool, NODE).await?;
     ensure_sim_devices(1)?;
     let (ctx, node) = super::node::start(pool, NODE, 0, Duration::from_secs(1), "runner").await?;
     let result = sections(&ctx, &caller, opts, out).await;

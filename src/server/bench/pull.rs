@@ -19,7 +19,6 @@ mod registry;
 use super::{latency_row, percentile};
 use crate::model::LaunchPolicy;
 use crate::server::auth::CurrentUser;
-use crate::server::db::gpus;
 use crate::server::runtime::fence::FencePart;
 use crate::server::runtime::simdev::sim_device_path;
 use crate::server::runtime::{
@@ -78,19 +77,7 @@ struct Gpuq {
 pub async fn run(pool: &PgPool, opts: &PullBenchOptions, out: &mut impl Write) -> Result<()> {
     super::db::ensure_scratch(pool).await?;
     let caller = super::db::bench_member(pool, "bench-pull").await?;
-    let card = crate::server::gpu::GpuInfo {
-        uuid: crate::server::gpu::sim_uuid(NODE, 0, "bench", 24576),
-        index: 0,
-        model: "bench".into(),
-        total_mib: 24576,
-        used_mib: None,
-        external_mib: None,
-        utilization_pct: None,
-        simulated: true,
-    };
-    let mut tx = pool.begin().await?;
-    gpus::sync_node(&mut tx, NODE, &[card]).await?;
-    tx.commit().await?;
+    super::db::one_sim_card(pool, NODE).await?;
     ensure_sim_devices(1)?;
     if cfg!(debug_assertions) {
         writeln!(
