@@ -164,10 +164,18 @@ impl SmtpSink {
     async fn start() -> SmtpSink {
         let port = crate::support::free_port();
         let dir = tempfile::tempdir().unwrap();
-        let child = std::process::Command::new("/usr/bin/python3")
+        let mut relay = std::process::Command::new("/usr/bin/python3");
+        relay
             .args(["-m", "aiosmtpd", "-n", "-l", &format!("127.0.0.1:{port}")])
             .args(["-c", "aiosmtpd.handlers.Mailbox"])
-            .arg(dir.path().join("mail"))
+            .arg(dir.path().join("mail"));
+        SmtpSink::run(relay, port, dir).await
+    }
+
+    /// Starts `relay` (an aiosmtpd listening on 127.0.0.1:`port` that writes the mails it takes
+    /// to the maildir `dir`/mail) and waits until it listens.
+    async fn run(mut relay: std::process::Command, port: u16, dir: tempfile::TempDir) -> SmtpSink {
+        let child = relay
             .stderr(std::process::Stdio::null())
             .spawn()
             .expect("python3-aiosmtpd (scripts/deps.sh installs it)");
@@ -220,18 +228,9 @@ impl SmtpSink {
 /// before anything else, AUTH (over TLS only) before a mail, its certificate for 127.0.0.1 signed
 /// by a CA of its own made here with openssl.
 struct StrictRelay {
-    child: std::process::Child,
-    port: u16,
-    dir: tempfile::TempDir,
+    sink: SmtpSink,
     /// The CA that signed the relay's certificate (PEM).
     ca: Vec<u8>,
-}
-
-impl Drop for StrictRelay {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// Runs `openssl` with `args` (split on white space) in `dir`.
@@ -277,51 +276,32 @@ impl StrictRelay {
             env!("CARGO_MANIFEST_DIR"),
             "/tests/fixtures/smtp-relay/relay.py"
         );
-        let child = std::process::Command::new("/usr/bin/python3")
+        let mut relay = std::process::Command::new("/usr/bin/python3");
+        relay
             .arg(script)
             .arg(port.to_string())
             .arg(d.join("mail"))
             .arg(d.join("relay.pem"))
             .arg(d.join("relay.key"))
-            .args([user, password])
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("python3-aiosmtpd (scripts/deps.sh installs it)");
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_err()
-        {
-            assert!(Instant::now() < deadline, "the strict relay did not listen");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+            .args([user, password]);
         let ca = std::fs::read(d.join("ca.pem")).unwrap();
         StrictRelay {
-            child,
-            port,
-            dir,
+            sink: SmtpSink::run(relay, port, dir).await,
             ca,
         }
     }
 
     fn config(&self, tls: SmtpTls, credentials: Option<(&str, &str)>, ca: bool) -> SmtpConfig {
         SmtpConfig {
-            host: "127.0.0.1".into(),
-            port: self.port,
             tls,
             credentials: credentials.map(|(u, p)| (u.to_owned(), p.to_owned())),
-            from: "gpuq <gpuq@example.org>".into(),
             ca_pem: ca.then(|| self.ca.clone()),
+            ..self.sink.config()
         }
     }
 
     fn mails(&self) -> Vec<String> {
-        let Ok(entries) = std::fs::read_dir(self.dir.path().join("mail/new")) else {
-            return Vec::new();
-        };
-        entries
-            .filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
-            .collect()
+        self.sink.mails()
     }
 }
 
