@@ -292,6 +292,14 @@ async fn a_member_cannot_make_a_node_pull_an_image_the_allowlist_refuses(pool: P
     node.stop().await;
 }
 
+/// At most a few (`n`) in `secs` seconds: three a second, and two for the edges.
+fn few_a_second(n: usize, secs: f64, what: &str) {
+    assert!(
+        (n as f64) <= 3.0 * secs + 2.0,
+        "{n} {what} in {secs:.1} s: more than a few a second"
+    );
+}
+
 /// Progress people can see: while a slow pull runs (6 MB of random bytes through a proxy that
 /// passes 2 MB/s), the job's wait reason shows its bytes rising, and the node writes that
 /// progress at most a few times a second.
@@ -379,21 +387,13 @@ async fn a_pulls_bytes_move_in_the_wait_reason_a_few_times_a_second(pool: PgPool
     );
     let (from, until) = pulling.expect("the pull was seen");
     let secs = (until - from).as_secs_f64();
-    assert!(
-        (writes.len() as f64) <= 3.0 * secs + 2.0,
-        "{} progress writes in {secs:.1} s: more than a few a second",
-        writes.len()
-    );
+    few_a_second(writes.len(), secs, "progress writes");
     // The live streams heard the bytes move, a few times a second at most.
     hearing.abort();
     let heard = heard.lock().unwrap().clone();
     assert!(heard.len() >= 2, "{} progress events", heard.len());
     let span = (*heard.last().unwrap() - heard[0]).as_secs_f64();
-    assert!(
-        (heard.len() as f64) <= 3.0 * span + 2.0,
-        "{} progress events in {span:.1} s: more than a few a second",
-        heard.len()
-    );
+    few_a_second(heard.len(), span, "progress events");
     node.stop().await;
 }
 
