@@ -287,34 +287,12 @@ pub async fn enter_array(
     .fetch_one(&mut *db)
     .await
     .or_internal("recording an array")?;
-    let (workload, min_vram) = match spec.vram() {
-        crate::model::spec::VramNeed::Workload(w) => (Some(w.as_str()), None),
-        crate::model::spec::VramNeed::PerCard(m) => (None, Some(i64::from(*m))),
-        crate::model::spec::VramNeed::None => (None, None),
-    };
     let mut ids = Vec::with_capacity(rows.len());
     let mut indexes = Vec::with_capacity(rows.len());
     for e in rows {
-        let id = lifecycle::enter(
-            &mut *db,
-            &lifecycle::NewJob {
-                owner_id: user.id,
-                name: &e.name,
-                spec: e.spec,
-                image: spec.image(),
-                command: spec.command(),
-                gpu_count: spec.gpu_count() as i32,
-                workload,
-                min_vram_mib: min_vram,
-                exclusive: spec.exclusive(),
-                priority: spec.priority(),
-                timeout_s: spec.timeout_s() as i64,
-                status: JobStatus::Queued,
-                status_reason: None,
-            },
-        )
-        .await
-        .or_internal("storing an array's element")?;
+        let id = lifecycle::enter(&mut *db, &super::queued_job(user, &e.name, e.spec, spec))
+            .await
+            .or_internal("storing an array's element")?;
         ids.push(id);
         indexes.push(e.index as i32);
     }

@@ -27,6 +27,36 @@ use serde_json::json;
 use std::collections::BTreeMap;
 use uuid::Uuid;
 
+/// The row a job of `spec` enters the queue with, named `name` and stored as `stored` (an
+/// array's elements differ from their spec only in these two).
+fn queued_job<'a>(
+    user: &CurrentUser,
+    name: &'a str,
+    stored: serde_json::Value,
+    spec: &'a JobSpec,
+) -> lifecycle::NewJob<'a> {
+    let (workload, min_vram_mib) = match spec.vram() {
+        VramNeed::Workload(w) => (Some(w.as_str()), None),
+        VramNeed::PerCard(m) => (None, Some(i64::from(*m))),
+        VramNeed::None => (None, None),
+    };
+    lifecycle::NewJob {
+        owner_id: user.id,
+        name,
+        spec: stored,
+        image: spec.image(),
+        command: spec.command(),
+        gpu_count: spec.gpu_count() as i32,
+        workload,
+        min_vram_mib,
+        exclusive: spec.exclusive(),
+        priority: spec.priority(),
+        timeout_s: spec.timeout_s() as i64,
+        status: JobStatus::Queued,
+        status_reason: None,
+    }
+}
+
 pub use detail::{detail, events};
 pub use views::{get, list, queue_summary, ListQuery};
 
@@ -337,31 +367,10 @@ pub async fn submit(ctx: &Ctx, user: &CurrentUser, body: &str) -> Result<JobAck,
         return Ok(ack);
     }
     let status = JobStatus::Queued;
-    let (workload, min_vram) = match spec.vram() {
-        VramNeed::Workload(w) => (Some(w.as_str()), None),
-        VramNeed::PerCard(m) => (None, Some(i64::from(*m))),
-        VramNeed::None => (None, None),
-    };
-    let id = lifecycle::enter(
-        &mut *tx,
-        &lifecycle::NewJob {
-            owner_id: user.id,
-            name: spec.name(),
-            spec: serde_json::to_value(&spec).or_internal("encoding a spec")?,
-            image: spec.image(),
-            command: spec.command(),
-            gpu_count: spec.gpu_count() as i32,
-            workload,
-            min_vram_mib: min_vram,
-            exclusive: spec.exclusive(),
-            priority: spec.priority(),
-            timeout_s: spec.timeout_s() as i64,
-            status,
-            status_reason: None,
-        },
-    )
-    .await
-    .or_internal("storing a job")?;
+    let stored = serde_json::to_value(&spec).or_internal("encoding a spec")?;
+    let id = lifecycle::enter(&mut *tx, &queued_job(user, spec.name(), stored, &spec))
+        .await
+        .or_internal("storing a job")?;
     events::job_event(
         &mut *tx,
         id,
