@@ -10,7 +10,8 @@ fn gpuq(args: &[&str], stdin: &str) -> std::process::Output {
     gpuq_env(args, stdin, &[])
 }
 
-fn gpuq_env(args: &[&str], stdin: &str, env: &[(&str, &str)]) -> std::process::Output {
+/// `gpuq <args>` with `stdin` and `env`.
+pub(crate) fn gpuq_env(args: &[&str], stdin: &str, env: &[(&str, &str)]) -> std::process::Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_gpuq"))
         .args(args)
         .envs(env.iter().copied())

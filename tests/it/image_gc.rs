@@ -9,22 +9,14 @@ use crate::support::registry::{unique_image, Registry};
 use crate::support::{wait_status, Node, TestApp};
 use gpuq::model::Role;
 use gpuq::server::runner::image_gc::{self, Keeper, Removed, Why};
-use gpuq::server::runtime::{ensure_sim_devices, LaunchMode};
+use gpuq::server::runtime::LaunchMode;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 use std::time::{Duration, Instant};
 
 const GIB: f64 = (1u64 << 30) as f64;
 
-/// An app with one simulated card on `node`, a member and an admin.
-async fn setup(pool: PgPool, node: &str) -> (TestApp, String, String) {
-    let app = TestApp::new(pool).await;
-    ensure_sim_devices(1).unwrap();
-    app.sim_cards("1x24576:NVIDIA GeForce RTX 3090", node).await;
-    let member = app.bearer("alice", Role::Member).await;
-    let admin = app.bearer("root", Role::Admin).await;
-    (app, member, admin)
-}
+use crate::pull::setup;
 
 fn job(image: &str) -> Value {
     json!({ "image": image, "command": ["true"], "min_vram_mb": 1000 })

@@ -12,7 +12,7 @@ use sqlx::PgPool;
 use std::time::{Duration, Instant};
 
 /// An app with one simulated card on `node`, a member and an admin.
-async fn setup(pool: PgPool, node: &str) -> (TestApp, String, String) {
+pub(crate) async fn setup(pool: PgPool, node: &str) -> (TestApp, String, String) {
     let app = TestApp::new(pool).await;
     ensure_sim_devices(1).unwrap();
     app.sim_cards("1x24576:NVIDIA GeForce RTX 3090", node).await;

@@ -5,6 +5,7 @@
 //! only once the image was on the node. And the password is then nowhere to be read: not in any
 //! answer, the live events, the server's log, `/metrics`, or any table but sealed in its row.
 
+use crate::cli::gpuq_env;
 use crate::support::registry::Registry;
 use crate::support::{
     api_as_admin, post_job, wait_status, Node, Serve, TestApp, PASSWORD as USER_PASSWORD,
@@ -14,8 +15,6 @@ use gpuq::server::registries::{self, SecretsKey};
 use gpuq::server::runtime::{ensure_sim_devices, LaunchMode};
 use serde_json::{json, Value};
 use sqlx::PgPool;
-use std::io::Write;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The private registry's account.
@@ -195,22 +194,6 @@ async fn bad_hosts_and_empty_credentials_are_refused_naming_the_field(pool: PgPo
         "docker.io".to_owned(),
         "registry credentials for docker.io set by root".to_owned()
     )));
-}
-
-/// `gpuq <args>` with `stdin` and `env`.
-fn gpuq_env(args: &[&str], stdin: &str, env: &[(&str, &str)]) -> std::process::Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_gpuq"))
-        .args(args)
-        .envs(env.iter().copied())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn gpuq");
-    let mut input = child.stdin.take().unwrap();
-    input.write_all(stdin.as_bytes()).unwrap();
-    drop(input);
-    child.wait_with_output().unwrap()
 }
 
 fn said(out: &std::process::Output) -> String {
