@@ -12,27 +12,17 @@ use uuid::Uuid;
 pub async fn detail(ctx: &Ctx, user: &CurrentUser, id: Uuid) -> Result<JobDetail, AppError> {
     let job = super::get(ctx, user, id).await?;
     // The trail holds reasons and details: only for those who see the job's details.
-    let rows = if job.details_hidden {
+    let events = if job.details_hidden {
         Vec::new()
     } else {
-        events::job_events_of(&ctx.pool, id)
-            .await
-            .or_internal("reading a job's events")?
+        trail(ctx, id).await?
     };
     let owner = job.owner == user.username;
     Ok(JobDetail {
         can_cancel: (owner || user.role.at_least(Role::Admin)) && !job.status.is_terminal(),
         can_resubmit: owner,
         job,
-        events: rows
-            .into_iter()
-            .map(|e| JobEventView {
-                at: e.at,
-                actor: e.actor,
-                detail: describe(e.kind, &e.detail),
-                kind: e.kind,
-            })
-            .collect(),
+        events,
     })
 }
 
@@ -51,6 +41,11 @@ pub async fn events(
             job.owner
         )));
     }
+    trail(ctx, id).await
+}
+
+/// Job `id`'s trail in plain words, oldest first (whoever may read it decided by the caller).
+async fn trail(ctx: &Ctx, id: Uuid) -> Result<Vec<JobEventView>, AppError> {
     let rows = events::job_events_of(&ctx.pool, id)
         .await
         .or_internal("reading a job's events")?;
