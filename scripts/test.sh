@@ -95,6 +95,8 @@ services() {
 }
 cleanup() {
   [ -n "$SERVER_PID" ] && kill "$SERVER_PID" 2>/dev/null || true
+  # The browser tests' server is gone: its jobs' containers (node e2e) go too.
+  [ -n "$SERVER_PID" ] && docker ps -aq --filter label=org.gpuq.node=e2e | xargs -r docker rm -f >/dev/null 2>&1 || true
   [ -n "$SMOKE_CONTAINER" ] && docker rm -fv "$SMOKE_CONTAINER" >/dev/null 2>&1 || true
   [ -n "$SMOKE_CONTAINER" ] && docker network rm "$SMOKE_CONTAINER" >/dev/null 2>&1 || true
   [ -n "$SERVICES_UP" ] && stop_test_postgres
