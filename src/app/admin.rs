@@ -335,6 +335,8 @@ fn gib(field: &str, text: &str) -> Result<f64, String> {
 
 #[component]
 fn PolicyForm(p: LaunchPolicy, save: ServerAction<SaveLaunchPolicy>) -> impl IntoView {
+    // Fields this form does not show yet keep what was loaded.
+    let rest = p.clone();
     let images = RwSignal::new(p.image_allowlist.join("\n"));
     let volumes = RwSignal::new(volumes_text(&p.volume_allowlist));
     let default_timeout = RwSignal::new(p.default_timeout_s.to_string());
@@ -395,6 +397,7 @@ fn PolicyForm(p: LaunchPolicy, save: ServerAction<SaveLaunchPolicy>) -> impl Int
                 webhook_allowlist: patterns(&webhook_allow.get_untracked()),
                 image_keep_days: small("keep unused images", image_days)?,
                 image_disk_max_gib: gib("images' disk cap", &image_gib.get_untracked())?,
+                ..rest.clone()
             })
         })();
         match policy {

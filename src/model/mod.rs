@@ -2,6 +2,7 @@
 
 mod admin;
 pub mod batch;
+mod budget;
 mod dashboard;
 mod error;
 mod events;
@@ -21,6 +22,10 @@ mod user;
 pub(crate) mod vocab;
 
 pub use admin::{AuditEntry, CreatedToken, ManifestState, TokenView};
+pub use budget::{
+    check_team_name, check_weight, Budget, BudgetKind, BudgetPeriod, DEFAULT_TEAM,
+    MAX_BUDGET_GPU_HOURS, MAX_WEIGHT,
+};
 pub use dashboard::{DashboardView, JobDetail, JobEventView, Preview};
 pub use error::{AppError, LINK_TEXT};
 pub use events::{AuditKind, JobChange, JobEventKind, LiveEvent};
@@ -37,7 +42,10 @@ pub use notify::{
     DeliveryState, DeliveryView, NotificationSettings, NotificationsPut, NotifyEvent,
     WebhookFormat, WebhookPut, WebhookView, DEFAULT_WAIT_MINUTES, MAX_WEBHOOKS, MIN_SECRET_LEN,
 };
-pub use policy::{glob_match, JobNetwork, LaunchPolicy, PullPolicy, VolumeRule, VramEnforcement};
+pub use policy::{
+    glob_match, IdleAction, JobNetwork, LaunchPolicy, PullPolicy, VolumeRule, VramEnforcement,
+    MAX_HALF_LIFE_H, MAX_IDLE_MIN,
+};
 pub use registry::{
     check_login, check_registry_host, registry_of_image, RegistryLogin, RegistryView,
     MAX_CREDENTIAL_LEN,

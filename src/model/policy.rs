@@ -34,6 +34,27 @@ vocabulary! {
     }
 }
 
+vocabulary! {
+    /// What gpuq does about a job that holds cards and leaves them idle (see
+    /// docs/admission.md#idle-cards).
+    #[derive(Default)]
+    pub enum IdleAction {
+        /// Nothing is read or judged.
+        Off = "off",
+        /// The job is flagged and its owner told; it runs on.
+        #[default]
+        Warn = "warn",
+        /// As warn; and after `idle_grace_min` still idle, the job is stopped with the reason
+        /// `idle`.
+        Stop = "stop",
+    }
+}
+
+/// The longest fair-share half-life, hours (ten years).
+pub const MAX_HALF_LIFE_H: f64 = 87_600.0;
+/// The longest idle window, grace or session idle time, minutes (a week).
+pub const MAX_IDLE_MIN: f64 = 10_080.0;
+
 /// A host folder jobs may mount (and everything below it).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
@@ -143,6 +164,33 @@ pub struct LaunchPolicy {
     /// GiB the images gpuq pulled may take on each node; past it the least recently used go first.
     /// Fractions allowed; 0 = no bound.
     pub image_disk_max_gib: f64,
+    /// The queue orders jobs of one priority by their owner's recent use of the cards against
+    /// their share (teams' and users' weights), least first, before submission time. Off: by
+    /// submission time alone.
+    pub fair_share: bool,
+    /// Hours after which a GPU-hour used counts half in fair share (and a quarter after twice
+    /// as long). Fractions allowed.
+    pub fair_share_half_life_h: f64,
+    /// What happens to a job whose cards stay idle.
+    pub idle_action: IdleAction,
+    /// Minutes a job's processes must all stay below `idle_sm_percent` (or the job have no
+    /// process on its cards) before it is flagged idle. Fractions allowed.
+    pub idle_after_min: f64,
+    /// SM utilisation, percent, below which a process counts as idle.
+    pub idle_sm_percent: u32,
+    /// Minutes between the flag and the stop under `idle_action: stop`; activity meanwhile
+    /// clears the flag. Fractions allowed.
+    pub idle_grace_min: f64,
+    /// Workload types never judged idle (e.g. a data-loading stage known to be quiet).
+    pub idle_exempt_workloads: Vec<String>,
+    /// Interactive sessions (jobs with a `port`) one user may have running or waiting at once;
+    /// 0 = unlimited.
+    pub max_sessions_per_user: u32,
+    /// Minutes without HTTP or WebSocket traffic (and without GPU activity) after which a session
+    /// is warned, then stopped with the reason `idle`. Fractions allowed.
+    pub session_idle_min: f64,
+    /// Admins may open any member's session. Off: only its owner may.
+    pub admins_open_sessions: bool,
 }
 
 impl Default for LaunchPolicy {
@@ -173,6 +221,16 @@ impl Default for LaunchPolicy {
             webhook_allowlist: Vec::new(),
             image_keep_days: 14,
             image_disk_max_gib: 0.0,
+            fair_share: true,
+            fair_share_half_life_h: 168.0,
+            idle_action: IdleAction::Warn,
+            idle_after_min: 30.0,
+            idle_sm_percent: 5,
+            idle_grace_min: 30.0,
+            idle_exempt_workloads: Vec::new(),
+            max_sessions_per_user: 2,
+            session_idle_min: 60.0,
+            admins_open_sessions: false,
         }
     }
 }
@@ -268,6 +326,47 @@ impl LaunchPolicy {
                 "image_keep_days".into(),
                 format!("must be at most {MAX_IMAGE_KEEP_DAYS} days (0: kept)"),
             ));
+        }
+        self.check_fairness()
+    }
+
+    /// The fair-share, idle and session fields of [`LaunchPolicy::check`].
+    fn check_fairness(&self) -> Result<(), (String, String)> {
+        let h = self.fair_share_half_life_h;
+        if !h.is_finite() || h <= 0.0 || h > MAX_HALF_LIFE_H {
+            return Err((
+                "fair_share_half_life_h".into(),
+                format!("must be more than 0 and at most {MAX_HALF_LIFE_H} hours"),
+            ));
+        }
+        for (field, min, zero_ok) in [
+            ("idle_after_min", self.idle_after_min, false),
+            ("idle_grace_min", self.idle_grace_min, true),
+            ("session_idle_min", self.session_idle_min, false),
+        ] {
+            let low_ok = if zero_ok { min >= 0.0 } else { min > 0.0 };
+            if !min.is_finite() || !low_ok || min > MAX_IDLE_MIN {
+                let low = if zero_ok { "at least 0" } else { "more than 0" };
+                return Err((
+                    field.into(),
+                    format!("must be {low} and at most {MAX_IDLE_MIN} minutes (a week)"),
+                ));
+            }
+        }
+        if self.idle_sm_percent > 100 {
+            return Err((
+                "idle_sm_percent".into(),
+                "must be a percentage, 0 to 100".into(),
+            ));
+        }
+        for (i, w) in self.idle_exempt_workloads.iter().enumerate() {
+            if w.is_empty() || w.len() > 128 || w.chars().any(char::is_whitespace) {
+                return Err((
+                    format!("idle_exempt_workloads[{i}]"),
+                    "workload type names are non-empty, without spaces, at most 128 characters"
+                        .into(),
+                ));
+            }
         }
         Ok(())
     }
@@ -471,6 +570,45 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(bad.check().unwrap_err().0, "image_keep_days");
+    }
+
+    #[test]
+    fn fair_share_idle_and_session_settings_are_checked_naming_the_field() {
+        let p = LaunchPolicy::default();
+        assert!(p.fair_share && p.fair_share_half_life_h == 168.0);
+        assert_eq!(p.idle_action, IdleAction::Warn);
+        let bad = |f: fn(&mut LaunchPolicy)| {
+            let mut p = LaunchPolicy::default();
+            f(&mut p);
+            p.check().unwrap_err().0
+        };
+        assert_eq!(
+            bad(|p| p.fair_share_half_life_h = 0.0),
+            "fair_share_half_life_h"
+        );
+        assert_eq!(
+            bad(|p| p.fair_share_half_life_h = f64::NAN),
+            "fair_share_half_life_h"
+        );
+        assert_eq!(bad(|p| p.idle_after_min = 0.0), "idle_after_min");
+        assert_eq!(bad(|p| p.idle_grace_min = -1.0), "idle_grace_min");
+        assert_eq!(bad(|p| p.session_idle_min = 1e9), "session_idle_min");
+        assert_eq!(bad(|p| p.idle_sm_percent = 101), "idle_sm_percent");
+        assert_eq!(
+            bad(|p| p.idle_exempt_workloads = vec!["a b".into()]),
+            "idle_exempt_workloads[0]"
+        );
+        let ok = LaunchPolicy {
+            idle_grace_min: 0.0,
+            idle_after_min: 0.1,
+            ..LaunchPolicy::default()
+        };
+        assert!(ok.check().is_ok());
+        let e =
+            serde_json::from_value::<LaunchPolicy>(serde_json::json!({ "idle_action": "kill" }))
+                .unwrap_err()
+                .to_string();
+        assert!(e.contains("kill") && e.contains("warn"), "{e}");
     }
 
     #[test]

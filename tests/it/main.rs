@@ -21,6 +21,7 @@ mod doctor;
 mod edges;
 mod estimate;
 mod faults;
+mod gpu_hours;
 mod hints;
 mod image_gc;
 mod isolation;

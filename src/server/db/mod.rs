@@ -2,6 +2,7 @@
 
 pub mod embedded;
 pub mod events;
+pub mod gpu_hours;
 pub mod gpus;
 pub mod image_gc;
 pub mod images;
