@@ -28,6 +28,7 @@ async fn main() -> std::process::ExitCode {
         Command::Doctor(args) => commands::host::doctor(*args).await,
         Command::Firewall(args) => commands::host::firewall(args).await,
         Command::User(UserCommand::Add(args)) => commands::user_add(args).await,
+        Command::User(UserCommand::Set(args)) => gpuq::client::team::user_set(args, cli.conn).await,
         Command::Bench(BenchCommand::Admission(args)) => commands::bench::admission(args).await,
         Command::Bench(BenchCommand::Runner(args)) => commands::bench::runner(args).await,
         Command::Bench(BenchCommand::Vram(args)) => commands::bench::vram(args).await,

@@ -1,9 +1,9 @@
-//! The manifest editor, card states, users, the launch policy and the caller's account: the same
+//! The manifest editor, card states, users and teams, the launch policy and the caller's account: the same
 //! service functions as the REST API.
 
 use crate::model::{
-    AppError, CreatedToken, LaunchPolicy, ManifestState, NodeView, Role, TokenView, UserView,
-    WorkloadView,
+    AppError, CreatedToken, LaunchPolicy, ManifestState, NewTeam, NodeView, Role, TeamPatch,
+    TeamView, TokenView, UserShare, UserView, WorkloadView,
 };
 use leptos::prelude::*;
 use leptos::server_fn::codec::Json;
@@ -196,4 +196,40 @@ pub async fn revoke_token(id: Uuid) -> Result<(), AppError> {
 
     let (state, user) = server_fn_require(Role::Member).await?;
     service::revoke_token(&state.pool, user.id, &user.username, id).await
+}
+
+/// Every team with its weight, budget and members (managers and admins).
+#[server(endpoint = "list_teams")]
+pub async fn list_teams() -> Result<Vec<TeamView>, AppError> {
+    use crate::api::context::server_fn_require;
+
+    let (state, _) = server_fn_require(Role::Manager).await?;
+    crate::server::admin::teams::list(&state).await
+}
+
+/// Creates a team (admins).
+#[server(endpoint = "create_team", input = Json)]
+pub async fn create_team(team: NewTeam) -> Result<TeamView, AppError> {
+    use crate::api::context::server_fn_require;
+
+    let (state, admin) = server_fn_require(Role::Admin).await?;
+    crate::server::admin::teams::create(&state, &admin, &team).await
+}
+
+/// Changes a team's weight and/or budget (admins).
+#[server(endpoint = "update_team", input = Json)]
+pub async fn update_team(name: String, patch: TeamPatch) -> Result<TeamView, AppError> {
+    use crate::api::context::server_fn_require;
+
+    let (state, admin) = server_fn_require(Role::Admin).await?;
+    crate::server::admin::teams::update(&state, &admin, &name, &patch).await
+}
+
+/// Moves a user to a team and/or sets their weight and budget (admins).
+#[server(endpoint = "place_user", input = Json)]
+pub async fn place_user(id: Uuid, share: UserShare) -> Result<UserView, AppError> {
+    use crate::api::context::server_fn_require;
+
+    let (state, admin) = server_fn_require(Role::Admin).await?;
+    crate::server::admin::teams::place_user(&state, &admin, id, &share).await
 }

@@ -44,8 +44,11 @@ pub async fn logout() -> Result<(), AppError> {
 /// The signed-in user, or `None`.
 #[server(endpoint = "whoami")]
 pub async fn whoami() -> Result<Option<UserView>, AppError> {
-    let (_, user) = crate::api::context::server_fn_caller().await?;
-    Ok(user.map(|u| u.view()))
+    let (state, user) = crate::api::context::server_fn_caller().await?;
+    match user {
+        Some(user) => Ok(Some(crate::server::admin::me(&state, &user).await?)),
+        None => Ok(None),
+    }
 }
 
 /// A live check of the server and its database (signed-in users).

@@ -1,5 +1,5 @@
 //! `/admin` (admins): cards (drain / undrain / offline), nodes (drain / undrain / forget), users
-//! (create, role, disable), the launch policy and registry credentials (`app::registries`). Every change goes through the same service functions as the REST API.
+//! (create, role, disable, team, weight, budget), teams (`app::teams`), the launch policy and registry credentials (`app::registries`). Every change goes through the same service functions as the REST API.
 
 use super::alert::{action_error, loaded, Fetched};
 use super::gate::SignedInAs;
@@ -10,8 +10,8 @@ use crate::api::{
     SetGpuState, SetNodeState, UpdateUser,
 };
 use crate::model::{
-    DashboardView, GpuState, JobNetwork, LaunchPolicy, NodeState, NodeView, PullPolicy, Role,
-    UserView, VolumeRule, VramEnforcement,
+    DashboardView, GpuState, IdleAction, JobNetwork, LaunchPolicy, NodeState, NodeView,
+    PullPolicy, Role, UserView, VolumeRule, VramEnforcement,
 };
 use leptos::prelude::*;
 use leptos_meta::Title;
@@ -38,9 +38,22 @@ pub fn AdminPage() -> impl IntoView {
     );
     let create = ServerAction::<CreateUser>::new();
     let update = ServerAction::<UpdateUser>::new();
+    let place = ServerAction::<crate::api::PlaceUser>::new();
     let users = Resource::new(
-        move || (create.version().get(), update.version().get()),
+        move || {
+            let versions = (create.version().get(), update.version().get());
+            (versions, place.version().get())
+        },
         |_| list_users(),
+    );
+    let create_team = ServerAction::<crate::api::CreateTeam>::new();
+    let update_team = ServerAction::<crate::api::UpdateTeam>::new();
+    let teams = Resource::new(
+        move || {
+            let versions = (create_team.version().get(), update_team.version().get());
+            (versions, place.version().get())
+        },
+        |_| crate::api::list_teams(),
     );
     let save = ServerAction::<SaveLaunchPolicy>::new();
     // Read again after a save that succeeded (the form then shows what is stored), never after a
@@ -71,7 +84,8 @@ pub fn AdminPage() -> impl IntoView {
             page=move |me| view! {
                 <Cards set=set_gpu gpus />
                 <Nodes set=set_node forget nodes />
-                <Users me create update users />
+                <Users me create update place users />
+                <super::teams::Teams create=create_team update=update_team teams />
                 <Policy save policy />
                 <super::registries::Registries set=set_registry remove=remove_registry registries />
             }
@@ -177,6 +191,7 @@ fn Users(
     me: UserView,
     create: ServerAction<CreateUser>,
     update: ServerAction<UpdateUser>,
+    place: ServerAction<crate::api::PlaceUser>,
     users: Fetched<Vec<UserView>>,
 ) -> impl IntoView {
     let created = move || {
@@ -188,7 +203,8 @@ fn Users(
         <section class="card">
             <h2>"Users"</h2>
             {move || action_error(update.value().get())}
-            {loaded(users, move |list| view! { <UserTable list me=me.clone() update /> })}
+            {move || action_error(place.value().get())}
+            {loaded(users, move |list| view! { <UserTable list me=me.clone() update place /> })}
             <h3>"Add a user"</h3>
             <ActionForm action=create attr:id="new-user" attr:class="row">
                 <div class="field">
@@ -214,10 +230,15 @@ fn Users(
 }
 
 #[component]
-fn UserTable(list: Vec<UserView>, me: UserView, update: ServerAction<UpdateUser>) -> impl IntoView {
+fn UserTable(
+    list: Vec<UserView>,
+    me: UserView,
+    update: ServerAction<UpdateUser>,
+    place: ServerAction<crate::api::PlaceUser>,
+) -> impl IntoView {
     view! {
         <table id="users">
-            {column_heads(["Name", "Role", "Status", ""])}
+            {column_heads(["Name", "Role", "Status", "", "Team", "Weight", "Budget", ""])}
             <tbody>
                 {list.into_iter().map(|u| {
                     let id = u.id;
@@ -225,6 +246,7 @@ fn UserTable(list: Vec<UserView>, me: UserView, update: ServerAction<UpdateUser>
                     let label = format!("Role of {}", u.username);
                     let role = u.role;
                     let disabled = u.disabled;
+                    let share = u.clone();
                     view! {
                         <tr data-user=u.username.clone()>
                             <td>{u.username.clone()}{is_me.then_some(" (you)")}</td>
@@ -246,6 +268,7 @@ fn UserTable(list: Vec<UserView>, me: UserView, update: ServerAction<UpdateUser>
                                     }>{if disabled { "Enable" } else { "Disable" }}</button>
                                 })}
                             </td>
+                            <super::teams::ShareCells u=share place />
                         </tr>
                     }
                 }).collect_view()}
@@ -333,6 +356,15 @@ fn gib(field: &str, text: &str) -> Result<f64, String> {
     }
 }
 
+/// Hours or minutes: fractions allowed, not negative; the error names the field (the server
+/// checks the range).
+fn amount(field: &str, text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!("{field}: `{text}` is not a number (e.g. 30 or 0.5)")),
+    }
+}
+
 #[component]
 fn PolicyForm(p: LaunchPolicy, save: ServerAction<SaveLaunchPolicy>) -> impl IntoView {
     // Fields this form does not show yet keep what was loaded.
@@ -362,6 +394,16 @@ fn PolicyForm(p: LaunchPolicy, save: ServerAction<SaveLaunchPolicy>) -> impl Int
     let webhook_allow = RwSignal::new(p.webhook_allowlist.join("\n"));
     let image_days = RwSignal::new(p.image_keep_days.to_string());
     let image_gib = RwSignal::new(p.image_disk_max_gib.to_string());
+    let fair_share = RwSignal::new(p.fair_share);
+    let half_life = RwSignal::new(p.fair_share_half_life_h.to_string());
+    let idle_action = RwSignal::new(p.idle_action);
+    let idle_after = RwSignal::new(p.idle_after_min.to_string());
+    let idle_sm = RwSignal::new(p.idle_sm_percent.to_string());
+    let idle_grace = RwSignal::new(p.idle_grace_min.to_string());
+    let idle_exempt = RwSignal::new(p.idle_exempt_workloads.join("\n"));
+    let max_sessions = RwSignal::new(p.max_sessions_per_user.to_string());
+    let session_idle = RwSignal::new(p.session_idle_min.to_string());
+    let admins_open = RwSignal::new(p.admins_open_sessions);
     let local_error = RwSignal::new(None::<String>);
     let number = |field: &str, s: RwSignal<String>| whole_number(field, &s.get_untracked());
     let small = |field: &str, s: RwSignal<String>| {
@@ -397,6 +439,16 @@ fn PolicyForm(p: LaunchPolicy, save: ServerAction<SaveLaunchPolicy>) -> impl Int
                 webhook_allowlist: patterns(&webhook_allow.get_untracked()),
                 image_keep_days: small("keep unused images", image_days)?,
                 image_disk_max_gib: gib("images' disk cap", &image_gib.get_untracked())?,
+                fair_share: fair_share.get_untracked(),
+                fair_share_half_life_h: amount("fair-share half-life", &half_life.get_untracked())?,
+                idle_action: idle_action.get_untracked(),
+                idle_after_min: amount("idle after", &idle_after.get_untracked())?,
+                idle_sm_percent: small("idle below SM %", idle_sm)?,
+                idle_grace_min: amount("idle grace", &idle_grace.get_untracked())?,
+                idle_exempt_workloads: patterns(&idle_exempt.get_untracked()),
+                max_sessions_per_user: small("sessions per user", max_sessions)?,
+                session_idle_min: amount("session idle", &session_idle.get_untracked())?,
+                admins_open_sessions: admins_open.get_untracked(),
                 ..rest.clone()
             })
         })();
@@ -484,11 +536,61 @@ fn PolicyForm(p: LaunchPolicy, save: ServerAction<SaveLaunchPolicy>) -> impl Int
                     <input id="policy-image-gib" type="number" min="0" step="any" prop:value=move || image_gib.get() on:input=move |ev| image_gib.set(event_target_value(&ev)) />
                 </div>
             </div>
+            <FairnessFields fair_share half_life idle_action idle_after idle_sm idle_grace idle_exempt max_sessions session_idle admins_open />
             <button type="submit">"Save policy"</button>
             {move || local_error.get().map(|e| view! { <p class="error" role="alert">{e}</p> })}
             {move || action_error(save.value().get())}
             {saved}
         </form>
+    }
+}
+
+/// The policy form's fair-share, idle-card and session inputs.
+#[component]
+#[allow(clippy::too_many_arguments)]
+fn FairnessFields(
+    fair_share: RwSignal<bool>,
+    half_life: RwSignal<String>,
+    idle_action: RwSignal<IdleAction>,
+    idle_after: RwSignal<String>,
+    idle_sm: RwSignal<String>,
+    idle_grace: RwSignal<String>,
+    idle_exempt: RwSignal<String>,
+    max_sessions: RwSignal<String>,
+    session_idle: RwSignal<String>,
+    admins_open: RwSignal<bool>,
+) -> impl IntoView {
+    let decimal = |id: &'static str, label: &'static str, value: RwSignal<String>| view! {
+        <div class="field">
+            <label for=id>{label}</label>
+            <input id=id type="number" min="0" step="any" prop:value=move || value.get() on:input=move |ev| value.set(event_target_value(&ev)) />
+        </div>
+    };
+    view! {
+        <p class="muted">"Fair share, idle cards and interactive sessions"</p>
+        <div class="row">
+            {check_box("policy-fair-share", "Fair share (order each priority by recent use against teams' and users' weights)", fair_share)}
+            {decimal("policy-half-life", "Fair-share half-life (hours)", half_life)}
+        </div>
+        <div class="row">
+            <div class="field">
+                <label for="policy-idle-action">"A job whose cards stay idle"</label>
+                <select id="policy-idle-action" on:change=move |ev| { if let Ok(a) = event_target_value(&ev).parse::<IdleAction>() { idle_action.set(a) } }>
+                    <option value="off" selected=move || idle_action.get() == IdleAction::Off>"off: not watched"</option>
+                    <option value="warn" selected=move || idle_action.get() == IdleAction::Warn>"warn: flagged, never stopped"</option>
+                    <option value="stop" selected=move || idle_action.get() == IdleAction::Stop>"stop: flagged, stopped after the grace"</option>
+                </select>
+            </div>
+            {decimal("policy-idle-after", "Idle after (minutes)", idle_after)}
+            {number_input("policy-idle-sm", "Idle below SM utilisation (%)", "0", idle_sm)}
+            {decimal("policy-idle-grace", "Grace before the stop (minutes)", idle_grace)}
+            {text_area("policy-idle-exempt", "Workload types never judged idle (one per line)", "2", idle_exempt)}
+        </div>
+        <div class="row">
+            {number_input("policy-max-sessions", "Interactive sessions per user (0: no limit)", "0", max_sessions)}
+            {decimal("policy-session-idle", "Session idle (minutes)", session_idle)}
+            {check_box("policy-admins-open-sessions", "Admins may open any member's session", admins_open)}
+        </div>
     }
 }
 
@@ -511,6 +613,16 @@ mod tests {
         for bad in ["-1", "four", "", "NaN", "inf"] {
             let e = cores("CPU cores per job", bad).unwrap_err();
             assert!(e.starts_with("CPU cores per job: `"), "{e}");
+        }
+    }
+
+    #[test]
+    fn hours_and_minutes_may_be_fractions_but_not_negative_or_words() {
+        assert_eq!(amount("idle after", " 0.1 "), Ok(0.1));
+        assert_eq!(amount("idle grace", "0"), Ok(0.0));
+        for bad in ["-1", "soon", "", "NaN", "inf"] {
+            let e = amount("session idle", bad).unwrap_err();
+            assert!(e.starts_with("session idle: `"), "{e}");
         }
     }
 

@@ -14,6 +14,7 @@ mod notifications;
 mod queue;
 mod registries;
 mod submit;
+mod teams;
 mod usage;
 mod widgets;
 

@@ -357,6 +357,9 @@ mod tests {
             username: name.into(),
             role,
             disabled: false,
+            team: "default".into(),
+            weight: 1.0,
+            budget: None,
         }
     }
 

@@ -1,6 +1,7 @@
 //! `/usage` (managers and admins): VRAM reserved vs used per card over time, queue waits, GPU-hours
 //! and VRAM-hours per owner and per workload type, CSV downloads. Every chart has a table of the
-//! same figures under it, so nothing depends on seeing the chart.
+//! same figures under it, so nothing depends on seeing the chart. Below them, the teams with their
+//! weights and budgets, read-only (`app::teams`).
 //!
 //! The charts are ECharts, served by gpuq itself: the server builds each chart's option, the page
 //! puts it in a `data-chart-option` attribute, and `/charts.js` draws whatever carries one. The
@@ -30,11 +31,15 @@ pub fn UsagePage() -> impl IntoView {
         move || (from.get(), to.get(), refresh.get()),
         |(f, t, _)| usage_report(f, t),
     );
+    let teams = Resource::new(move || refresh.get(), |_| crate::api::list_teams());
     view! {
         <Title text="Usage · gpuq" />
         <SignedInAs
             min=Role::Manager
-            page=move |_| view! { <Usage from to refresh data /> }
+            page=move |_| view! {
+                <Usage from to refresh data />
+                <super::teams::TeamsReadOnly teams />
+            }
             refused=|| view! {
                 <section class="card">
                     <h1>"Usage"</h1>

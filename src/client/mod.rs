@@ -14,6 +14,7 @@ pub mod registry;
 pub mod render;
 pub mod request;
 pub mod sanitize;
+pub mod team;
 pub mod wait;
 
 #[cfg(test)]
@@ -76,6 +77,8 @@ pub enum ClientCommand {
     Node(NodeArgs),
     /// Registry credentials the nodes pull with: login, list, logout (admins)
     Registry(registry::RegistryArgs),
+    /// Teams, their share weights and GPU-hour budgets: list (managers), add, set (admins)
+    Team(team::TeamArgs),
     /// Wait until jobs end; exit with the job's exit code (124 timed out, 125 ended without an
     /// exit code, 130 cancelled)
     Wait(WaitArgs),
@@ -509,6 +512,7 @@ pub async fn run(cmd: ClientCommand, conn: ConnArgs) -> Result<()> {
             }
         },
         ClientCommand::Registry(args) => registry::run(&api, args).await?,
+        ClientCommand::Team(args) => team::run(&api, args).await?,
     };
     if conn.raw {
         emit(&text)

@@ -121,6 +121,10 @@ vocabulary! {
         RegistrySet = "registry.set",
         /// An admin removed a registry's credentials (subject: the host).
         RegistryRemove = "registry.remove",
+        /// An admin created a team (subject: its name; detail: weight, budget).
+        TeamCreate = "team.create",
+        /// An admin changed a team's weight or budget (subject: its name; detail: the change).
+        TeamUpdate = "team.update",
     }
 }
 

@@ -17,6 +17,7 @@ mod secret;
 pub mod spec;
 mod status;
 mod suggest;
+mod team;
 mod usage;
 mod user;
 pub(crate) mod vocab;
@@ -60,4 +61,5 @@ pub use usage::{
     CardPoint, CardSeries, UsageCharts, UsageReport, UsageTotal, UsageView, WaitBucket, WaitStats,
     CUSTOM_VRAM,
 };
+pub use team::{present_field, NewTeam, TeamPatch, TeamView, UserShare};
 pub use user::{Role, UserView, Username};

@@ -114,7 +114,7 @@ impl fmt::Display for Username {
 }
 
 /// The signed-in user as pages and `GET /api/v1/me` show it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct UserView {
     /// Stable identifier.
@@ -126,6 +126,23 @@ pub struct UserView {
     /// Disabled by an admin: can no longer sign in, and sessions and tokens are refused.
     #[serde(default)]
     pub disabled: bool,
+    /// The team the user belongs to (`default` until an admin moves them).
+    #[serde(default = "default_team")]
+    pub team: String,
+    /// The user's share weight within their team (1 unless an admin set it).
+    #[serde(default = "one")]
+    pub weight: f64,
+    /// The user's own GPU-hour budget, if they have one.
+    #[serde(default)]
+    pub budget: Option<super::Budget>,
+}
+
+fn default_team() -> String {
+    super::DEFAULT_TEAM.to_owned()
+}
+
+fn one() -> f64 {
+    1.0
 }
 
 #[cfg(test)]
@@ -141,6 +158,13 @@ mod tests {
             assert_eq!(role.as_str().parse::<Role>(), Ok(role));
         }
         assert!("root".parse::<Role>().is_err());
+    }
+
+    #[test]
+    fn a_user_view_without_team_fields_reads_with_the_defaults() {
+        let old = r#"{"id":"00000000-0000-0000-0000-000000000000","username":"a","role":"member"}"#;
+        let v: UserView = serde_json::from_str(old).unwrap();
+        assert_eq!((v.team.as_str(), v.weight, v.budget), ("default", 1.0, None));
     }
 
     #[test]

@@ -1,6 +1,9 @@
 //! Admin and account rules shared by the REST API and the pages' server functions: users and
 //! roles, passwords, the launch policy, renaming workload types and the manifest's history.
-//! Callers check the role; these check everything else and audit every change.
+//! Callers check the role; these check everything else and audit every change. Teams and
+//! users' shares in them are in [`teams`].
+
+pub mod teams;
 
 use crate::model::{
     AppError, AuditEntry, AuditKind, JobEventKind, LaunchPolicy, ManifestState, Role, StatusView,
@@ -18,7 +21,6 @@ use crate::server::Ctx;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-/// Creates a user (admins).
 /// Begins an edit of user `id`: a transaction and the user's row read in it, or a 404 naming
 /// the id. `what` names the edit in an internal error.
 async fn user_for_edit(
@@ -34,6 +36,7 @@ async fn user_for_edit(
     Ok((tx, user))
 }
 
+/// Creates a user (admins).
 pub async fn create_user(
     ctx: &Ctx,
     admin: &CurrentUser,
@@ -259,6 +262,17 @@ pub async fn launch_policy(ctx: &Ctx) -> Result<LaunchPolicy, AppError> {
     settings::launch_policy(&ctx.pool)
         .await
         .or_internal("reading the launch policy")
+}
+
+/// The caller as `GET /api/v1/me` and the pages show them, read from their row (team, weight
+/// and budget included).
+pub async fn me(ctx: &Ctx, user: &CurrentUser) -> Result<UserView, AppError> {
+    users::by_id(&ctx.pool, user.id)
+        .await
+        .or_internal("reading the caller")?
+        .ok_or(AppError::Unauthorized)?
+        .view()
+        .or_internal("reading the caller")
 }
 
 /// Every user, for the admins' list.

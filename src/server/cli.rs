@@ -41,7 +41,8 @@ pub enum Command {
     /// The host firewall that keeps jobs on the job network from the host, the private ranges
     /// and link-local (cloud metadata): `apply`, `check` or `remove` (as root).
     Firewall(FirewallArgs),
-    /// Manage users directly in the database (for scripts and first set-up).
+    /// Manage users: `add` directly in the database (for scripts and first set-up); `set` a
+    /// user's team, weight or budget over the REST API (admins).
     #[command(subcommand)]
     User(UserCommand),
     /// Benchmarks that print figures (run them on a scratch database).
@@ -57,6 +58,9 @@ pub enum Command {
 pub enum UserCommand {
     /// Create a user; the password is read from standard input (one line).
     Add(UserAddArgs),
+    /// Move a user to a team and/or set their share weight or GPU-hour budget (admins, over the
+    /// REST API).
+    Set(crate::client::team::UserSetArgs),
 }
 
 /// `gpuq bench …`

@@ -641,6 +641,19 @@ async fn every_route_allows_exactly_the_roles_it_should(pool: PgPool) {
             OWNER_MANAGER,
         ),
         ("GET", format!("/api/v1/arrays/{array}"), None, ALL),
+        ("GET", "/api/v1/teams".into(), None, MANAGER),
+        (
+            "POST",
+            "/api/v1/teams".into(),
+            Some(json!({ "name": "Not A Name" })),
+            ADMIN,
+        ),
+        (
+            "PATCH",
+            "/api/v1/teams/roles".into(),
+            Some(json!({ "weight": 2 })),
+            ADMIN,
+        ),
         (
             "POST",
             format!("/api/v1/arrays/{array}/cancel"),

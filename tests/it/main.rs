@@ -40,5 +40,6 @@ mod roles;
 mod runner;
 mod spec_props;
 mod suggest;
+mod teams;
 mod usage;
 mod vram;

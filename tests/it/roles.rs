@@ -182,6 +182,22 @@ async fn every_server_function_allows_exactly_the_roles_it_should(pool: PgPool) 
             form(&format!("id={}", uuid::Uuid::new_v4())),
             ALL,
         ),
+        ("list_teams", form(""), MANAGER),
+        (
+            "create_team",
+            Args::Json(json!({ "team": { "name": "roles-team" } })),
+            ADMIN,
+        ),
+        (
+            "update_team",
+            Args::Json(json!({ "name": "default", "patch": {} })),
+            ADMIN,
+        ),
+        (
+            "place_user",
+            Args::Json(json!({ "id": bob_id, "share": {} })),
+            ADMIN,
+        ),
         // Last: it ends the session.
         ("logout", form(""), ANYONE),
     ];

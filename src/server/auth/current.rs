@@ -2,7 +2,7 @@
 //! so that disabling a user or revoking a token takes effect at once.
 
 use super::service;
-use crate::model::{AppError, Role, UserView};
+use crate::model::{AppError, Role};
 use crate::server::db::users::{self, UserRow};
 use crate::server::error::OrInternal;
 use axum::http::header::AUTHORIZATION;
@@ -85,16 +85,6 @@ impl CurrentUser {
             Err(AppError::Forbidden(TOKEN_CANNOT_MINT.into()))
         } else {
             Ok(())
-        }
-    }
-
-    /// The wire view of the caller.
-    pub fn view(&self) -> UserView {
-        UserView {
-            id: self.id,
-            username: self.username.clone(),
-            role: self.role,
-            disabled: false,
         }
     }
 

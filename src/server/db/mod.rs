@@ -17,6 +17,7 @@ pub mod notifications;
 pub mod registries;
 pub mod runs;
 pub mod settings;
+pub mod teams;
 pub mod users;
 pub mod vram;
 pub mod vram_stats;

@@ -1,6 +1,6 @@
 //! Repository for users and API tokens (sign-in attempts are in `logins`). SQL lives here and nowhere above it.
 
-use crate::model::{Role, UserView};
+use crate::model::{Budget, BudgetKind, BudgetPeriod, Role, UserView};
 use chrono::{DateTime, Utc};
 use sqlx::{FromRow, PgExecutor};
 use uuid::Uuid;
@@ -20,6 +20,16 @@ pub struct UserRow {
     pub disabled_at: Option<DateTime<Utc>>,
     /// Browser sessions signed in before this are refused (set by a password change).
     pub sessions_valid_after: Option<DateTime<Utc>>,
+    /// The team the user belongs to.
+    pub team: String,
+    /// The user's share weight within their team.
+    pub weight: f64,
+    /// The user's budget: GPU-hours per period (all three budget columns or none).
+    pub budget_gpu_hours: Option<f64>,
+    /// The budget's period.
+    pub budget_period: Option<BudgetPeriod>,
+    /// The budget's kind.
+    pub budget_kind: Option<BudgetKind>,
 }
 
 impl UserRow {
@@ -37,11 +47,28 @@ impl UserRow {
             username: self.username.clone(),
             role: self.role()?,
             disabled: self.disabled_at.is_some(),
+            team: self.team.clone(),
+            weight: self.weight,
+            budget: budget_of(self.budget_gpu_hours, self.budget_period, self.budget_kind),
         })
     }
 }
 
-const USER_COLUMNS: &str = "id, username, password_hash, role, disabled_at, sessions_valid_after";
+/// A budget from its three columns (the schema keeps them all set or all null).
+pub fn budget_of(
+    gpu_hours: Option<f64>,
+    period: Option<BudgetPeriod>,
+    kind: Option<BudgetKind>,
+) -> Option<Budget> {
+    Some(Budget {
+        gpu_hours: gpu_hours?,
+        period: period?,
+        kind: kind?,
+    })
+}
+
+const USER_COLUMNS: &str = "id, username, password_hash, role, disabled_at, sessions_valid_after, \
+                            team, weight, budget_gpu_hours, budget_period, budget_kind";
 
 /// Looks a user up by login name.
 pub async fn by_name(db: impl PgExecutor<'_>, username: &str) -> sqlx::Result<Option<UserRow>> {
@@ -235,6 +262,7 @@ pub async fn user_by_token(
               t AS (UPDATE api_tokens a SET last_used_at = now() FROM old WHERE a.id = old.id \
                     RETURNING a.id, a.user_id, a.name, old.last_used_at) \
          SELECT u.id, u.username, u.password_hash, u.role, u.disabled_at, u.sessions_valid_after, \
+                u.team, u.weight, u.budget_gpu_hours, u.budget_period, u.budget_kind, \
                 t.id AS token_id, t.name AS token_name, t.last_used_at AS previous_use \
          FROM users u JOIN t ON t.user_id = u.id WHERE u.disabled_at IS NULL",
     )

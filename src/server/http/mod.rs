@@ -22,6 +22,7 @@ pub mod openapi;
 mod peer;
 mod registries;
 mod suggest;
+mod teams;
 mod usage;
 mod v1;
 
@@ -143,7 +144,8 @@ pub fn app(state: AppState, opts: HttpOptions) -> Router {
                 .merge(suggest::router())
                 .merge(registries::router())
                 .merge(notify::router())
-                .merge(arrays::router()),
+                .merge(arrays::router())
+                .merge(teams::router()),
         )
         .merge(peer::router())
         .merge(pages)

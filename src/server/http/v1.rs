@@ -1,9 +1,9 @@
-//! REST API v1 for scripts and the CLI: tokens, the caller, users.
+//! REST API v1 for scripts and the CLI: tokens, the caller, users (teams are in `teams`).
 
 use super::caller::{Admin, ConnectInfoOpt};
 use super::error::ErrorBody;
 use super::{ApiError, ApiJson};
-use crate::model::{AppError, CreatedToken, Role, TokenView, UserView};
+use crate::model::{AppError, Budget, CreatedToken, Role, TokenView, UserShare, UserView};
 use crate::server::admin;
 use crate::server::auth::{service, CurrentUser, TOKEN_CANNOT_MINT};
 use crate::server::AppState;
@@ -33,8 +33,11 @@ async fn not_found() -> ApiError {
 }
 
 #[utoipa::path(get, path = "/api/v1/me", tag = "auth", security(("bearer" = [])), responses((status = 200, body = UserView), (status = 401, body = ErrorBody)))]
-pub(super) async fn me(user: CurrentUser) -> Json<UserView> {
-    Json(user.view())
+pub(super) async fn me(
+    State(state): State<AppState>,
+    user: CurrentUser,
+) -> Result<Json<UserView>, ApiError> {
+    Ok(Json(admin::me(&state.ctx, &user).await?))
 }
 
 #[derive(Deserialize, utoipa::ToSchema)]
@@ -137,6 +140,14 @@ pub(super) struct UserPatch {
     job_uid: Option<i64>,
     /// The numeric gid the user's jobs run as (defaults to the uid).
     job_gid: Option<i64>,
+    /// The team to move the user to (it must exist).
+    team: Option<String>,
+    /// The user's share weight within their team (more than 0, at most 1,000,000).
+    weight: Option<f64>,
+    /// The user's own GPU-hour budget; `null` removes it.
+    #[serde(default, deserialize_with = "crate::model::present_field")]
+    #[schema(value_type = Option<Budget>, nullable)]
+    budget: Option<Option<Budget>>,
 }
 
 #[utoipa::path(patch, path = "/api/v1/users/{id}", tag = "users", security(("bearer" = [])), params(("id" = Uuid, Path)), request_body = UserPatch, responses((status = 204), (status = 400, description = "invalid input; `field` names it", body = ErrorBody), (status = 401, description = "not signed in", body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, description = "`job_uid` belongs to another user", body = ErrorBody)))]
@@ -146,6 +157,13 @@ pub(super) async fn update_user(
     Path(id): Path<Uuid>,
     ApiJson(req): ApiJson<UserPatch>,
 ) -> Result<StatusCode, ApiError> {
+    let share = UserShare {
+        team: req.team,
+        weight: req.weight,
+        budget: req.budget,
+    };
+    // First: a bad or unknown team, weight or budget refuses the patch before anything changes.
+    admin::teams::place_user(&state.ctx, &user, id, &share).await?;
     admin::set_job_ids(&state.ctx, &user, id, req.job_uid, req.job_gid).await?;
     admin::update_user(&state.ctx, &user, id, req.role, req.disabled).await?;
     Ok(StatusCode::NO_CONTENT)
