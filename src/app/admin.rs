@@ -10,8 +10,8 @@ use crate::api::{
     SetGpuState, SetNodeState, UpdateUser,
 };
 use crate::model::{
-    DashboardView, GpuState, IdleAction, JobNetwork, LaunchPolicy, NodeState, NodeView,
-    PullPolicy, Role, UserView, VolumeRule, VramEnforcement,
+    DashboardView, GpuState, IdleAction, JobNetwork, LaunchPolicy, NodeState, NodeView, PullPolicy,
+    Role, UserView, VolumeRule, VramEnforcement,
 };
 use leptos::prelude::*;
 use leptos_meta::Title;
@@ -361,7 +361,9 @@ fn gib(field: &str, text: &str) -> Result<f64, String> {
 fn amount(field: &str, text: &str) -> Result<f64, String> {
     match text.trim().parse::<f64>() {
         Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
-        _ => Err(format!("{field}: `{text}` is not a number (e.g. 30 or 0.5)")),
+        _ => Err(format!(
+            "{field}: `{text}` is not a number (e.g. 30 or 0.5)"
+        )),
     }
 }
 
@@ -412,6 +414,9 @@ fn PolicyForm(p: LaunchPolicy, save: ServerAction<SaveLaunchPolicy>) -> impl Int
     };
     let submit = move |ev: leptos::ev::SubmitEvent| {
         ev.prevent_default();
+        // The form shows every field today; `..rest` keeps a field added later (and not shown
+        // yet) as it was loaded, rather than resetting it to a default.
+        #[allow(clippy::needless_update)]
         let policy = (|| -> Result<LaunchPolicy, String> {
             Ok(LaunchPolicy {
                 image_allowlist: patterns(&images.get_untracked()),
@@ -560,11 +565,13 @@ fn FairnessFields(
     session_idle: RwSignal<String>,
     admins_open: RwSignal<bool>,
 ) -> impl IntoView {
-    let decimal = |id: &'static str, label: &'static str, value: RwSignal<String>| view! {
-        <div class="field">
-            <label for=id>{label}</label>
-            <input id=id type="number" min="0" step="any" prop:value=move || value.get() on:input=move |ev| value.set(event_target_value(&ev)) />
-        </div>
+    let decimal = |id: &'static str, label: &'static str, value: RwSignal<String>| {
+        view! {
+            <div class="field">
+                <label for=id>{label}</label>
+                <input id=id type="number" min="0" step="any" prop:value=move || value.get() on:input=move |ev| value.set(event_target_value(&ev)) />
+            </div>
+        }
     };
     view! {
         <p class="muted">"Fair share, idle cards and interactive sessions"</p>

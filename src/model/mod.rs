@@ -57,9 +57,9 @@ pub use suggest::{
     suggest, ImageSuggestion, ManifestSuggestions, Observed, PeakStats, WorkloadSuggestion,
     SUGGESTION_MARGIN_PERCENT, SUGGESTION_MIN_SAMPLES, SUGGESTION_ROUND_MIB,
 };
+pub use team::{present_field, NewTeam, TeamPatch, TeamView, UserShare};
 pub use usage::{
     CardPoint, CardSeries, UsageCharts, UsageReport, UsageTotal, UsageView, WaitBucket, WaitStats,
     CUSTOM_VRAM,
 };
-pub use team::{present_field, NewTeam, TeamPatch, TeamView, UserShare};
 pub use user::{Role, UserView, Username};

@@ -164,7 +164,10 @@ mod tests {
     fn a_user_view_without_team_fields_reads_with_the_defaults() {
         let old = r#"{"id":"00000000-0000-0000-0000-000000000000","username":"a","role":"member"}"#;
         let v: UserView = serde_json::from_str(old).unwrap();
-        assert_eq!((v.team.as_str(), v.weight, v.budget), ("default", 1.0, None));
+        assert_eq!(
+            (v.team.as_str(), v.weight, v.budget),
+            ("default", 1.0, None)
+        );
     }
 
     #[test]

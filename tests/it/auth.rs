@@ -433,6 +433,9 @@ async fn the_openapi_document_describes_every_route(pool: PgPool) {
         ("get", "/api/v1/arrays/{id}"),
         ("post", "/api/v1/arrays/{id}/cancel"),
         ("post", "/api/v1/arrays/{id}/resubmit"),
+        ("get", "/api/v1/teams"),
+        ("post", "/api/v1/teams"),
+        ("patch", "/api/v1/teams/{name}"),
     ];
     let paths = doc["paths"].as_object().unwrap();
     let documented: usize = paths.values().map(|p| p.as_object().unwrap().len()).sum();

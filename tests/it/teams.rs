@@ -116,10 +116,12 @@ async fn admins_create_teams_set_weights_and_budgets_and_move_users(pool: PgPool
         (Some("ml"), Some(0.5))
     );
 
-    // Every change is in the audit trail.
+    // Every change is in the audit trail (a refused one is not).
     let kinds: Vec<String> = sqlx::query_scalar(
         "SELECT kind || ':' || subject FROM audit_events \
-         WHERE kind IN ('team.create', 'team.update', 'user.update') ORDER BY id",
+         WHERE kind IN ('team.create', 'team.update') \
+            OR (kind = 'user.update' AND detail ?| array['team', 'weight', 'budget']) \
+         ORDER BY id",
     )
     .fetch_all(&app.pool)
     .await
