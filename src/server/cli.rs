@@ -191,6 +191,25 @@ pub struct BenchAdmissionArgs {
 mod tests {
     use super::*;
 
+    #[test]
+    fn user_set_parses_beside_the_global_flags() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+        let argv = [
+            "gpuq", "user", "set", "alice", "--team", "ml", "--weight", "2",
+        ];
+        let cli = Cli::try_parse_from(argv.iter().chain(&["--url", "http://h:1"])).unwrap();
+        match cli.command {
+            Command::User(UserCommand::Set(a)) => {
+                assert_eq!((a.team.as_deref(), a.weight), (Some("ml"), Some(2.0)));
+            }
+            other => panic!("parsed as {other:?}"),
+        }
+        assert_eq!(cli.conn.url, "http://h:1");
+        let bad = Cli::try_parse_from(["gpuq", "user", "set", "alice", "--budget", "9/year/soft"]);
+        assert!(bad.unwrap_err().to_string().contains("--budget"));
+    }
+
     fn serve(args: &[&str]) -> Result<ServeArgs, clap::Error> {
         let argv = ["gpuq", "serve"].iter().chain(args);
         match Cli::try_parse_from(argv)?.command {
