@@ -2,6 +2,7 @@
 
 mod arrays;
 mod assets;
+mod budgets;
 mod caller;
 mod client;
 mod cluster;
@@ -143,7 +144,8 @@ pub fn app(state: AppState, opts: HttpOptions) -> Router {
                 .merge(suggest::router())
                 .merge(registries::router())
                 .merge(notify::router())
-                .merge(arrays::router()),
+                .merge(arrays::router())
+                .merge(budgets::router()),
         )
         .merge(peer::router())
         .merge(pages)

@@ -2,7 +2,7 @@
 //! types, served at `GET /api/v1/openapi.json`.
 
 use super::error::ErrorBody;
-use super::{arrays, cluster, health, jobs, live, nodes, notify, registries, suggest, usage, v1};
+use super::{arrays, budgets, cluster, health, jobs, live, nodes, notify, registries, suggest, usage, v1};
 use crate::model::spec::{RawCommand, RawJobSpec};
 use crate::model::{
     AssignedGpu, AuditEntry, AuditKind, CreatedToken, GpuHolder, GpuList, GpuState, GpuView,
@@ -39,6 +39,7 @@ use utoipa::{Modify, OpenApi};
         notify::get_settings, notify::put_settings, notify::deliveries,
         openapi_json,
         registries::list_registries, registries::put_registry, registries::delete_registry,
+        budgets::mine,
     ),
     components(schemas(
         ErrorBody, Role, UserView, TokenView, CreatedToken, v1::TokenRequest, v1::NewUser, v1::UserPatch, v1::PasswordChange,
@@ -57,6 +58,8 @@ use utoipa::{Modify, OpenApi};
         crate::model::WebhookFormat, crate::model::DeliveryState,
         crate::model::JobEventView, crate::model::JobEventKind,
         crate::model::batch::ArrayView, crate::model::batch::ArrayAck, crate::model::batch::ArraySummary,
+        crate::model::BudgetUse, crate::model::BudgetScope, crate::model::Budget,
+        crate::model::BudgetPeriod, crate::model::BudgetKind,
     )),
     modifiers(&BearerAuth)
 )]
