@@ -46,7 +46,8 @@ async fn user_id(app: &TestApp, bearer: &str) -> Uuid {
 #[sqlx::test(migrations = false)]
 async fn a_used_up_hard_budget_holds_every_new_job_until_it_is_raised(pool: PgPool) {
     let (app, _) = TestApp::with_cards(pool, CARD, "budgets").await;
-    let alice = app.bearer("alice", Role::Member).await;
+    // A manager, who may raise a job's priority (a member may only lower it).
+    let alice = app.bearer("alice", Role::Manager).await;
     let alice_id = user_id(&app, &alice).await;
     budgets::set_user(&app.pool, alice_id, budget(1.0, BudgetKind::Hard))
         .await
@@ -211,15 +212,21 @@ async fn a_team_budget_is_used_up_by_its_members_together(pool: PgPool) {
     let url = app.listen().await;
     let token = carol.trim_start_matches("Bearer ");
     let config = tempfile::tempdir().unwrap();
-    let out = gpuq_env(
-        &["budget"],
-        "",
-        &[
-            ("GPUQ_URL", url.as_str()),
-            ("GPUQ_TOKEN", token),
-            ("GPUQ_CONFIG_DIR", config.path().to_str().unwrap()),
-        ],
-    );
+    let (token, dir) = (token.to_owned(), config.path().to_str().unwrap().to_owned());
+    // The server answers on this test's runtime: the CLI waits on another thread.
+    let out = tokio::task::spawn_blocking(move || {
+        gpuq_env(
+            &["budget"],
+            "",
+            &[
+                ("GPUQ_URL", url.as_str()),
+                ("GPUQ_TOKEN", token.as_str()),
+                ("GPUQ_CONFIG_DIR", dir.as_str()),
+            ],
+        )
+    })
+    .await
+    .unwrap();
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),

@@ -2,7 +2,9 @@
 //! types, served at `GET /api/v1/openapi.json`.
 
 use super::error::ErrorBody;
-use super::{arrays, budgets, cluster, health, jobs, live, nodes, notify, registries, suggest, usage, v1};
+use super::{
+    arrays, budgets, cluster, health, jobs, live, nodes, notify, registries, suggest, usage, v1,
+};
 use crate::model::spec::{RawCommand, RawJobSpec};
 use crate::model::{
     AssignedGpu, AuditEntry, AuditKind, CreatedToken, GpuHolder, GpuList, GpuState, GpuView,
