@@ -387,9 +387,7 @@ pub async fn read_state(
     let mut caps = Caps::read(tx, &policy, &cfg.cpu_node).await?;
     let images = ImageGate::read(tx, &rows, policy.pull, &cfg.cpu_node).await?;
     let mut gates = Gates::read(tx).await?;
-    let over = budgets::over(&mut **tx, now)
-        .await
-        .context("reading budgets")?;
+    let over = budgets::over(tx, now).await.context("reading budgets")?;
     let cards = rows.iter().map(to_planner_card).collect();
     let to_job = |q: &QueueRow| QueuedJob {
         id: q.id,

@@ -79,9 +79,8 @@ async fn used(
     let mut per_period: HashMap<BudgetPeriod, HashMap<Uuid, f64>> = HashMap::new();
     for d in &defined {
         let p = d.budget.period;
-        if !per_period.contains_key(&p) {
-            let hours = gpu_hours::since(&mut *conn, p.start_of(now), now).await?;
-            per_period.insert(p, hours);
+        if let std::collections::hash_map::Entry::Vacant(slot) = per_period.entry(p) {
+            slot.insert(gpu_hours::since(&mut *conn, p.start_of(now), now).await?);
         }
     }
     Ok(defined
