@@ -2,6 +2,7 @@
 //! service functions as the REST API, and maps errors to [`crate::model::AppError`].
 
 pub mod admin;
+pub mod budgets;
 #[cfg(feature = "ssr")]
 pub mod context;
 pub mod jobs;
@@ -12,6 +13,7 @@ pub mod suggest;
 pub mod usage;
 
 pub use admin::*;
+pub use budgets::*;
 pub use jobs::*;
 pub use notify::*;
 pub use registries::*;

@@ -3,8 +3,8 @@
 
 use super::gate::SignedIn;
 use super::widgets::{number_input, text_area, text_input};
-use crate::api::{get_manifest, PreviewJob, SubmitJob};
-use crate::model::{AppError, ManifestView, Preview};
+use crate::api::{get_manifest, my_budget, PreviewJob, SubmitJob};
+use crate::model::{AppError, BudgetUse, ManifestView, Preview};
 use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::use_navigate;
@@ -17,9 +17,10 @@ use leptos_router::hooks::use_navigate;
 #[component]
 pub fn SubmitPage() -> impl IntoView {
     let manifest = Resource::new(|| (), |_| get_manifest());
+    let budget = Resource::new(|| (), |_| my_budget());
     view! {
         <Title text="Submit · gpuq" />
-        <SignedIn page=move |_| view! { <SubmitForm manifest /> } />
+        <SignedIn page=move |_| view! { <SubmitForm manifest budget /> } />
     }
 }
 
@@ -124,6 +125,14 @@ fn spec_json(t: &FormText) -> String {
     serde_json::Value::Object(spec).to_string()
 }
 
+/// `text` with its first letter in capitals (a budget's line opens a paragraph).
+fn capitalized(text: &str) -> String {
+    let mut c = text.chars();
+    c.next()
+        .map(|f| f.to_uppercase().chain(c).collect())
+        .unwrap_or_default()
+}
+
 /// A whole number as a JSON number; anything else as the text itself.
 fn number_or_text(s: &str) -> serde_json::Value {
     s.parse::<i64>()
@@ -181,7 +190,10 @@ fn shown_by_a_field(field: &str) -> bool {
 }
 
 #[component]
-fn SubmitForm(manifest: Resource<Result<ManifestView, AppError>>) -> impl IntoView {
+fn SubmitForm(
+    manifest: Resource<Result<ManifestView, AppError>>,
+    budget: Resource<Result<Vec<BudgetUse>, AppError>>,
+) -> impl IntoView {
     let f = Fields::new();
     let preview = ServerAction::<PreviewJob>::new();
     let submit = ServerAction::<SubmitJob>::new();
@@ -238,6 +250,18 @@ fn SubmitForm(manifest: Resource<Result<ManifestView, AppError>>) -> impl IntoVi
     view! {
         <section class="card">
             <h1>"Submit a job"</h1>
+            <Transition fallback=|| ()>
+                {move || Suspend::new(async move {
+                    let lines = budget.await.unwrap_or_default();
+                    lines
+                        .into_iter()
+                        .map(|u| {
+                            let class = if u.exhausted { "budget used-up" } else { "budget" };
+                            view! { <p class=class>{capitalized(&u.line())}</p> }
+                        })
+                        .collect_view()
+                })}
+            </Transition>
             <form on:submit=on_submit on:change=on_change>
                 {text_input("image", "Image", "registry/name:tag", f.image)}
                 {field_error(&["image"])}

@@ -264,6 +264,12 @@ impl ApiClient {
         self.send(req, true).await
     }
 
+    /// `GET /api/v1/me/budget`: the caller's own budgets.
+    pub async fn my_budget(&self) -> Result<Value> {
+        let req = self.request(Method::GET, "/api/v1/me/budget");
+        self.send(req, true).await
+    }
+
     /// `GET /api/v1/nodes`.
     pub async fn nodes(&self) -> Result<Value> {
         let req = self.request(Method::GET, "/api/v1/nodes");

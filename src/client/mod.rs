@@ -71,6 +71,8 @@ pub enum ClientCommand {
     Gpus(GpusArgs),
     /// The manifest (`gpuq manifest suggest`: what finished jobs used, and suggested needs)
     Manifest(ManifestArgs),
+    /// Your budgets: GPU-hours used this week or month, what is left, when each resets
+    Budget(NodesArgs),
     /// List the nodes: state (up, drained, lost), heartbeat age, version, cards, running jobs
     Nodes(NodesArgs),
     /// Drain, undrain or forget a node (admins)
@@ -486,6 +488,14 @@ pub async fn run(cmd: ClientCommand, conn: ConnArgs) -> Result<()> {
                 pretty(&answer)?
             } else {
                 render::suggestions_table(&typed(answer)?)
+            }
+        }
+        ClientCommand::Budget(args) => {
+            let answer = api.my_budget().await?;
+            if args.json {
+                pretty(&answer)?
+            } else {
+                render::budget_lines(&typed::<Vec<crate::model::BudgetUse>>(answer)?)
             }
         }
         ClientCommand::Nodes(args) => {

@@ -527,3 +527,11 @@ pub fn array_summary(a: &crate::model::batch::ArrayView) -> String {
         counts.join(", ")
     )
 }
+
+/// `gpuq budget`: one line per budget that applies to the caller, or a line saying there is none.
+pub fn budget_lines(budgets: &[crate::model::BudgetUse]) -> String {
+    if budgets.is_empty() {
+        return "no budget applies to you\n".into();
+    }
+    budgets.iter().map(|u| format!("{}\n", u.line())).collect()
+}

@@ -3,6 +3,7 @@
 mod admin;
 pub mod batch;
 mod budget;
+mod budget_use;
 mod dashboard;
 mod error;
 mod events;
@@ -27,6 +28,7 @@ pub use budget::{
     check_team_name, check_weight, Budget, BudgetKind, BudgetPeriod, DEFAULT_TEAM,
     MAX_BUDGET_GPU_HOURS, MAX_WEIGHT,
 };
+pub use budget_use::{used_up as budget_used_up, BudgetScope, BudgetUse};
 pub use dashboard::{DashboardView, JobDetail, JobEventView, Preview};
 pub use error::{AppError, LINK_TEXT};
 pub use events::{AuditKind, JobChange, JobEventKind, LiveEvent};

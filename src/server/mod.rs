@@ -20,6 +20,7 @@ pub mod admin;
 pub mod admission;
 pub mod auth;
 pub mod bench;
+pub mod budgets;
 pub mod cards;
 pub mod cli;
 pub mod commands;

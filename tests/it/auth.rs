@@ -429,6 +429,7 @@ async fn the_openapi_document_describes_every_route(pool: PgPool) {
         ("get", "/api/v1/me/notifications"),
         ("put", "/api/v1/me/notifications"),
         ("get", "/api/v1/me/notifications/deliveries"),
+        ("get", "/api/v1/me/budget"),
         ("get", "/api/v1/jobs/{id}/events"),
         ("get", "/api/v1/arrays/{id}"),
         ("post", "/api/v1/arrays/{id}/cancel"),
@@ -625,6 +626,7 @@ async fn every_route_allows_exactly_the_roles_it_should(pool: PgPool) {
         ),
         ("DELETE", "/api/v1/registries/r.example".into(), None, ADMIN),
         ("GET", "/api/v1/me/notifications".into(), None, ALL),
+        ("GET", "/api/v1/me/budget".into(), None, ALL),
         (
             "PUT",
             "/api/v1/me/notifications".into(),

@@ -9,6 +9,7 @@ mod admission;
 mod arrays;
 mod attacks;
 mod auth;
+mod budgets;
 mod cards;
 mod cli;
 mod cluster;

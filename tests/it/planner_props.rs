@@ -79,6 +79,7 @@ fn arb_input() -> impl Strategy<Value = PlanInput> {
                         id: Uuid::from_u128(0x10B0 + i as u128),
                         seq,
                         priority,
+                        past_soft_budget: false,
                         gpu_count,
                         need,
                         exclusive,
@@ -332,11 +333,12 @@ fn check_plan(inp: &PlanInput, p: &Plan) -> Result<(), TestCaseError> {
                 | WaitReason::ImageUnavailable { .. }
                 | WaitReason::Dependency { .. }
                 | WaitReason::ArrayLimit { .. }
-                | WaitReason::DependencyBroken { .. } => {
+                | WaitReason::DependencyBroken { .. }
+                | WaitReason::BudgetExhausted { .. } => {
                     prop_assert!(
                         false,
-                        "caps, holds, images, dependencies and array limits are applied before \
-                         planning, never by the planner"
+                        "caps, holds, images, dependencies, array limits and budgets are applied \
+                         before planning, never by the planner"
                     )
                 }
             }
@@ -426,6 +428,7 @@ fn simulate(
                 id: Uuid::from_u128(1_000 + next as u128),
                 seq: 1 + next as i64,
                 priority: big.priority - (next % 2) as i32,
+                past_soft_budget: false,
                 gpu_count: 1,
                 need: Need::Fixed(need),
                 exclusive: false,
@@ -508,6 +511,7 @@ proptest! {
             id: Uuid::from_u128(1),
             seq: 0,
             priority: 1,
+            past_soft_budget: false,
             gpu_count: (g_pick % max_node) as u32 + 1,
             need: Need::Fixed(total * frac / 100),
             exclusive: false,
@@ -537,6 +541,7 @@ fn without_the_guard_the_big_job_starves() {
         id: Uuid::from_u128(1),
         seq: 0,
         priority: 1,
+        past_soft_budget: false,
         gpu_count: 1,
         need: Need::Fixed(20_000),
         exclusive: false,

@@ -165,6 +165,7 @@ async fn every_server_function_allows_exactly_the_roles_it_should(pool: PgPool) 
             ALL,
         ),
         ("my_deliveries", form(""), ALL),
+        ("my_budget", form(""), ALL),
         ("registries", form(""), ADMIN),
         (
             "set_registry",

@@ -11,7 +11,7 @@ use super::planner::{self, Card, Need, Plan, PlanInput, QueuedJob, WaitReason, W
 use crate::model::{LaunchPolicy, LiveEvent, QUEUE_ORDER_SQL};
 use crate::server::db::gpus::GpuRow;
 use crate::server::db::{events, gpus, jobs, lifecycle, manifest, nodes, settings};
-use crate::server::metrics;
+use crate::server::{budgets, metrics};
 use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
 use serde_json::json;
@@ -387,11 +387,13 @@ pub async fn read_state(
     let mut caps = Caps::read(tx, &policy, &cfg.cpu_node).await?;
     let images = ImageGate::read(tx, &rows, policy.pull, &cfg.cpu_node).await?;
     let mut gates = Gates::read(tx).await?;
+    let over = budgets::over(tx, now).await.context("reading budgets")?;
     let cards = rows.iter().map(to_planner_card).collect();
     let to_job = |q: &QueueRow| QueuedJob {
         id: q.id,
         seq: q.seq,
         priority: q.priority,
+        past_soft_budget: over.soft.contains(&q.owner_id),
         gpu_count: q.gpu_count as u32,
         need: match (&q.workload, q.min_vram_mib) {
             (Some(w), _) => Need::PerModel(manifest.needs.get(w).cloned().unwrap_or_default()),
@@ -418,6 +420,12 @@ pub async fn read_state(
                 capped.push((to_job(q), WaitReason::DependencyBroken { reason: why }));
                 continue;
             }
+        }
+        // A used-up hard budget next: whatever its priority, array or dependencies, the job
+        // waits, takes no place and pulls nothing until the budget resets or is raised.
+        if let Some(used) = over.holds(q.owner_id, q.gpu_count) {
+            capped.push((to_job(q), WaitReason::budget_exhausted(used)));
+            continue;
         }
         // The image first: a job waiting for its image takes no place under its owner's caps.
         let nodes = match images.gate(&q.image, q.gpu_count, q.created_at) {

@@ -9,7 +9,7 @@
 //! never removed), so a job "shape" that failed once fails for every later job
 //! in the pass. The pass caches those failures, which keeps long queues cheap.
 
-use crate::model::{queue_key, QueueKey};
+use crate::model::queue_key;
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 
@@ -77,6 +77,9 @@ pub struct QueuedJob {
     pub seq: i64,
     /// Higher priorities are considered first.
     pub priority: i32,
+    /// Its owner is past a soft budget: it goes after every other job of its priority.
+    #[serde(default)]
+    pub past_soft_budget: bool,
     /// Number of distinct cards, all on one node (>= 1; jobs needing no GPU
     /// never reach the planner and are admitted with no cards if they do).
     pub gpu_count: u32,
@@ -140,6 +143,16 @@ pub struct Waiting {
     pub job_id: Uuid,
     /// Why it waits; `message()` renders it for humans.
     pub reason: WaitReason,
+}
+
+/// The planner's queue order: priority (highest first), then the jobs of owners past a soft
+/// budget after the others, then submit order.
+pub type OrderKey = (std::cmp::Reverse<i32>, bool, i64);
+
+/// A job's place in the planner's queue order (see [`OrderKey`]).
+pub fn order_key(job: &QueuedJob) -> OrderKey {
+    let (priority, seq) = queue_key(job.priority, job.seq);
+    (priority, job.past_soft_budget, seq)
 }
 
 /// Deterministic, fast hasher for shape keys (only looked up, never iterated).
@@ -249,7 +262,7 @@ pub fn plan(input: &PlanInput) -> Plan {
 
     // Resolve shapes in input order (sequential memory), then sort compact
     // keys rather than chasing job structs from the comparator.
-    let mut order: Vec<(QueueKey, Uuid, usize, usize)> = Vec::with_capacity(q.len());
+    let mut order: Vec<(OrderKey, Uuid, usize, usize)> = Vec::with_capacity(q.len());
     for (qi, job) in q.iter().enumerate() {
         pass.shape_key(job, &mut key);
         // Jobs allowed on different nodes are different shapes: one failing says nothing of
@@ -267,7 +280,7 @@ pub fn plan(input: &PlanInput) -> Plan {
                 shapes.len() - 1
             }
         };
-        order.push((queue_key(job.priority, job.seq), job.id, qi, si));
+        order.push((order_key(job), job.id, qi, si));
     }
     order.sort_unstable();
 

@@ -19,8 +19,9 @@ const RUNNING: &str = "\
 
 /// GPU-hours charged to each user from `from` (a UTC midnight: budgets' periods start at one) to
 /// `now`: ended runs from the day buckets, running jobs up to `now`. Users with none are absent.
-pub async fn since(
-    pool: &sqlx::PgPool,
+/// `db`: a pool, or the connection of a transaction (the admission pass reads it in its own).
+pub async fn since<'e>(
+    db: impl sqlx::PgExecutor<'e>,
     from: DateTime<Utc>,
     now: DateTime<Utc>,
 ) -> sqlx::Result<HashMap<Uuid, f64>> {
@@ -35,7 +36,7 @@ pub async fn since(
     ))
     .bind(now)
     .bind(from)
-    .fetch_all(pool)
+    .fetch_all(db)
     .await?;
     Ok(rows.into_iter().collect())
 }

@@ -1,5 +1,6 @@
 //! The database: connection (external URL or embedded cluster), migrations, repositories.
 
+pub mod budgets;
 pub mod embedded;
 pub mod events;
 pub mod gpu_hours;

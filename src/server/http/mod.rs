@@ -2,6 +2,7 @@
 
 mod arrays;
 mod assets;
+mod budgets;
 mod caller;
 mod client;
 mod cluster;
@@ -145,7 +146,8 @@ pub fn app(state: AppState, opts: HttpOptions) -> Router {
                 .merge(registries::router())
                 .merge(notify::router())
                 .merge(arrays::router())
-                .merge(teams::router()),
+                .merge(teams::router())
+                .merge(budgets::router()),
         )
         .merge(peer::router())
         .merge(pages)

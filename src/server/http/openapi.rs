@@ -3,7 +3,8 @@
 
 use super::error::ErrorBody;
 use super::{
-    arrays, cluster, health, jobs, live, nodes, notify, registries, suggest, teams, usage, v1,
+    arrays, budgets, cluster, health, jobs, live, nodes, notify, registries, suggest, teams, usage,
+    v1,
 };
 use crate::model::spec::{RawCommand, RawJobSpec};
 use crate::model::{
@@ -42,6 +43,7 @@ use utoipa::{Modify, OpenApi};
         openapi_json,
         registries::list_registries, registries::put_registry, registries::delete_registry,
         teams::list_teams, teams::create_team, teams::update_team,
+        budgets::mine,
     ),
     components(schemas(
         ErrorBody, Role, UserView, TokenView, CreatedToken, v1::TokenRequest, v1::NewUser, v1::UserPatch, v1::PasswordChange,
@@ -61,6 +63,7 @@ use utoipa::{Modify, OpenApi};
         crate::model::JobEventView, crate::model::JobEventKind,
         crate::model::batch::ArrayView, crate::model::batch::ArrayAck, crate::model::batch::ArraySummary,
         crate::model::TeamView, crate::model::NewTeam, crate::model::TeamPatch, crate::model::Budget,
+        crate::model::BudgetUse, crate::model::BudgetScope,
         crate::model::BudgetPeriod, crate::model::BudgetKind,
     )),
     modifiers(&BearerAuth)

@@ -292,6 +292,7 @@ pub async fn preview(ctx: &Ctx, user: &CurrentUser, body: &str) -> Result<Previe
         id,
         seq: i64::MAX,
         priority: spec.priority(),
+        past_soft_budget: false,
         gpu_count: spec.gpu_count(),
         need,
         exclusive: spec.exclusive(),

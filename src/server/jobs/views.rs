@@ -1,7 +1,7 @@
 //! The read side: jobs as views, with queue positions and plain-words wait reasons computed by a
 //! dry run of the planner over the current state.
 
-use crate::model::{queue_key, AppError, JobPage, JobStatus, JobView, Role};
+use crate::model::{AppError, JobPage, JobStatus, JobView, Role};
 use crate::server::admission::{estimate, pass};
 use crate::server::auth::CurrentUser;
 use crate::server::db::jobs::{self, GrantRow, JobFilter, JobSort, ListRow, ListViewer};
@@ -200,18 +200,24 @@ async fn wait_info(ctx: &Ctx) -> Result<HashMap<Uuid, (i64, String)>, AppError> 
     let admitted: std::collections::HashSet<Uuid> =
         plan.admitted.iter().map(|p| p.job_id).collect();
     let mut queue: Vec<_> = st.queued().cloned().collect();
-    queue.sort_by_key(|q| queue_key(q.priority, q.seq));
+    queue.sort_by_key(crate::server::admission::planner::order_key);
     Ok(queue
         .iter()
         .enumerate()
         .map(|(i, q)| {
-            let reason = reasons.get(&q.id).cloned().unwrap_or_else(|| {
+            let mut reason = reasons.get(&q.id).cloned().unwrap_or_else(|| {
                 if admitted.contains(&q.id) {
                     "fits now; the next admission pass starts it".to_owned()
                 } else {
                     "waiting for the next admission pass".to_owned()
                 }
             });
+            if q.past_soft_budget {
+                reason.push_str(
+                    "; it goes after the other jobs of its priority: its owner is past a soft \
+                     budget (see GET /api/v1/me/budget)",
+                );
+            }
             (q.id, (i as i64 + 1, reason))
         })
         .collect())

@@ -149,7 +149,11 @@ async fn snapshot(
     let capped = state.capped.iter().map(|(j, reason)| {
         use crate::server::admission::planner::WaitReason as W;
         let held = match reason {
-            W::OwnerDisabled | W::ImageUnavailable { .. } => Some(reason.message()),
+            // A used-up budget: nothing starts it before the reset its words name (or an admin
+            // raises it), so no earlier start is promised.
+            W::OwnerDisabled | W::ImageUnavailable { .. } | W::BudgetExhausted { .. } => {
+                Some(reason.message())
+            }
             // The next pass cancels it (its dependency can no longer hold).
             W::DependencyBroken { reason } => Some(format!("it will be cancelled: {reason}")),
             // Caps are applied again at every step; an image being pulled is assumed there soon.

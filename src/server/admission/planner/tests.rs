@@ -22,6 +22,7 @@ fn job(n: u128, need: Need, gpu_count: u32) -> QueuedJob {
         id: Uuid::from_u128(n),
         seq: n as i64,
         priority: 0,
+        past_soft_budget: false,
         gpu_count,
         need,
         exclusive: false,
@@ -339,4 +340,29 @@ fn a_pull_in_progress_reads_in_gigabytes() {
         r.message(),
         "pulling image r.example/x:1 on node gpu1: 3.2 of 9.8 GB"
     );
+}
+
+#[test]
+fn a_soft_budgets_owner_goes_after_the_rest_of_its_priority_only() {
+    let one = || vec![card("a", 0, RTX, 24_576)];
+    // Job 1 came first, but its owner is past a soft budget: job 2 of the same priority takes
+    // the card.
+    let past = QueuedJob {
+        past_soft_budget: true,
+        ..job(1, Need::Fixed(20_000), 1)
+    };
+    let p = plan(&input(
+        one(),
+        vec![past.clone(), job(2, Need::Fixed(20_000), 1)],
+    ));
+    assert_eq!(granted(&p, 2).len(), 1);
+    assert!(granted(&p, 1).is_empty());
+    // A lower priority still goes after it.
+    let low = QueuedJob {
+        priority: -1,
+        ..job(3, Need::Fixed(20_000), 1)
+    };
+    let p = plan(&input(one(), vec![low, past]));
+    assert_eq!(granted(&p, 1).len(), 1);
+    assert!(granted(&p, 3).is_empty());
 }

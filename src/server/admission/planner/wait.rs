@@ -1,5 +1,7 @@
 //! Why a job waits, as data for the API and as words for its owner.
 
+use crate::model::{budget_used_up, Budget, BudgetScope, BudgetUse};
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -39,7 +41,7 @@ pub struct NeedRange {
 
 /// Structured reason a job was not admitted; stable enough to store and
 /// to branch on, with `message()` for humans.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum WaitReason {
     /// No online card is of a model the job's workload can run on.
@@ -125,7 +127,25 @@ pub enum WaitReason {
         /// Why, naming the parent and how it ended.
         reason: String,
     },
+    /// Its owner is past a hard budget (their own or their team's): it waits until the period
+    /// resets or an admin raises the budget.
+    BudgetExhausted {
+        /// A team's budget or the owner's own.
+        scope: BudgetScope,
+        /// The team's name or the owner's.
+        name: String,
+        /// The budget.
+        budget: Budget,
+        /// GPU-hours used this period.
+        used_gpu_hours: f64,
+        /// When the period ends and the budget starts again.
+        resets_at: DateTime<Utc>,
+    },
 }
+
+// The GPU-hours in `BudgetExhausted` are finite (read from Postgres sums and checked budgets), so
+// equality is total.
+impl Eq for WaitReason {}
 
 impl WaitReason {
     /// Plain words for the job's owner (CLI, web UI, notifications).
@@ -230,6 +250,24 @@ impl WaitReason {
                 "its array already has {limit} jobs admitted or running, its running limit (%{limit})"
             ),
             WaitReason::DependencyBroken { reason } => reason.clone(),
+            WaitReason::BudgetExhausted {
+                scope,
+                name,
+                budget,
+                used_gpu_hours,
+                resets_at,
+            } => budget_used_up(*scope, name, *budget, *used_gpu_hours, *resets_at),
+        }
+    }
+
+    /// The reason of a job held by the used-up hard budget `u`.
+    pub fn budget_exhausted(u: &BudgetUse) -> WaitReason {
+        WaitReason::BudgetExhausted {
+            scope: u.scope,
+            name: u.name.clone(),
+            budget: u.budget,
+            used_gpu_hours: u.used_gpu_hours,
+            resets_at: u.resets_at,
         }
     }
 
