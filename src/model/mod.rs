@@ -6,6 +6,7 @@ mod budget;
 mod dashboard;
 mod error;
 mod events;
+mod fairness;
 mod gpu;
 pub mod image_ref;
 mod job;
@@ -29,6 +30,7 @@ pub use budget::{
 pub use dashboard::{DashboardView, JobDetail, JobEventView, Preview};
 pub use error::{AppError, LINK_TEXT};
 pub use events::{AuditKind, JobChange, JobEventKind, LiveEvent};
+pub use fairness::{FairShareReport, FairShareRow};
 pub use gpu::{
     gpu_id, human_duration, parse_gpu_id, GpuHolder, GpuList, GpuState, GpuView, ManifestView,
     SkippedGpuView, WorkloadView,
@@ -37,6 +39,7 @@ pub use job::{
     queue_key, AssignedGpu, JobAck, JobPage, JobStatus, JobView, QueueKey, StopCause,
     QUEUE_ORDER_SQL,
 };
+pub use job::{Standing, SUBMIT_ORDER_SQL};
 pub use node::{NodeState, NodeView, NODE_LOST_REASON};
 pub use notify::{
     DeliveryState, DeliveryView, NotificationSettings, NotificationsPut, NotifyEvent,

@@ -9,7 +9,7 @@
 //! never removed), so a job "shape" that failed once fails for every later job
 //! in the pass. The pass caches those failures, which keeps long queues cheap.
 
-use crate::model::{queue_key, QueueKey};
+use crate::model::{queue_key, QueueKey, Standing};
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 
@@ -77,6 +77,9 @@ pub struct QueuedJob {
     pub seq: i64,
     /// Higher priorities are considered first.
     pub priority: i32,
+    /// Its owner's fair-share standing: among equal priorities, lower goes first (before `seq`).
+    #[serde(default)]
+    pub standing: Standing,
     /// Number of distinct cards, all on one node (>= 1; jobs needing no GPU
     /// never reach the planner and are admitted with no cards if they do).
     pub gpu_count: u32,
@@ -89,6 +92,13 @@ pub struct QueuedJob {
     /// The only nodes it may be placed on (those that have its image); `None`: any node.
     #[serde(default)]
     pub nodes: Option<Vec<String>>,
+}
+
+impl QueuedJob {
+    /// Its place in the queue order ([`queue_key`]: priority, its owner's standing, submit order).
+    pub fn queue_key(&self) -> QueueKey {
+        queue_key(self.priority, self.standing, self.seq)
+    }
 }
 
 /// Everything one pass depends on; nothing else is consulted.
@@ -237,7 +247,8 @@ fn free_of(total: i64, headroom: i64, reserved: i64, external: i64) -> i64 {
         .max(0)
 }
 
-/// Plans one admission pass: highest priority first, best fit, skip-and-continue,
+/// Plans one admission pass: in queue order (priority, then the owner's fair-share standing, then
+/// submit order), best fit, skip-and-continue,
 /// with starving jobs holding cards against later jobs. Pure and deterministic.
 pub fn plan(input: &PlanInput) -> Plan {
     let q = &input.queue;
@@ -267,7 +278,7 @@ pub fn plan(input: &PlanInput) -> Plan {
                 shapes.len() - 1
             }
         };
-        order.push((queue_key(job.priority, job.seq), job.id, qi, si));
+        order.push((job.queue_key(), job.id, qi, si));
     }
     order.sort_unstable();
 

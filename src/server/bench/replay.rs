@@ -182,6 +182,7 @@ impl Replay {
                 id,
                 seq: self.next as i64,
                 priority,
+                standing: crate::model::Standing::EVEN,
                 gpu_count: k.gpus,
                 need: Need::PerModel(k.needs.iter().map(|(m, v)| (m.to_string(), *v)).collect()),
                 exclusive: false,

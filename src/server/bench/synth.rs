@@ -149,6 +149,7 @@ pub(super) fn queued(specs: &[JobSpec]) -> Vec<QueuedJob> {
             id: Uuid::from_u128(0x1000_0000 + i as u128),
             seq: i as i64,
             priority: s.priority,
+            standing: crate::model::Standing::EVEN,
             gpu_count: s.gpu_count,
             need: match s.workload.and_then(|w| needs.get(w)) {
                 Some(need) => need.clone(),

@@ -2,6 +2,7 @@
 //! types, served at `GET /api/v1/openapi.json`.
 
 use super::error::ErrorBody;
+use super::fair_share;
 use super::{arrays, cluster, health, jobs, live, nodes, notify, registries, suggest, usage, v1};
 use crate::model::spec::{RawCommand, RawJobSpec};
 use crate::model::{
@@ -35,6 +36,7 @@ use utoipa::{Modify, OpenApi};
         cluster::get_policy, cluster::put_policy,
         nodes::list_nodes, nodes::patch_node, nodes::forget_node,
         usage::report, usage::samples_csv, usage::jobs_csv,
+        fair_share::report,
         live::events,
         notify::get_settings, notify::put_settings, notify::deliveries,
         openapi_json,
@@ -57,6 +59,8 @@ use utoipa::{Modify, OpenApi};
         crate::model::WebhookFormat, crate::model::DeliveryState,
         crate::model::JobEventView, crate::model::JobEventKind,
         crate::model::batch::ArrayView, crate::model::batch::ArrayAck, crate::model::batch::ArraySummary,
+        crate::model::FairShareReport, crate::model::FairShareRow, crate::model::Budget,
+        crate::model::BudgetPeriod, crate::model::BudgetKind,
     )),
     modifiers(&BearerAuth)
 )]

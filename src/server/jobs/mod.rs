@@ -292,6 +292,7 @@ pub async fn preview(ctx: &Ctx, user: &CurrentUser, body: &str) -> Result<Previe
         id,
         seq: i64::MAX,
         priority: spec.priority(),
+        standing: st.standings.of(user.id),
         gpu_count: spec.gpu_count(),
         need,
         exclusive: spec.exclusive(),

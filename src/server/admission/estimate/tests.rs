@@ -50,6 +50,7 @@ fn snapshot(ran_min: i64, runs: &[i64]) -> Snapshot {
                 id: Uuid::from_u128(2),
                 seq: 2,
                 priority: 0,
+                standing: crate::model::Standing::EVEN,
                 gpu_count: 1,
                 need: Need::Fixed(10_000),
                 exclusive: false,

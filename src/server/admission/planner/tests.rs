@@ -22,6 +22,7 @@ fn job(n: u128, need: Need, gpu_count: u32) -> QueuedJob {
         id: Uuid::from_u128(n),
         seq: n as i64,
         priority: 0,
+        standing: crate::model::Standing::EVEN,
         gpu_count,
         need,
         exclusive: false,
