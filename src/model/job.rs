@@ -87,8 +87,7 @@ impl StopCause {
 
 /// The queue order, defined once: higher priority first, then the owner's fair-share standing
 /// (their decayed GPU-hours over their owed share, lower first; the same for everyone with the
-/// launch policy's `fair_share` off; 0 for a job waiting past the starvation limit), then submit
-/// order. SQL orders by this over the `jobs` columns and a `standing` column the query supplies
+/// launch policy's `fair_share` off), then submit order. SQL orders by this over the `jobs` columns and a `standing` column the query supplies
 /// (`server::db::jobs::list`); Rust code orders by [`queue_key`]; a test checks that both agree.
 pub const QUEUE_ORDER_SQL: &str = "priority DESC, standing ASC, seq ASC";
 

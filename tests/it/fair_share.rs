@@ -253,13 +253,12 @@ async fn old_use_counts_less_than_recent_use(pool: PgPool) {
 
 #[sqlx::test(migrations = false)]
 async fn the_starvation_guard_still_holds_an_old_jobs_cards(pool: PgPool) {
-    // Alice (heavy use) waits for the whole card past the starvation limit (the tests' 1 h) while
-    // a job of carol's holds part of it; bob's small job, submitted later by a user with less
-    // use, would fit beside carol's, but alice's starving job holds the card against it.
+    // Bob (less use) waits for the whole card past the starvation limit (the tests' 1 h) while a
+    // job of carol's holds part of it; alice's small job, after his in the order, would fit beside
+    // carol's, but bob's starving job holds the card against it.
     let f = setup(pool).await;
     let carol = f.app.bearer("carol", Role::Member).await;
     used(&f.app.pool, "alice", 50.0, 1.0).await;
-    // Bob has some use too, so a starving job stands before him by its standing, not its seq.
     used(&f.app.pool, "bob", 5.0, 1.0).await;
     let c1 = f
         .app
@@ -267,30 +266,31 @@ async fn the_starvation_guard_still_holds_an_old_jobs_cards(pool: PgPool) {
         .await;
     f.app.pass().await;
     assert_eq!(status(&f.app, &f.admin, c1).await, "admitted");
-    let a1 = f.app.submit_ok(&f.alice, big(json!({}))).await;
-    sqlx::query("UPDATE jobs SET created_at = now() - interval '2 hours' WHERE id = $1")
-        .bind(a1)
-        .execute(&f.app.pool)
-        .await
-        .unwrap();
-    let b1 = f
+    let a1 = f
         .app
-        .submit_ok(&f.bob, big(json!({ "min_vram_mb": 4000 })))
+        .submit_ok(&f.alice, big(json!({ "min_vram_mb": 4000 })))
         .await;
+    let b1 = f.app.submit_ok(&f.bob, big(json!({}))).await;
+    sqlx::query("UPDATE jobs SET created_at = now() - interval '2 hours' WHERE id = $1")
+        .bind(b1)
+        .execute(&f.app.pool)
+        .await
+        .unwrap();
+    assert_eq!(ids(&queue(&f.app, &f.admin).await), vec![b1, a1]);
     f.app.pass().await;
-    assert_eq!(status(&f.app, &f.admin, b1).await, "queued");
-    assert_eq!(ids(&queue(&f.app, &f.admin).await), vec![a1, b1]);
-    let why = f.app.job(&f.bob, b1).await["wait_reason"].clone();
+    assert_eq!(status(&f.app, &f.admin, a1).await, "queued");
+    let why = f.app.job(&f.alice, a1).await["wait_reason"].clone();
     assert!(why.as_str().unwrap().contains("held for an older"), "{why}");
+    assert!(why.as_str().unwrap().starts_with("behind 1 job"), "{why}");
 
-    // The same queue without the age: bob's job goes first and fits beside carol's.
+    // The same queue without the age: bob's job is skipped and alice's fits beside carol's.
     sqlx::query("UPDATE jobs SET created_at = now() WHERE id = $1")
-        .bind(a1)
+        .bind(b1)
         .execute(&f.app.pool)
         .await
         .unwrap();
     f.app.pass().await;
-    assert_eq!(status(&f.app, &f.admin, b1).await, "admitted");
+    assert_eq!(status(&f.app, &f.admin, a1).await, "admitted");
 }
 
 #[sqlx::test(migrations = false)]

@@ -397,14 +397,7 @@ pub async fn read_state(
     let standings = fairness::read_standings(&mut **tx, &policy, &active, now)
         .await
         .context("reading fair-share standings")?;
-    let (now_ms, starve_ms) = (
-        now.timestamp_millis(),
-        cfg.starvation_after.as_millis() as i64,
-    );
-    let standing_of = |q: &QueueRow| {
-        let waited = now_ms.saturating_sub(q.created_at.timestamp_millis());
-        fairness::job_standing(standings.of(q.owner_id), waited, starve_ms)
-    };
+    let standing_of = |q: &QueueRow| standings.of(q.owner_id);
     // The queue order (caps, gates and the planner all take jobs in it), sorted here once.
     rows_q.sort_unstable_by_key(|q| queue_key(q.priority, standing_of(q), q.seq));
     let images = ImageGate::read(tx, &rows, policy.pull, &cfg.cpu_node).await?;

@@ -114,8 +114,6 @@ pub struct QueueStandings {
     pub owners: Vec<Uuid>,
     /// Their standings, in the same order (an owner absent stands at 0).
     pub values: Vec<f64>,
-    /// Jobs queued before this have waited past the starvation limit: they stand at 0.
-    pub starving_before: chrono::DateTime<chrono::Utc>,
 }
 
 /// How a list of jobs is ordered.
@@ -198,16 +196,14 @@ pub async fn list(db: &mut sqlx::PgConnection, f: &JobFilter) -> sqlx::Result<(V
     push_sees(&mut q, v.id, v.all_details);
     q.push(" THEN j.spec -> 'volumes' END AS volumes, CASE WHEN ");
     push_sees(&mut q, v.id, v.all_env);
-    q.push(" THEN j.spec -> 'env' END AS env, CASE WHEN j.created_at < ")
-        .push_bind(f.standings.starving_before)
-        .push(
-            " THEN 0 ELSE coalesce(fs.standing, 0) END AS standing \
-             FROM jobs j JOIN users u ON u.id = j.owner_id LEFT JOIN unnest(",
-        )
-        .push_bind(f.standings.owners.clone())
-        .push("::uuid[], ")
-        .push_bind(f.standings.values.clone())
-        .push("::float8[]) AS fs(owner_id, standing) ON fs.owner_id = j.owner_id");
+    q.push(
+        " THEN j.spec -> 'env' END AS env, coalesce(fs.standing, 0) AS standing \
+         FROM jobs j JOIN users u ON u.id = j.owner_id LEFT JOIN unnest(",
+    )
+    .push_bind(f.standings.owners.clone())
+    .push("::uuid[], ")
+    .push_bind(f.standings.values.clone())
+    .push("::float8[]) AS fs(owner_id, standing) ON fs.owner_id = j.owner_id");
     push_where(&mut q, f);
     q.push(" ORDER BY ")
         .push(f.sort.order_by())

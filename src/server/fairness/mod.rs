@@ -180,18 +180,6 @@ pub fn standings(
     Standings { by_owner }
 }
 
-/// The standing a queued job sorts by: its owner's, until it has waited past the starvation limit
-/// (`waited_ms` > `starvation_after_ms`); from then on [`Standing::EVEN`], so that among its
-/// priority only older starving jobs go before it, and the starvation guard holds its cards
-/// against every job fair share would otherwise put ahead of it.
-pub fn job_standing(owner: Standing, waited_ms: i64, starvation_after_ms: i64) -> Standing {
-    if waited_ms > starvation_after_ms {
-        Standing::EVEN
-    } else {
-        owner
-    }
-}
-
 /// Owners' standings as one pass computed them; [`Standing::EVEN`] for anyone absent (and for
 /// everyone with fair share off).
 #[derive(Debug, Clone, Default)]
@@ -210,15 +198,10 @@ impl Standings {
         self.by_owner.get(&owner).copied().unwrap_or(Standing::EVEN)
     }
 
-    /// The standings as SQL's [`crate::model::QUEUE_ORDER_SQL`] reads them (`db::jobs::list`):
-    /// owners and figures, jobs queued before `starving_before` standing even ([`job_standing`]).
-    pub fn columns(&self, starving_before: DateTime<Utc>) -> QueueStandings {
+    /// The standings as SQL's [`crate::model::QUEUE_ORDER_SQL`] reads them (`db::jobs::list`).
+    pub fn columns(&self) -> QueueStandings {
         let (owners, values) = self.by_owner.iter().map(|(o, s)| (*o, s.value())).unzip();
-        QueueStandings {
-            owners,
-            values,
-            starving_before,
-        }
+        QueueStandings { owners, values }
     }
 }
 

@@ -73,15 +73,10 @@ pub async fn list(ctx: &Ctx, viewer: &CurrentUser, q: &ListQuery) -> Result<JobP
     let sort = JobSort::parse(q.sort.as_deref().unwrap_or_default())
         .map_err(|e| AppError::invalid("sort", e))?;
     let standings = if sort == JobSort::Queue {
-        let now = chrono::Utc::now();
-        let starving_before = chrono::Duration::from_std(ctx.pass.starvation_after)
-            .ok()
-            .and_then(|d| now.checked_sub_signed(d))
-            .unwrap_or(chrono::DateTime::<chrono::Utc>::MIN_UTC);
-        crate::server::fairness::current(&ctx.pool, now)
+        crate::server::fairness::current(&ctx.pool, chrono::Utc::now())
             .await
             .or_internal("reading fair-share standings")?
-            .columns(starving_before)
+            .columns()
     } else {
         Default::default()
     };
