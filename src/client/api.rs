@@ -270,6 +270,12 @@ impl ApiClient {
         self.send(req, true).await
     }
 
+    /// `GET /api/v1/fair-share`.
+    pub async fn fair_share(&self) -> Result<Value> {
+        let req = self.request(Method::GET, "/api/v1/fair-share");
+        self.send(req, true).await
+    }
+
     /// `GET /api/v1/nodes`.
     pub async fn nodes(&self) -> Result<Value> {
         let req = self.request(Method::GET, "/api/v1/nodes");

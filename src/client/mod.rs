@@ -77,6 +77,9 @@ pub enum ClientCommand {
     Nodes(NodesArgs),
     /// Drain, undrain or forget a node (admins)
     Node(NodeArgs),
+    /// Fair share: each user's and team's weight, decayed GPU-hours, share of the recent total,
+    /// owed share and budget (members: their own and their team's)
+    FairShare(FairShareArgs),
     /// Registry credentials the nodes pull with: login, list, logout (admins)
     Registry(registry::RegistryArgs),
     /// Teams, their share weights and GPU-hour budgets: list (managers), add, set (admins)
@@ -177,6 +180,14 @@ pub struct SuggestArgs {
 /// Arguments of `gpuq nodes`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct NodesArgs {
+    /// Print the server's JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Arguments of `gpuq fair-share`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct FairShareArgs {
     /// Print the server's JSON
     #[arg(long)]
     pub json: bool,
@@ -504,6 +515,14 @@ pub async fn run(cmd: ClientCommand, conn: ConnArgs) -> Result<()> {
                 pretty(&answer)?
             } else {
                 render::nodes_table(&typed::<Vec<NodeView>>(answer)?)
+            }
+        }
+        ClientCommand::FairShare(args) => {
+            let answer = api.fair_share().await?;
+            if args.json {
+                pretty(&answer)?
+            } else {
+                render::fair_share_table(&typed::<crate::model::FairShareReport>(answer)?)
             }
         }
         ClientCommand::Node(args) => match args.action {

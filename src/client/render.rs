@@ -371,6 +371,50 @@ pub fn nodes_table(nodes: &[NodeView]) -> String {
     table(&headers, &rows, &[2, 5, 6])
 }
 
+/// `gpuq fair-share`: users, then teams, one row each.
+pub fn fair_share_table(r: &crate::model::FairShareReport) -> String {
+    let pct = |v: f64| format!("{:.1} %", v * 100.0);
+    let row = |kind: &str, x: &crate::model::FairShareRow| {
+        vec![
+            kind.to_owned(),
+            x.name.clone(),
+            x.team.clone(),
+            format!("{}", x.weight),
+            format!("{:.2}", x.decayed_gpu_hours),
+            pct(x.share_of_recent),
+            pct(x.owed_share),
+            x.budget.map_or("-".to_owned(), |b| {
+                format!("{} h/{} ({})", b.gpu_hours, b.period, b.kind)
+            }),
+            x.budget_left_gpu_hours
+                .map_or("-".to_owned(), |h| format!("{h:.2} h")),
+        ]
+    };
+    let rows: Vec<Vec<String>> = r
+        .users
+        .iter()
+        .map(|u| row("user", u))
+        .chain(r.teams.iter().map(|t| row("team", t)))
+        .collect();
+    let headers = [
+        "",
+        "NAME",
+        "TEAM",
+        "WEIGHT",
+        "GPU-H (DECAYED)",
+        "RECENT",
+        "OWED",
+        "BUDGET",
+        "LEFT",
+    ];
+    let state = if r.fair_share { "on" } else { "off" };
+    format!(
+        "fair share {state}, half-life {} h\n{}",
+        r.half_life_h,
+        table(&headers, &rows, &[3, 4, 5, 6, 8])
+    )
+}
+
 /// Quotes an argv element for display when it is not shell-safe.
 fn shell_quote(arg: &str) -> String {
     let safe = !arg.is_empty()

@@ -85,17 +85,90 @@ impl StopCause {
     }
 }
 
-/// The queue order, defined once: higher priority first, then submit order. SQL orders by this
-/// (the `jobs` columns, unqualified); Rust code orders by [`queue_key`]; a test checks that both
-/// agree.
-pub const QUEUE_ORDER_SQL: &str = "priority DESC, seq ASC";
+/// The queue order, defined once: higher priority first, then the jobs of owners past a soft
+/// budget after the others, then the owner's fair-share standing (their decayed GPU-hours over
+/// their owed share, lower first; the same for everyone with the launch policy's `fair_share`
+/// off), then submit order. SQL orders by this over the `jobs` columns and the
+/// `past_soft_budget` and `standing` columns the query supplies (`server::db::jobs::list`); Rust
+/// code orders by [`queue_key`]; a test checks that both agree.
+pub const QUEUE_ORDER_SQL: &str = "priority DESC, past_soft_budget ASC, standing ASC, seq ASC";
+
+/// The order of one owner's jobs, or of jobs already holding their cards: priority, then submit
+/// order. Among one owner's jobs it is [`QUEUE_ORDER_SQL`] (their budget and standing are the
+/// same).
+pub const SUBMIT_ORDER_SQL: &str = "priority DESC, seq ASC";
 
 /// The sort key of the queue order (see [`QUEUE_ORDER_SQL`]).
-pub type QueueKey = (std::cmp::Reverse<i32>, i64);
+pub type QueueKey = (std::cmp::Reverse<i32>, bool, Standing, i64);
 
-/// The sort key of a job in the queue order.
-pub fn queue_key(priority: i32, seq: i64) -> QueueKey {
-    (std::cmp::Reverse(priority), seq)
+/// The sort key of a job in the queue order: its priority, whether its owner is past a soft
+/// budget, its owner's standing, its submit order.
+/// Every place that orders the queue (the planner, the pass's caps, the start estimate's
+/// simulation, queue positions) calls this one function.
+pub fn queue_key(priority: i32, past_soft_budget: bool, standing: Standing, seq: i64) -> QueueKey {
+    (std::cmp::Reverse(priority), past_soft_budget, standing, seq)
+}
+
+/// An owner's place in fair share: their decayed GPU-hours over their owed share of the cards
+/// (lower goes first). Never negative nor NaN, so it orders totally (and exactly as Postgres
+/// orders the same `float8`).
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Standing(f64);
+
+impl Standing {
+    /// Everyone's standing with fair share off: equal, so submit order decides.
+    pub const EVEN: Standing = Standing(0.0);
+
+    /// `usage` GPU-hours against an owed `share` (a fraction of the cards; a share of 0 or less
+    /// is owed nothing, and goes after everyone who is).
+    pub fn of(usage: f64, share: f64) -> Standing {
+        let usage = if usage.is_finite() {
+            usage.max(0.0)
+        } else {
+            0.0
+        };
+        if share > 0.0 && share.is_finite() {
+            Standing::new(usage / share)
+        } else {
+            Standing(f64::MAX)
+        }
+    }
+
+    /// A standing of `value` (negative, NaN or infinite values are clamped into range).
+    pub fn new(value: f64) -> Standing {
+        // `<=` also catches -0.0, which `total_cmp` would put before 0.0.
+        if value.is_nan() || value <= 0.0 {
+            Standing(0.0)
+        } else {
+            Standing(value.min(f64::MAX))
+        }
+    }
+
+    /// The figure: decayed GPU-hours per unit of owed share.
+    pub fn value(self) -> f64 {
+        self.0
+    }
+}
+
+impl PartialEq for Standing {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == std::cmp::Ordering::Equal
+    }
+}
+
+impl Eq for Standing {}
+
+impl PartialOrd for Standing {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Standing {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.total_cmp(&other.0)
+    }
 }
 
 impl JobStatus {

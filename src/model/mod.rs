@@ -7,6 +7,7 @@ mod budget_use;
 mod dashboard;
 mod error;
 mod events;
+mod fairness;
 mod gpu;
 pub mod image_ref;
 mod job;
@@ -32,6 +33,7 @@ pub use budget_use::{used_up as budget_used_up, BudgetScope, BudgetUse};
 pub use dashboard::{DashboardView, JobDetail, JobEventView, Preview};
 pub use error::{AppError, LINK_TEXT};
 pub use events::{AuditKind, JobChange, JobEventKind, LiveEvent};
+pub use fairness::{FairShareReport, FairShareRow};
 pub use gpu::{
     gpu_id, human_duration, parse_gpu_id, GpuHolder, GpuList, GpuState, GpuView, ManifestView,
     SkippedGpuView, WorkloadView,
@@ -40,6 +42,7 @@ pub use job::{
     queue_key, AssignedGpu, JobAck, JobPage, JobStatus, JobView, QueueKey, StopCause,
     QUEUE_ORDER_SQL,
 };
+pub use job::{Standing, SUBMIT_ORDER_SQL};
 pub use node::{NodeState, NodeView, NODE_LOST_REASON};
 pub use notify::{
     DeliveryState, DeliveryView, NotificationSettings, NotificationsPut, NotifyEvent,

@@ -29,6 +29,7 @@ mod db;
 pub mod deps;
 pub mod external;
 pub mod failover;
+pub mod fairness;
 pub mod launch;
 pub mod logs;
 mod node;

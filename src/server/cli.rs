@@ -85,6 +85,9 @@ pub enum BenchCommand {
     /// The start estimate's error on a replayed synthetic day of a team's jobs, in virtual time
     /// against the real planner (needs no database).
     Replay(BenchReplayArgs),
+    /// Fair share on a replayed day: three users, one submitting a 200-job sweep first; each
+    /// user's wait and share of GPU-hours with fair share off and on (needs no database).
+    Fairness(BenchFairnessArgs),
     /// Dependencies: parent end → dependent admitted, p50/p99, on an idle queue and with ~1000
     /// unrelated jobs queued (needs a scratch database).
     Deps(BenchDepsArgs),
@@ -92,6 +95,14 @@ pub enum BenchCommand {
     /// `docker pull` + `docker run` by hand, in interleaved rounds (needs dockerd,
     /// docker-registry and a scratch database).
     Pull(BenchPullArgs),
+}
+
+/// Flags of `gpuq bench fairness`.
+#[derive(Debug, Args)]
+pub struct BenchFairnessArgs {
+    /// The day's seed and half-life.
+    #[command(flatten)]
+    pub opts: crate::server::bench::fairness::FairnessOptions,
 }
 
 /// Flags of `gpuq bench replay`.

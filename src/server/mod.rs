@@ -29,6 +29,7 @@ pub mod context;
 pub mod db;
 pub mod doctor;
 pub mod error;
+pub mod fairness;
 pub mod firewall;
 pub mod gpu;
 pub mod http;

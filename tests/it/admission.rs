@@ -610,14 +610,20 @@ async fn the_queue_order_is_one_definition_that_sql_and_rust_agree_on(pool: PgPo
         let id = app.submit_ok(&admin, spec).await;
         let v = app.job(&admin, id).await;
         submitted.push((
-            gpuq::model::queue_key(priority, v["seq"].as_i64().unwrap()),
+            gpuq::model::queue_key(
+                priority,
+                false,
+                gpuq::model::Standing::EVEN,
+                v["seq"].as_i64().unwrap(),
+            ),
             id,
         ));
     }
     submitted.sort();
     let by_rust: Vec<uuid::Uuid> = submitted.into_iter().map(|(_, id)| id).collect();
     let by_sql: Vec<uuid::Uuid> = sqlx::query_scalar(&format!(
-        "SELECT id FROM jobs WHERE status = 'queued' ORDER BY {}",
+        // One owner: everyone's standing is the same.
+        "SELECT id, 0::float8 AS standing, false AS past_soft_budget FROM jobs WHERE status = 'queued' ORDER BY {}",
         gpuq::model::QUEUE_ORDER_SQL
     ))
     .fetch_all(&app.pool)

@@ -423,6 +423,7 @@ async fn the_openapi_document_describes_every_route(pool: PgPool) {
         ("get", "/api/v1/usage"),
         ("get", "/api/v1/usage/samples.csv"),
         ("get", "/api/v1/usage/jobs.csv"),
+        ("get", "/api/v1/fair-share"),
         ("get", "/api/v1/registries"),
         ("put", "/api/v1/registries/{host}"),
         ("delete", "/api/v1/registries/{host}"),
@@ -617,6 +618,7 @@ async fn every_route_allows_exactly_the_roles_it_should(pool: PgPool) {
         ("GET", "/api/v1/usage".into(), None, MANAGER),
         ("GET", "/api/v1/usage/samples.csv".into(), None, MANAGER),
         ("GET", "/api/v1/usage/jobs.csv".into(), None, MANAGER),
+        ("GET", "/api/v1/fair-share".into(), None, ALL),
         ("GET", "/api/v1/registries".into(), None, ADMIN),
         (
             "PUT",

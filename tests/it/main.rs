@@ -21,6 +21,7 @@ mod docker;
 mod doctor;
 mod edges;
 mod estimate;
+mod fair_share;
 mod faults;
 mod gpu_hours;
 mod hints;

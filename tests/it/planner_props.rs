@@ -33,7 +33,9 @@ fn arb_need() -> impl Strategy<Value = Need> {
     ]
 }
 
-fn arb_job() -> impl Strategy<Value = (i32, i64, u32, Need, bool, i64)> {
+/// A job: priority, seq, cards, need, exclusive, age, and its owner's fair-share standing (a few
+/// values, so that ties happen).
+fn arb_job() -> impl Strategy<Value = (i32, i64, u32, Need, bool, i64, u8)> {
     (
         0..3i32,
         0..15i64,
@@ -41,6 +43,7 @@ fn arb_job() -> impl Strategy<Value = (i32, i64, u32, Need, bool, i64)> {
         arb_need(),
         prop::bool::weighted(0.15),
         0..2_500i64,
+        0..4u8,
     )
 }
 
@@ -75,11 +78,12 @@ fn arb_input() -> impl Strategy<Value = PlanInput> {
                 .into_iter()
                 .enumerate()
                 .map(
-                    |(i, (priority, seq, gpu_count, need, exclusive, age))| QueuedJob {
+                    |(i, (priority, seq, gpu_count, need, exclusive, age, standing))| QueuedJob {
                         id: Uuid::from_u128(0x10B0 + i as u128),
                         seq,
                         priority,
                         past_soft_budget: false,
+                        standing: gpuq::model::Standing::new(f64::from(standing) * 1.5),
                         gpu_count,
                         need,
                         exclusive,
@@ -115,11 +119,14 @@ struct RefCard {
     blocked: bool,
 }
 
+/// The queue order as docs/admission.md states it: priority (higher first), then the owner's
+/// fair-share standing (lower first), then submit order.
 fn spec_order(q: &[QueuedJob]) -> Vec<&QueuedJob> {
     let mut v: Vec<&QueuedJob> = q.iter().collect();
     v.sort_by(|x, y| {
         y.priority
             .cmp(&x.priority)
+            .then(x.standing.value().total_cmp(&y.standing.value()))
             .then(x.seq.cmp(&y.seq))
             .then(x.id.cmp(&y.id))
     });
@@ -429,6 +436,7 @@ fn simulate(
                 seq: 1 + next as i64,
                 priority: big.priority - (next % 2) as i32,
                 past_soft_budget: false,
+                standing: gpuq::model::Standing::EVEN,
                 gpu_count: 1,
                 need: Need::Fixed(need),
                 exclusive: false,
@@ -512,6 +520,7 @@ proptest! {
             seq: 0,
             priority: 1,
             past_soft_budget: false,
+            standing: gpuq::model::Standing::EVEN,
             gpu_count: (g_pick % max_node) as u32 + 1,
             need: Need::Fixed(total * frac / 100),
             exclusive: false,
@@ -542,6 +551,7 @@ fn without_the_guard_the_big_job_starves() {
         seq: 0,
         priority: 1,
         past_soft_budget: false,
+        standing: gpuq::model::Standing::EVEN,
         gpu_count: 1,
         need: Need::Fixed(20_000),
         exclusive: false,

@@ -158,6 +158,7 @@ async fn every_server_function_allows_exactly_the_roles_it_should(pool: PgPool) 
             ALL,
         ),
         ("usage_report", form("from=&to="), MANAGER),
+        ("fair_share_report", form(""), ALL),
         ("my_notifications", form(""), ALL),
         (
             "save_notifications",

@@ -3,6 +3,7 @@
 //! planner forward in virtual time.
 
 pub mod estimate;
+pub mod fair;
 pub mod gates;
 mod images;
 pub mod pass;

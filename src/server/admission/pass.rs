@@ -8,9 +8,10 @@
 use super::gates::{DepState, Gates};
 use super::images::{Gate, ImageGate};
 use super::planner::{self, Card, Need, Plan, PlanInput, QueuedJob, WaitReason, Waiting};
-use crate::model::{LaunchPolicy, LiveEvent, QUEUE_ORDER_SQL};
+use crate::model::{queue_key, LaunchPolicy, LiveEvent};
 use crate::server::db::gpus::GpuRow;
 use crate::server::db::{events, gpus, jobs, lifecycle, manifest, nodes, settings};
+use crate::server::fairness::{self, Standings};
 use crate::server::{budgets, metrics};
 use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
@@ -67,6 +68,10 @@ pub struct PassState {
     pub broken: Vec<(Uuid, String)>,
     /// The queue's dependencies and array limits as this pass read them.
     pub gates: Gates,
+    /// The owners' fair-share standings this pass ordered the queue by.
+    pub standings: Standings,
+    /// The owners past a soft budget, whose jobs this pass put after the others of a priority.
+    pub past_soft_budget: HashSet<Uuid>,
 }
 
 impl PassState {
@@ -373,11 +378,11 @@ pub async fn read_state(
 ) -> Result<PassState> {
     let rows = gpus::list(&mut **tx).await.context("reading cards")?;
     let manifest = manifest::load(tx).await.context("reading the manifest")?;
-    let rows_q: Vec<QueueRow> = sqlx::query_as(&format!(
+    let mut rows_q: Vec<QueueRow> = sqlx::query_as(
         "SELECT id, seq, priority, gpu_count, workload, min_vram_mib, exclusive, created_at, \
                 owner_id, image, array_id \
-         FROM jobs WHERE status = 'queued' ORDER BY {QUEUE_ORDER_SQL}"
-    ))
+         FROM jobs WHERE status = 'queued'",
+    )
     .fetch_all(&mut **tx)
     .await
     .context("reading the queue")?;
@@ -385,15 +390,29 @@ pub async fn read_state(
         .await
         .context("reading the launch policy")?;
     let mut caps = Caps::read(tx, &policy, &cfg.cpu_node).await?;
+    // Fair share: the owners with jobs queued or holding cards, from what the pass read already.
+    let active: HashSet<Uuid> = rows_q
+        .iter()
+        .map(|q| q.owner_id)
+        .chain(caps.running.keys().copied())
+        .collect();
+    let standings = fairness::read_standings(&mut **tx, &policy, &active, now)
+        .await
+        .context("reading fair-share standings")?;
+    let standing_of = |q: &QueueRow| standings.of(q.owner_id);
+    let over = budgets::over(tx, now).await.context("reading budgets")?;
+    let soft_of = |q: &QueueRow| over.soft.contains(&q.owner_id);
+    // The queue order (caps, gates and the planner all take jobs in it), sorted here once.
+    rows_q.sort_unstable_by_key(|q| queue_key(q.priority, soft_of(q), standing_of(q), q.seq));
     let images = ImageGate::read(tx, &rows, policy.pull, &cfg.cpu_node).await?;
     let mut gates = Gates::read(tx).await?;
-    let over = budgets::over(tx, now).await.context("reading budgets")?;
     let cards = rows.iter().map(to_planner_card).collect();
     let to_job = |q: &QueueRow| QueuedJob {
         id: q.id,
         seq: q.seq,
         priority: q.priority,
-        past_soft_budget: over.soft.contains(&q.owner_id),
+        past_soft_budget: soft_of(q),
+        standing: standing_of(q),
         gpu_count: q.gpu_count as u32,
         need: match (&q.workload, q.min_vram_mib) {
             (Some(w), _) => Need::PerModel(manifest.needs.get(w).cloned().unwrap_or_default()),
@@ -468,6 +487,8 @@ pub async fn read_state(
         doomed,
         broken,
         gates,
+        standings,
+        past_soft_budget: over.soft,
     })
 }
 

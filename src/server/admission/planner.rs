@@ -9,7 +9,7 @@
 //! never removed), so a job "shape" that failed once fails for every later job
 //! in the pass. The pass caches those failures, which keeps long queues cheap.
 
-use crate::model::queue_key;
+use crate::model::{queue_key, QueueKey, Standing};
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 
@@ -77,9 +77,13 @@ pub struct QueuedJob {
     pub seq: i64,
     /// Higher priorities are considered first.
     pub priority: i32,
-    /// Its owner is past a soft budget: it goes after every other job of its priority.
+    /// Its owner is past a soft budget: it goes after every other job of its priority (before
+    /// `standing`).
     #[serde(default)]
     pub past_soft_budget: bool,
+    /// Its owner's fair-share standing: among equal priorities, lower goes first (before `seq`).
+    #[serde(default)]
+    pub standing: Standing,
     /// Number of distinct cards, all on one node (>= 1; jobs needing no GPU
     /// never reach the planner and are admitted with no cards if they do).
     pub gpu_count: u32,
@@ -92,6 +96,14 @@ pub struct QueuedJob {
     /// The only nodes it may be placed on (those that have its image); `None`: any node.
     #[serde(default)]
     pub nodes: Option<Vec<String>>,
+}
+
+impl QueuedJob {
+    /// Its place in the queue order ([`queue_key`]: priority, whether its owner is past a soft
+    /// budget, its owner's standing, submit order).
+    pub fn queue_key(&self) -> QueueKey {
+        queue_key(self.priority, self.past_soft_budget, self.standing, self.seq)
+    }
 }
 
 /// Everything one pass depends on; nothing else is consulted.
@@ -143,16 +155,6 @@ pub struct Waiting {
     pub job_id: Uuid,
     /// Why it waits; `message()` renders it for humans.
     pub reason: WaitReason,
-}
-
-/// The planner's queue order: priority (highest first), then the jobs of owners past a soft
-/// budget after the others, then submit order.
-pub type OrderKey = (std::cmp::Reverse<i32>, bool, i64);
-
-/// A job's place in the planner's queue order (see [`OrderKey`]).
-pub fn order_key(job: &QueuedJob) -> OrderKey {
-    let (priority, seq) = queue_key(job.priority, job.seq);
-    (priority, job.past_soft_budget, seq)
 }
 
 /// Deterministic, fast hasher for shape keys (only looked up, never iterated).
@@ -250,7 +252,8 @@ fn free_of(total: i64, headroom: i64, reserved: i64, external: i64) -> i64 {
         .max(0)
 }
 
-/// Plans one admission pass: highest priority first, best fit, skip-and-continue,
+/// Plans one admission pass: in queue order (priority, then the owner's fair-share standing, then
+/// submit order), best fit, skip-and-continue,
 /// with starving jobs holding cards against later jobs. Pure and deterministic.
 pub fn plan(input: &PlanInput) -> Plan {
     let q = &input.queue;
@@ -280,7 +283,7 @@ pub fn plan(input: &PlanInput) -> Plan {
                 shapes.len() - 1
             }
         };
-        order.push((order_key(job), job.id, qi, si));
+        order.push((job.queue_key(), job.id, qi, si));
     }
     order.sort_unstable();
 

@@ -183,6 +183,7 @@ impl Replay {
                 seq: self.next as i64,
                 priority,
                 past_soft_budget: false,
+                standing: crate::model::Standing::EVEN,
                 gpu_count: k.gpus,
                 need: Need::PerModel(k.needs.iter().map(|(m, v)| (m.to_string(), *v)).collect()),
                 exclusive: false,

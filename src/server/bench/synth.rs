@@ -150,6 +150,7 @@ pub(super) fn queued(specs: &[JobSpec]) -> Vec<QueuedJob> {
             seq: i as i64,
             priority: s.priority,
             past_soft_budget: false,
+            standing: crate::model::Standing::EVEN,
             gpu_count: s.gpu_count,
             need: match s.workload.and_then(|w| needs.get(w)) {
                 Some(need) => need.clone(),

@@ -74,6 +74,12 @@ pub fn replay(args: crate::server::cli::BenchReplayArgs) -> Result<()> {
     Ok(())
 }
 
+/// `gpuq bench fairness`: waits and shares of GPU-hours on a replayed day, fair share off and on.
+pub fn fairness(args: crate::server::cli::BenchFairnessArgs) -> Result<()> {
+    crate::server::bench::fairness::run(&args.opts, &mut std::io::stdout())?;
+    Ok(())
+}
+
 /// `gpuq bench deps`: parent end → dependent admitted, idle and with unrelated jobs queued.
 pub async fn deps(args: crate::server::cli::BenchDepsArgs) -> Result<()> {
     with_database(&args.db, |pool| async move {

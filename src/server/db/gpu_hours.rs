@@ -46,7 +46,7 @@ pub async fn since<'e>(
 /// running jobs exactly (the integral of the decay over their run so far). Users with none are
 /// absent.
 pub async fn decayed(
-    pool: &sqlx::PgPool,
+    db: impl sqlx::PgExecutor<'_>,
     now: DateTime<Utc>,
     half_life_h: f64,
 ) -> sqlx::Result<HashMap<Uuid, f64>> {
@@ -69,7 +69,7 @@ pub async fn decayed(
     ))
     .bind(now)
     .bind(half_life_h)
-    .fetch_all(pool)
+    .fetch_all(db)
     .await?;
     Ok(rows.into_iter().collect())
 }

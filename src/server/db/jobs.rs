@@ -1,7 +1,7 @@
 //! Repository for jobs and their reservations.
 
 use super::lifecycle;
-use crate::model::{AssignedGpu, JobStatus, JobView, QUEUE_ORDER_SQL};
+use crate::model::{AssignedGpu, JobStatus, JobView, QUEUE_ORDER_SQL, SUBMIT_ORDER_SQL};
 use serde_json::Value;
 use sqlx::{FromRow, PgExecutor, QueryBuilder};
 use uuid::Uuid;
@@ -103,6 +103,20 @@ pub struct JobFilter {
     pub offset: i64,
     /// Order of the page.
     pub sort: JobSort,
+    /// The owners' fair-share standings the queue order sorts by.
+    pub standings: QueueStandings,
+}
+
+/// Fair-share standings and soft budgets as the queue order's SQL reads them
+/// (`fairness::Standings::columns`).
+#[derive(Debug, Clone, Default)]
+pub struct QueueStandings {
+    /// Owners.
+    pub owners: Vec<Uuid>,
+    /// Their standings, in the same order (an owner absent stands at 0).
+    pub values: Vec<f64>,
+    /// Whether each is past a soft budget, in the same order (an owner absent is not).
+    pub soft: Vec<bool>,
 }
 
 /// How a list of jobs is ordered.
@@ -113,7 +127,8 @@ pub enum JobSort {
     Newest,
     /// Oldest first.
     Oldest,
-    /// The order the scheduler considers them: priority, then submit order.
+    /// The order the scheduler considers them: priority, then soft budgets, the owner's fair-share standing,
+    /// then submit order.
     Queue,
     /// Alphabetical by job name.
     Name,
@@ -184,7 +199,17 @@ pub async fn list(db: &mut sqlx::PgConnection, f: &JobFilter) -> sqlx::Result<(V
     push_sees(&mut q, v.id, v.all_details);
     q.push(" THEN j.spec -> 'volumes' END AS volumes, CASE WHEN ");
     push_sees(&mut q, v.id, v.all_env);
-    q.push(" THEN j.spec -> 'env' END AS env FROM jobs j JOIN users u ON u.id = j.owner_id");
+    q.push(
+        " THEN j.spec -> 'env' END AS env, coalesce(fs.standing, 0) AS standing, \
+         coalesce(fs.past_soft_budget, false) AS past_soft_budget \
+         FROM jobs j JOIN users u ON u.id = j.owner_id LEFT JOIN unnest(",
+    )
+    .push_bind(f.standings.owners.clone())
+    .push("::uuid[], ")
+    .push_bind(f.standings.values.clone())
+    .push("::float8[], ")
+    .push_bind(f.standings.soft.clone())
+    .push("::bool[]) AS fs(owner_id, standing, past_soft_budget) ON fs.owner_id = j.owner_id");
     push_where(&mut q, f);
     q.push(" ORDER BY ")
         .push(f.sort.order_by())
@@ -275,10 +300,11 @@ pub async fn lock_placed_of(db: impl PgExecutor<'_>, owner: Uuid) -> sqlx::Resul
     Ok(())
 }
 
-/// `owner`'s queued jobs, in queue order.
+/// `owner`'s queued jobs, in queue order (one owner's jobs share a standing: priority, then submit
+/// order).
 pub async fn queued_of(db: impl PgExecutor<'_>, owner: Uuid) -> sqlx::Result<Vec<Uuid>> {
     sqlx::query_scalar(&format!(
-        "SELECT id FROM jobs WHERE owner_id = $1 AND status = 'queued' ORDER BY {QUEUE_ORDER_SQL}"
+        "SELECT id FROM jobs WHERE owner_id = $1 AND status = 'queued' ORDER BY {SUBMIT_ORDER_SQL}"
     ))
     .bind(owner)
     .fetch_all(db)

@@ -8,6 +8,7 @@ mod client;
 mod cluster;
 mod csrf;
 mod error;
+mod fair_share;
 mod gate;
 mod headers;
 mod health;
@@ -142,6 +143,7 @@ pub fn app(state: AppState, opts: HttpOptions) -> Router {
                 .merge(cluster::router())
                 .merge(nodes::router())
                 .merge(usage::router())
+                .merge(fair_share::router())
                 .merge(suggest::router())
                 .merge(registries::router())
                 .merge(notify::router())

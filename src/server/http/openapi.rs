@@ -3,8 +3,8 @@
 
 use super::error::ErrorBody;
 use super::{
-    arrays, budgets, cluster, health, jobs, live, nodes, notify, registries, suggest, teams, usage,
-    v1,
+    arrays, budgets, cluster, fair_share, health, jobs, live, nodes, notify, registries, suggest,
+    teams, usage, v1,
 };
 use crate::model::spec::{RawCommand, RawJobSpec};
 use crate::model::{
@@ -38,6 +38,7 @@ use utoipa::{Modify, OpenApi};
         cluster::get_policy, cluster::put_policy,
         nodes::list_nodes, nodes::patch_node, nodes::forget_node,
         usage::report, usage::samples_csv, usage::jobs_csv,
+        fair_share::report,
         live::events,
         notify::get_settings, notify::put_settings, notify::deliveries,
         openapi_json,
@@ -64,6 +65,7 @@ use utoipa::{Modify, OpenApi};
         crate::model::batch::ArrayView, crate::model::batch::ArrayAck, crate::model::batch::ArraySummary,
         crate::model::TeamView, crate::model::NewTeam, crate::model::TeamPatch, crate::model::Budget,
         crate::model::BudgetUse, crate::model::BudgetScope,
+        crate::model::FairShareReport, crate::model::FairShareRow,
         crate::model::BudgetPeriod, crate::model::BudgetKind,
     )),
     modifiers(&BearerAuth)

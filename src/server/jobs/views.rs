@@ -2,7 +2,7 @@
 //! dry run of the planner over the current state.
 
 use crate::model::{AppError, JobPage, JobStatus, JobView, Role};
-use crate::server::admission::{estimate, pass};
+use crate::server::admission::{estimate, fair, pass};
 use crate::server::auth::CurrentUser;
 use crate::server::db::jobs::{self, GrantRow, JobFilter, JobSort, ListRow, ListViewer};
 use crate::server::error::OrInternal;
@@ -26,7 +26,8 @@ pub struct ListQuery {
     pub page: Option<i64>,
     /// Page size (1–500).
     pub per_page: Option<i64>,
-    /// `newest` (default), `oldest`, `queue` (priority, then submit order) or `name`.
+    /// `newest` (default), `oldest`, `queue` (priority, then the owner's fair-share standing,
+    /// then submit order) or `name`.
     pub sort: Option<String>,
 }
 
@@ -71,7 +72,28 @@ pub async fn list(ctx: &Ctx, viewer: &CurrentUser, q: &ListQuery) -> Result<JobP
     };
     let sort = JobSort::parse(q.sort.as_deref().unwrap_or_default())
         .map_err(|e| AppError::invalid("sort", e))?;
+    let standings = if sort == JobSort::Queue {
+        let now = chrono::Utc::now();
+        let soft = {
+            let mut conn = ctx
+                .pool
+                .acquire()
+                .await
+                .or_internal("acquiring a connection")?;
+            crate::server::budgets::over(&mut conn, now)
+                .await
+                .or_internal("reading budgets")?
+                .soft
+        };
+        crate::server::fairness::current(&ctx.pool, now)
+            .await
+            .or_internal("reading fair-share standings")?
+            .columns(&soft)
+    } else {
+        Default::default()
+    };
     let filter = JobFilter {
+        standings,
         viewer: ListViewer {
             id: viewer.id,
             all_details: viewer.role.at_least(Role::Manager),
@@ -200,7 +222,8 @@ async fn wait_info(ctx: &Ctx) -> Result<HashMap<Uuid, (i64, String)>, AppError> 
     let admitted: std::collections::HashSet<Uuid> =
         plan.admitted.iter().map(|p| p.job_id).collect();
     let mut queue: Vec<_> = st.queued().cloned().collect();
-    queue.sort_by_key(crate::server::admission::planner::order_key);
+    queue.sort_by_key(|q| q.queue_key());
+    let passed = fair::passed_by(&queue);
     Ok(queue
         .iter()
         .enumerate()
@@ -217,6 +240,9 @@ async fn wait_info(ctx: &Ctx) -> Result<HashMap<Uuid, (i64, String)>, AppError> 
                     "; it goes after the other jobs of its priority: its owner is past a soft \
                      budget (see GET /api/v1/me/budget)",
                 );
+            }
+            if let (Some(&n), false) = (passed.get(&q.id), admitted.contains(&q.id)) {
+                reason = format!("{}; {reason}", fair::passed_by_words(n));
             }
             (q.id, (i as i64 + 1, reason))
         })

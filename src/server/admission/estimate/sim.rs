@@ -102,7 +102,7 @@ impl Sim {
             .map(|p| p.job.id)
             .chain(self.active.iter().map(|a| a.id))
             .collect();
-        self.pending.sort_by_key(|p| planner::order_key(&p.job));
+        self.pending.sort_by_key(|p| p.job.queue_key());
         let mut queue = Vec::new();
         for p in &self.pending {
             if p.held.is_some() || p.after.iter().any(|a| live.contains(a)) {

@@ -3,7 +3,6 @@
 //! that refreshes them; and the read the job views make.
 
 use super::{estimate, Durations, Estimate, History, Holding, Snapshot, Typical, Waiter};
-use crate::model::QUEUE_ORDER_SQL;
 use crate::server::admission::pass::{self, Caps, PassConfig};
 use crate::server::admission::planner::CardGrant;
 use crate::server::db::settings;
@@ -136,11 +135,19 @@ async fn snapshot(
         .await
         .context("reading the launch policy")?;
     let caps = Caps::read(tx, &policy, &pass_cfg.cpu_node).await?;
-    let meta: Vec<QueuedMeta> = sqlx::query_as(&format!(
-        "SELECT id, owner_id, workload, timeout_s, array_id FROM jobs WHERE status = 'queued' \
-         ORDER BY {QUEUE_ORDER_SQL} LIMIT $1"
-    ))
-    .bind(cfg.max_queued)
+    // The first `max_queued` jobs in the queue order the pass read (fair share included).
+    let mut first: Vec<&crate::server::admission::planner::QueuedJob> = state.queued().collect();
+    first.sort_unstable_by_key(|j| j.queue_key());
+    let first: Vec<Uuid> = first
+        .iter()
+        .take(usize::try_from(cfg.max_queued).unwrap_or(0))
+        .map(|j| j.id)
+        .collect();
+    let meta: Vec<QueuedMeta> = sqlx::query_as(
+        "SELECT id, owner_id, workload, timeout_s, array_id FROM jobs \
+         WHERE status = 'queued' AND id = ANY($1)",
+    )
+    .bind(&first)
     .fetch_all(&mut **tx)
     .await
     .context("reading the queued jobs' owners")?;

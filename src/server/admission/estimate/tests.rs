@@ -51,6 +51,7 @@ fn snapshot(ran_min: i64, runs: &[i64]) -> Snapshot {
                 seq: 2,
                 priority: 0,
                 past_soft_budget: false,
+                standing: crate::model::Standing::EVEN,
                 gpu_count: 1,
                 need: Need::Fixed(10_000),
                 exclusive: false,

@@ -23,6 +23,7 @@ fn job(n: u128, need: Need, gpu_count: u32) -> QueuedJob {
         seq: n as i64,
         priority: 0,
         past_soft_budget: false,
+        standing: crate::model::Standing::EVEN,
         gpu_count,
         need,
         exclusive: false,

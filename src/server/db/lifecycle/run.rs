@@ -2,7 +2,7 @@
 
 use super::{permit, Actor, Move};
 use crate::model::JobStatus::{self, *};
-use crate::model::{JobEventKind, StopCause, QUEUE_ORDER_SQL};
+use crate::model::{JobEventKind, StopCause, SUBMIT_ORDER_SQL};
 use crate::server::db::events;
 use crate::server::db::runs::{actor, release_cards, RunRow, RUN_COLUMNS};
 use serde_json::{json, Value};
@@ -31,7 +31,9 @@ pub(super) const FINISH: Move = Move {
 };
 
 /// Atomically takes up to `limit` admitted jobs of this node (no two processes take the same one);
-/// with `epoch`, only while the node's row still holds that lease and is not forgotten.
+/// with `epoch`, only while the node's row still holds that lease and is not forgotten. Taken by
+/// priority, then submit order, not fair share: admitted jobs already hold their cards, and the
+/// order only says which of them launch first within the node's launch slots.
 pub async fn claim(
     pool: &PgPool,
     node: &str,
@@ -43,7 +45,7 @@ pub async fn claim(
     let rows: Vec<RunRow> = sqlx::query_as(&format!(
         "UPDATE jobs SET status = 'starting', attempt = attempt + 1 \
          WHERE id IN (SELECT id FROM jobs WHERE {guard} AND node = $1 \
-                      ORDER BY {QUEUE_ORDER_SQL} FOR UPDATE SKIP LOCKED LIMIT $2) \
+                      ORDER BY {SUBMIT_ORDER_SQL} FOR UPDATE SKIP LOCKED LIMIT $2) \
            AND ($3::bigint IS NULL OR EXISTS (SELECT 1 FROM nodes n \
                 WHERE n.name = $1 AND n.epoch = $3 AND n.forgotten_at IS NULL)) \
          RETURNING {RUN_COLUMNS}",

@@ -30,6 +30,7 @@ fn job(n: u128, owner: u128, mib: i64, run_min: i64) -> SimJob {
             seq: n as i64,
             priority: 0,
             past_soft_budget: false,
+            standing: crate::model::Standing::EVEN,
             gpu_count: 1,
             need: Need::Fixed(mib),
             exclusive: false,

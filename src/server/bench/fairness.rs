@@ -1,0 +1,314 @@
+//! `gpuq bench fairness`: one day replayed in virtual time on eight simulated 24 GiB cards with
+//! the real planner under the pass's caps ([`Sim`], the machinery `gpuq bench replay` drives), and
+//! the real fair-share code ([`fairness::standings`]) recomputed at
+//! every pass from the GPU-hours charged so far (decayed exactly, as `db::gpu_hours::decayed`
+//! does). User A submits a 200-job sweep at 9:00; B at 10:00 and C at 11:30 submit 40 jobs each.
+//! Printed with fair share off and on: each user's wait (mean, max), their share of the day's
+//! GPU-hours, and their share while all three had work, against their weight's share (equal).
+//! Needs no database.
+
+use crate::model::Standing;
+use crate::server::admission::estimate::sim::{Sim, SimJob};
+use crate::server::admission::pass::Caps;
+use crate::server::admission::planner::{Card, Need, QueuedJob};
+use crate::server::bench::synth::Rng;
+use crate::server::fairness::{self, Member};
+use anyhow::Result;
+use std::collections::{HashMap, HashSet};
+use std::io::Write;
+use uuid::Uuid;
+
+const MIN: i64 = 60_000;
+const HOUR: i64 = 60 * MIN;
+const CARD_MIB: i64 = 24_576;
+const JOB_MIB: i64 = 20_000;
+/// The server's default starvation limit (`--starvation-after-s`).
+const STARVATION_MS: i64 = 30 * MIN;
+
+/// Flags of `gpuq bench fairness`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct FairnessOptions {
+    /// Seed of the run times.
+    #[arg(long, default_value_t = 0x9E37_79B9_7F4A_7C15)]
+    pub seed: u64,
+    /// The policy's `fair_share_half_life_h`.
+    #[arg(long, default_value_t = 168.0)]
+    pub half_life_h: f64,
+}
+
+/// One user's figures.
+#[derive(Debug, Clone, Default)]
+pub struct UserFigures {
+    /// Jobs submitted.
+    pub jobs: usize,
+    /// Mean wait, minutes.
+    pub mean_wait_min: f64,
+    /// Longest wait, minutes.
+    pub max_wait_min: f64,
+    /// Their part of the day's GPU-hours.
+    pub day_share: f64,
+    /// Their part of the GPU-hours used while all three had work.
+    pub busy_share: f64,
+}
+
+/// What one replay measured, users A, B, C in order.
+#[derive(Debug, Clone, Default)]
+pub struct Figures {
+    /// Per user.
+    pub users: Vec<UserFigures>,
+    /// Hours during which all three had work.
+    pub all_busy_h: f64,
+    /// The mean run time of A's jobs, minutes.
+    pub a_job_min: f64,
+}
+
+struct Job {
+    owner: usize,
+    submit_ms: i64,
+    run_ms: i64,
+    start_ms: Option<i64>,
+}
+
+fn cards() -> Vec<Card> {
+    (0..8u32)
+        .map(|i| Card {
+            uuid: Uuid::from_u128(0xFA1_0000 + u128::from(i)),
+            node: format!("node-{}", i / 4),
+            index: i % 4,
+            model: "sim-24g".into(),
+            total_mib: CARD_MIB,
+            reserved_mib: 0,
+            external_mib: 0,
+            online: true,
+            exclusive_held: false,
+        })
+        .collect()
+}
+
+/// Runs one day; `fair` turns fair share on.
+fn replay(opts: &FairnessOptions, fair: bool) -> Figures {
+    let users: Vec<Uuid> = (0..3).map(|u| Uuid::from_u128(0xA0 + u)).collect();
+    let members: Vec<Member> = users
+        .iter()
+        .enumerate()
+        .map(|(i, id)| Member {
+            id: *id,
+            username: ["a", "b", "c"][i].into(),
+            team: "default".into(),
+            weight: 1.0,
+            team_weight: 1.0,
+            budget: None,
+            team_budget: None,
+        })
+        .collect();
+    let mut rng = Rng::new(opts.seed);
+    // (submit time, owner, count): A's sweep, then B and C.
+    let arrivals = [
+        (9 * HOUR, 0, 200),
+        (10 * HOUR, 1, 40),
+        (11 * HOUR + 30 * MIN, 2, 40),
+    ];
+    let mut jobs: Vec<Job> = Vec::new();
+    for (at, owner, n) in arrivals {
+        for _ in 0..n {
+            let run_ms = 45 * MIN + rng.below(31) as i64 * MIN;
+            jobs.push(Job {
+                owner,
+                submit_ms: at,
+                run_ms,
+                start_ms: None,
+            });
+        }
+    }
+    let mut sim = Sim {
+        cards: cards(),
+        active: Vec::new(),
+        pending: Vec::new(),
+        caps: Caps::default(),
+        array_limits: HashMap::new(),
+        headroom_mib: 256,
+        starvation_after_ms: STARVATION_MS,
+        now_ms: 0,
+    };
+    let share_of_job = JOB_MIB as f64 / CARD_MIB as f64;
+    let h_ms = opts.half_life_h * HOUR as f64;
+    let mut decayed = vec![0.0f64; 3];
+    let (mut day, mut busy) = (vec![0.0f64; 3], vec![0.0f64; 3]);
+    let mut all_busy_ms = 0i64;
+    let mut next = 0usize;
+    let mut t = 0i64;
+    loop {
+        // Charge from t to the next event.
+        let next_arrival = jobs.get(next).map(|j| j.submit_ms);
+        let Some(to) = [next_arrival, sim.next_end()].into_iter().flatten().min() else {
+            break;
+        };
+        let dt = (to - t) as f64;
+        let mut holding = [0usize; 3];
+        for a in &sim.active {
+            holding[owner_of(&users, a.owner)] += 1;
+        }
+        let waiting: HashSet<usize> = sim
+            .pending
+            .iter()
+            .map(|p| owner_of(&users, p.owner))
+            .collect();
+        let all = (0..3).all(|u| holding[u] > 0 || waiting.contains(&u));
+        let factor = 0.5f64.powf(dt / h_ms);
+        for u in 0..3 {
+            let s = holding[u] as f64 * share_of_job;
+            let hours = s * dt / HOUR as f64;
+            decayed[u] = decayed[u] * factor
+                + s * (h_ms / HOUR as f64) / std::f64::consts::LN_2 * (1.0 - factor);
+            let in_day = (to.min(24 * HOUR) - t.min(24 * HOUR)).max(0) as f64;
+            day[u] += s * in_day / HOUR as f64;
+            if all {
+                busy[u] += hours;
+            }
+        }
+        if all {
+            all_busy_ms += to - t;
+        }
+        t = to;
+        sim.advance(to);
+        while jobs.get(next).is_some_and(|j| j.submit_ms <= t) {
+            let j = &jobs[next];
+            sim.pending.push(SimJob {
+                job: QueuedJob {
+                    id: Uuid::from_u128(next as u128 + 1),
+                    seq: next as i64 + 1,
+                    priority: 0,
+                    standing: Standing::EVEN,
+                    gpu_count: 1,
+                    need: Need::Fixed(JOB_MIB),
+                    exclusive: false,
+                    queued_at_ms: j.submit_ms,
+                    nodes: None,
+                },
+                owner: users[j.owner],
+                run_ms: j.run_ms,
+                after: Vec::new(),
+                array: None,
+                held: None,
+            });
+            next += 1;
+        }
+        if fair {
+            let active: HashSet<Uuid> = sim
+                .pending
+                .iter()
+                .map(|p| p.owner)
+                .chain(sim.active.iter().map(|a| a.owner))
+                .collect();
+            let usage: HashMap<Uuid, f64> =
+                users.iter().zip(&decayed).map(|(u, d)| (*u, *d)).collect();
+            let standings = fairness::standings(&members, &usage, &active);
+            for p in &mut sim.pending {
+                p.job.standing = standings.of(p.owner);
+            }
+        }
+        for id in sim.step() {
+            let i = id.as_u128() as usize - 1;
+            if let Some(j) = jobs.get_mut(i) {
+                j.start_ms = Some(t);
+            }
+        }
+    }
+    let total_day: f64 = day.iter().sum();
+    let total_busy: f64 = busy.iter().sum();
+    let part = |x: f64, total: f64| if total > 0.0 { x / total } else { 0.0 };
+    let users_out = (0..3)
+        .map(|u| {
+            let waits: Vec<f64> = jobs
+                .iter()
+                .filter(|j| j.owner == u)
+                .map(|j| (j.start_ms.unwrap_or(t) - j.submit_ms) as f64 / MIN as f64)
+                .collect();
+            UserFigures {
+                jobs: waits.len(),
+                mean_wait_min: waits.iter().sum::<f64>() / waits.len().max(1) as f64,
+                max_wait_min: waits.iter().copied().fold(0.0, f64::max),
+                day_share: part(day[u], total_day),
+                busy_share: part(busy[u], total_busy),
+            }
+        })
+        .collect();
+    let a_runs: Vec<f64> = jobs
+        .iter()
+        .filter(|j| j.owner == 0)
+        .map(|j| j.run_ms as f64 / MIN as f64)
+        .collect();
+    Figures {
+        users: users_out,
+        all_busy_h: all_busy_ms as f64 / HOUR as f64,
+        a_job_min: a_runs.iter().sum::<f64>() / a_runs.len().max(1) as f64,
+    }
+}
+
+fn owner_of(users: &[Uuid], id: Uuid) -> usize {
+    users.iter().position(|u| *u == id).unwrap_or(0)
+}
+
+/// Runs the day with fair share off and on and prints both; returns them (off, on).
+pub fn run(opts: &FairnessOptions, out: &mut impl Write) -> Result<(Figures, Figures)> {
+    let off = replay(opts, false);
+    let on = replay(opts, true);
+    writeln!(
+        out,
+        "== Fair share: 8 cards, A submits 200 jobs at 9:00, B 40 at 10:00, C 40 at 11:30 \
+         (45-75 min each, one card each; equal weights; half-life {} h) ==",
+        opts.half_life_h
+    )?;
+    writeln!(out, "A's jobs run {:.0} min on average", on.a_job_min)?;
+    for (name, f) in [("off", &off), ("on", &on)] {
+        writeln!(
+            out,
+            "fair share {name}: all three had work for {:.1} h",
+            f.all_busy_h
+        )?;
+        writeln!(
+            out,
+            "  {:<5} {:>5} {:>10} {:>10} {:>11} {:>14}",
+            "user", "jobs", "mean wait", "max wait", "day share", "all-busy share"
+        )?;
+        for (u, x) in f.users.iter().enumerate() {
+            writeln!(
+                out,
+                "  {:<5} {:>5} {:>6.0} min {:>6.0} min {:>9.1} % {:>12.1} %",
+                ["A", "B", "C"][u],
+                x.jobs,
+                x.mean_wait_min,
+                x.max_wait_min,
+                x.day_share * 100.0,
+                x.busy_share * 100.0
+            )?;
+        }
+    }
+    writeln!(out, "(weights equal: each is owed 33.3 %)")?;
+    Ok((off, on))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn with_fair_share_later_users_wait_less() {
+        let opts = FairnessOptions {
+            seed: 7,
+            half_life_h: 168.0,
+        };
+        let (off, on) = run(&opts, &mut Vec::new()).unwrap();
+        // Off: B and C wait behind A's sweep for hours.
+        assert!(off.users[1].max_wait_min > 5.0 * 60.0, "{off:?}");
+        // On: the later users wait far less. (The issue's target, at most about one of A's job
+        // lengths, is not met yet: B and C still wait up to ~12 h at the tail; see
+        // docs/benchmarks.md.)
+        for u in 1..3 {
+            assert!(
+                on.users[u].mean_wait_min * 3.0 < off.users[u].mean_wait_min,
+                "{on:?} {off:?}"
+            );
+        }
+    }
+}
