@@ -34,6 +34,7 @@ async fn main() -> std::process::ExitCode {
         Command::Bench(BenchCommand::Failover(args)) => commands::bench::failover(args).await,
         Command::Bench(BenchCommand::Logs(args)) => commands::bench::logs(args).await,
         Command::Bench(BenchCommand::Replay(args)) => commands::bench::replay(args),
+        Command::Bench(BenchCommand::Backfill(args)) => commands::bench::backfill(args),
         Command::Bench(BenchCommand::Deps(args)) => commands::bench::deps(args).await,
         Command::Bench(BenchCommand::Pull(args)) => commands::bench::pull(args).await,
         Command::Bench(BenchCommand::External(args)) => {

@@ -93,6 +93,7 @@ fn arb_input() -> impl Strategy<Value = PlanInput> {
                 headroom_mib,
                 starvation_after_ms: STARVE,
                 now_ms: NOW,
+                backfill: None,
             }
         })
 }
@@ -326,6 +327,9 @@ fn check_plan(inp: &PlanInput, p: &Plan) -> Result<(), TestCaseError> {
                     prop_assert_eq!(*gpu_count as usize, g)
                 }
                 WaitReason::HoldingCards { .. } => prop_assert!(false, "nested hold"),
+                WaitReason::ReservedForHead { .. } => {
+                    prop_assert!(false, "no backfill here, so no card is kept for a head")
+                }
                 WaitReason::OverCap { .. }
                 | WaitReason::OwnerDisabled
                 | WaitReason::Pulling { .. }
@@ -448,6 +452,7 @@ fn simulate(
             headroom_mib: 0,
             starvation_after_ms,
             now_ms: pass as i64 * 1_000 + 1,
+            backfill: None,
         };
         let p = plan(&inp);
         for a in &p.admitted {

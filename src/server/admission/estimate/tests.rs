@@ -71,6 +71,7 @@ fn snapshot(ran_min: i64, runs: &[i64]) -> Snapshot {
         history,
         typical: (Typical::Median, Typical::Median),
         now_ms: now,
+        backfill: false,
     }
 }
 
