@@ -36,6 +36,7 @@ async fn main() -> std::process::ExitCode {
         Command::Bench(BenchCommand::Logs(args)) => commands::bench::logs(args).await,
         Command::Bench(BenchCommand::Replay(args)) => commands::bench::replay(args),
         Command::Bench(BenchCommand::Fairness(args)) => commands::bench::fairness(args),
+        Command::Bench(BenchCommand::Backfill(args)) => commands::bench::backfill(args),
         Command::Bench(BenchCommand::Deps(args)) => commands::bench::deps(args).await,
         Command::Bench(BenchCommand::Pull(args)) => commands::bench::pull(args).await,
         Command::Bench(BenchCommand::External(args)) => {

@@ -191,6 +191,11 @@ pub struct LaunchPolicy {
     pub session_idle_min: f64,
     /// Admins may open any member's session. Off: only its owner may.
     pub admins_open_sessions: bool,
+    /// Backfill: when the first waiting job of a priority level does not fit, the cards it could
+    /// start on soonest (every job holding cards taken to run to its deadline) are kept for it
+    /// from then; a later job takes them now only if its timeout ends it before, or it fits
+    /// beside. Off: a later job takes any card it fits on (until the starvation guard).
+    pub backfill: bool,
 }
 
 impl Default for LaunchPolicy {
@@ -231,6 +236,7 @@ impl Default for LaunchPolicy {
             max_sessions_per_user: 2,
             session_idle_min: 60.0,
             admins_open_sessions: false,
+            backfill: true,
         }
     }
 }

@@ -25,6 +25,7 @@
 //! cards back, so the burst starts on 64 empty cards with only its own jobs queued. Section 2's
 //! finished rows stay behind, outside every partial index a pass reads.
 
+pub mod backfill;
 mod db;
 pub mod deps;
 pub mod external;

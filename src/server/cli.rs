@@ -88,6 +88,9 @@ pub enum BenchCommand {
     /// Fair share on a replayed day: three users, one submitting a 200-job sweep first; each
     /// user's wait and share of GPU-hours with fair share off and on (needs no database).
     Fairness(BenchFairnessArgs),
+    /// Backfill on and off on a replayed synthetic day with real run times, in virtual time
+    /// against the real planner: packing and waits (needs no database).
+    Backfill(BenchBackfillArgs),
     /// Dependencies: parent end → dependent admitted, p50/p99, on an idle queue and with ~1000
     /// unrelated jobs queued (needs a scratch database).
     Deps(BenchDepsArgs),
@@ -111,6 +114,14 @@ pub struct BenchReplayArgs {
     /// The trace and the cluster's policy.
     #[command(flatten)]
     pub opts: crate::server::bench::replay::ReplayOptions,
+}
+
+/// Flags of `gpuq bench backfill`.
+#[derive(Debug, Args)]
+pub struct BenchBackfillArgs {
+    /// The trace.
+    #[command(flatten)]
+    pub opts: crate::server::bench::backfill::BackfillOptions,
 }
 
 /// Flags of `gpuq bench deps`.

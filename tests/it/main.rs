@@ -9,6 +9,8 @@ mod admission;
 mod arrays;
 mod attacks;
 mod auth;
+mod backfill;
+mod backfill_props;
 mod budgets;
 mod cards;
 mod cli;

@@ -98,6 +98,7 @@ fn arb_input() -> impl Strategy<Value = PlanInput> {
                 headroom_mib,
                 starvation_after_ms: STARVE,
                 now_ms: NOW,
+                backfill: None,
             }
         })
 }
@@ -334,6 +335,9 @@ fn check_plan(inp: &PlanInput, p: &Plan) -> Result<(), TestCaseError> {
                     prop_assert_eq!(*gpu_count as usize, g)
                 }
                 WaitReason::HoldingCards { .. } => prop_assert!(false, "nested hold"),
+                WaitReason::ReservedForHead { .. } => {
+                    prop_assert!(false, "no backfill here, so no card is kept for a head")
+                }
                 WaitReason::OverCap { .. }
                 | WaitReason::OwnerDisabled
                 | WaitReason::Pulling { .. }
@@ -459,6 +463,7 @@ fn simulate(
             headroom_mib: 0,
             starvation_after_ms,
             now_ms: pass as i64 * 1_000 + 1,
+            backfill: None,
         };
         let p = plan(&inp);
         for a in &p.admitted {

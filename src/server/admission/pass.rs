@@ -7,7 +7,9 @@
 
 use super::gates::{DepState, Gates};
 use super::images::{Gate, ImageGate};
-use super::planner::{self, Card, Need, Plan, PlanInput, QueuedJob, WaitReason, Waiting};
+use super::planner::{
+    self, Backfill, Card, Need, Plan, PlanInput, QueuedJob, Release, WaitReason, Waiting,
+};
 use crate::model::{queue_key, LaunchPolicy, LiveEvent};
 use crate::server::db::gpus::GpuRow;
 use crate::server::db::{events, gpus, jobs, lifecycle, manifest, nodes, settings};
@@ -272,6 +274,7 @@ struct QueueRow {
     owner_id: Uuid,
     image: String,
     array_id: Option<Uuid>,
+    timeout_s: i64,
 }
 
 /// The launch policy's caps as they apply to this pass: jobs beyond a cap are held back, in queue
@@ -380,7 +383,7 @@ pub async fn read_state(
     let manifest = manifest::load(tx).await.context("reading the manifest")?;
     let mut rows_q: Vec<QueueRow> = sqlx::query_as(
         "SELECT id, seq, priority, gpu_count, workload, min_vram_mib, exclusive, created_at, \
-                owner_id, image, array_id \
+                owner_id, image, array_id, timeout_s \
          FROM jobs WHERE status = 'queued'",
     )
     .fetch_all(&mut **tx)
@@ -471,6 +474,11 @@ pub async fn read_state(
             Some(reason) => capped.push((to_job(q), reason)),
         }
     }
+    let backfill = if policy.backfill {
+        Some(backfill(tx, &rows_q, now).await?)
+    } else {
+        None
+    };
     Ok(PassState {
         input: PlanInput {
             cards,
@@ -478,6 +486,7 @@ pub async fn read_state(
             headroom_mib: cfg.headroom_mib,
             starvation_after_ms: cfg.starvation_after.as_millis() as i64,
             now_ms: now.timestamp_millis(),
+            backfill,
         },
         cards: rows
             .iter()
@@ -489,6 +498,33 @@ pub async fn read_state(
         gates,
         standings,
         past_soft_budget: over.soft,
+    })
+}
+
+/// Backfill's bounds: when each job holding cards ends at the latest (the start estimate's own
+/// reading of them) and each queued job's timeout, with the estimate's slack.
+async fn backfill(
+    tx: &mut Transaction<'_, Postgres>,
+    queued: &[QueueRow],
+    now: DateTime<Utc>,
+) -> Result<Backfill> {
+    let now_ms = now.timestamp_millis();
+    let holding = super::estimate::holding(tx).await?;
+    Ok(Backfill {
+        releases: holding
+            .into_iter()
+            .map(|h| Release {
+                job_id: h.id,
+                deadline_ms: h.deadline_ms(now_ms),
+                grants: h.grants,
+                exclusive: h.exclusive,
+            })
+            .collect(),
+        bounds: queued
+            .iter()
+            .map(|q| (q.id, q.timeout_s.saturating_mul(1000)))
+            .collect(),
+        slack_ms: super::estimate::EstimateConfig::default().slack.as_millis() as i64,
     })
 }
 

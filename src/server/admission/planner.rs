@@ -16,9 +16,11 @@ use std::hash::{BuildHasherDefault, Hasher};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+mod backfill;
 mod never;
 mod wait;
 
+pub use backfill::{Backfill, Release, Reservation};
 pub use never::never_fits;
 pub use wait::{BestCard, CardRef, NeedRange, WaitReason};
 
@@ -119,6 +121,9 @@ pub struct PlanInput {
     pub starvation_after_ms: i64,
     /// The pass's notion of "now", so the result is reproducible.
     pub now_ms: i64,
+    /// Backfill's bounds (see `planner::backfill`); `None`: no backfill.
+    #[serde(default)]
+    pub backfill: Option<Backfill>,
 }
 
 /// Outcome of a pass; every queued job appears exactly once.
@@ -128,6 +133,9 @@ pub struct Plan {
     pub admitted: Vec<Placement>,
     /// Jobs left queued, in queue order, each with its reason.
     pub waiting: Vec<Waiting>,
+    /// Cards kept for heads of the queue (backfill), in queue order.
+    #[serde(default)]
+    pub reserved: Vec<Reservation>,
 }
 
 /// Cards granted to one admitted job.
@@ -217,6 +225,10 @@ struct Shape {
     failed: bool,
     reason: Option<(u64, WaitReason)>,
     block: Option<(u64, Vec<usize>)>,
+    /// Backfill: when a job of this shape started now has ended at the latest (`None`: unbounded).
+    ends_by: Option<i64>,
+    /// Backfill found no moment for it in this pass.
+    unreservable: bool,
 }
 
 impl Shape {
@@ -241,6 +253,8 @@ struct Pass<'a> {
     cap_gen: u64,
     buf: Vec<(i64, usize)>,
     pick: Vec<usize>,
+    /// Backfill's kept cards and the cards' futures; `None` without backfill.
+    bf: Option<backfill::Book<'a>>,
 }
 
 /// Free VRAM by the pass-wide formula, clamped so a card never goes negative.
@@ -275,10 +289,15 @@ pub fn plan(input: &PlanInput) -> Plan {
             None => 0,
             Some(n) => *groups.entry(n.as_slice()).or_insert(next),
         });
+        // Backfill: a job's bound decides which kept cards it may take, so it is part of its shape.
+        let ends_by = pass.bf.as_ref().and_then(|b| b.ends_by(job.id));
+        if pass.bf.is_some() {
+            key.push(ends_by.unwrap_or(i64::MAX));
+        }
         let si = match index.get(key.as_slice()) {
             Some(&si) => si,
             None => {
-                shapes.push(pass.new_shape(&key, job.nodes.as_deref()));
+                shapes.push(pass.new_shape(&key, job.nodes.as_deref(), ends_by));
                 index.insert(key.clone(), shapes.len() - 1);
                 shapes.len() - 1
             }
@@ -299,8 +318,10 @@ pub fn plan(input: &PlanInput) -> Plan {
         }
         let shape = &mut shapes[si];
         if !shape.failed {
-            if pass.try_place(shape) {
-                out.admitted.push(pass.commit(shape, job.id));
+            if pass.try_place(shape, true) {
+                let placement = pass.commit(shape, job.id);
+                pass.backfilled(shape, &placement);
+                out.admitted.push(placement);
                 continue;
             }
             shape.failed = true;
@@ -314,6 +335,9 @@ pub fn plan(input: &PlanInput) -> Plan {
                     held,
                 };
             }
+        }
+        if let Some(r) = pass.reserve(shape, job.id, job.priority) {
+            out.reserved.push(r);
         }
         out.waiting.push(Waiting {
             job_id: job.id,
@@ -371,7 +395,9 @@ impl<'a> Pass<'a> {
             cap_gen: 0,
             buf: Vec::new(),
             pick: Vec::new(),
+            bf: None,
         };
+        pass.bf = backfill::Book::new(input, &pass.slots);
         for n in 0..pass.nodes.len() {
             pass.refresh_node(n);
         }
@@ -408,11 +434,11 @@ impl<'a> Pass<'a> {
         }
     }
 
-    /// The shape of `key` (`[gpu_count, exclusive, need per model..., node group]`), allowed on
-    /// `nodes` (`None`: on every node).
-    fn new_shape(&self, key: &[i64], nodes: Option<&[String]>) -> Shape {
+    /// The shape of `key` (`[gpu_count, exclusive, need per model..., node group, bound]`, the
+    /// bound with backfill only), allowed on `nodes` (`None`: on every node).
+    fn new_shape(&self, key: &[i64], nodes: Option<&[String]>, ends_by: Option<i64>) -> Shape {
         let needs = key
-            .get(2..key.len().saturating_sub(1))
+            .get(2..2 + self.models.len())
             .unwrap_or_default()
             .to_vec();
         let allowed = nodes.map(|names| {
@@ -433,13 +459,16 @@ impl<'a> Pass<'a> {
             failed: false,
             reason: None,
             block: None,
+            ends_by,
+            unreservable: false,
         }
     }
 
     /// Best fit: on each node the `gpu_count` qualifying cards with the least
     /// leftover, then the node whose leftover sum is least (earlier name wins
-    /// ties). Leaves the chosen slots in `self.pick`.
-    fn try_place(&mut self, s: &Shape) -> bool {
+    /// ties). Leaves the chosen slots in `self.pick`. With `kept`, cards backfill keeps for a
+    /// head are offered only as far as the job cannot delay it.
+    fn try_place(&mut self, s: &Shape, kept: bool) -> bool {
         let g = s.gpu_count;
         let Some(min_need) = s.min_need else {
             return false;
@@ -455,7 +484,16 @@ impl<'a> Pass<'a> {
             self.buf.clear();
             for (si, c) in self.slots[span.start..span.end].iter().enumerate() {
                 let need = s.needs[c.model];
-                if need >= 0 && c.free >= need && c.placeable() && !(s.exclusive && c.busy) {
+                if need >= 0
+                    && c.free >= need
+                    && c.placeable()
+                    && !(s.exclusive && c.busy)
+                    && (!kept
+                        || self
+                            .bf
+                            .as_ref()
+                            .is_none_or(|b| b.allows(span.start + si, s, need)))
+                {
                     self.buf.push((c.free - need, span.start + si));
                 }
             }
@@ -501,13 +539,16 @@ impl<'a> Pass<'a> {
 
     /// Why a shape does not fit right now, reusing the last answer while
     /// nothing has changed.
-    fn reason(&self, s: &mut Shape) -> WaitReason {
+    fn reason(&mut self, s: &mut Shape) -> WaitReason {
         if let Some((gen, r)) = &s.reason {
             if *gen == self.gen {
                 return r.clone();
             }
         }
-        let r = wait::explain(self, s);
+        let r = match self.kept_reason(s) {
+            Some(r) => r,
+            None => wait::explain(self, s),
+        };
         s.reason = Some((self.gen, r.clone()));
         r
     }

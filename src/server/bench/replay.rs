@@ -9,7 +9,7 @@
 //! stands, with the run-time history of the jobs finished so far); when the job really starts, the
 //! two are compared. Nothing is written anywhere: it needs no database.
 
-mod trace;
+pub(super) mod trace;
 
 use crate::server::admission::estimate::{
     self, sim::Sim, sim::SimJob, sim::Start, Durations, Estimate, Holding, Snapshot, Typical,
@@ -103,7 +103,8 @@ struct Replay {
     typical: (Typical, Typical),
 }
 
-fn cards() -> Vec<Card> {
+/// The replayed cluster's cards: four A100 80GB on one node, four RTX 3090 on another.
+pub(super) fn cards() -> Vec<Card> {
     let card = |node: &str, index: u32, model: &str, total: i64| Card {
         uuid: Uuid::from_u128(0xCA4D_0000 + u128::from(index) + if node == "a" { 0 } else { 100 }),
         node: format!("node-{node}"),
@@ -154,6 +155,7 @@ impl Replay {
                 headroom_mib: 256,
                 starvation_after_ms: 30 * MIN,
                 now_ms: 0,
+                backfill: None,
             },
             meta: HashMap::new(),
             history,
@@ -292,6 +294,7 @@ impl Replay {
                 .collect(),
             typical: self.typical,
             now_ms: self.sim.now_ms,
+            backfill: false,
         }
     }
 
@@ -354,7 +357,7 @@ impl Replay {
 }
 
 /// Nearest-rank percentile (`p` in 0..=100) of ascending values; 0 when there are none.
-fn pct(sorted: &[f64], p: f64) -> f64 {
+pub(super) fn pct(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }

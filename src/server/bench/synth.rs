@@ -174,6 +174,7 @@ pub(super) fn planner_input(queued_jobs: usize, cards: usize, seed: u64) -> Plan
         headroom_mib: 512,
         starvation_after_ms: 6 * 3_600_000,
         now_ms: 0,
+        backfill: None,
     }
 }
 

@@ -80,6 +80,13 @@ pub fn fairness(args: crate::server::cli::BenchFairnessArgs) -> Result<()> {
     Ok(())
 }
 
+/// `gpuq bench backfill`: packing and waits with backfill on and off, on a replayed day (no
+/// database).
+pub fn backfill(args: crate::server::cli::BenchBackfillArgs) -> Result<()> {
+    crate::server::bench::backfill::run(&args.opts, &mut std::io::stdout())?;
+    Ok(())
+}
+
 /// `gpuq bench deps`: parent end → dependent admitted, idle and with unrelated jobs queued.
 pub async fn deps(args: crate::server::cli::BenchDepsArgs) -> Result<()> {
     with_database(&args.db, |pool| async move {

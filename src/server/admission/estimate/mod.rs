@@ -22,11 +22,12 @@ pub mod sim;
 mod store;
 
 pub use history::{Durations, History, Typical};
+pub(crate) use store::holding;
 pub use store::{read, refresh, run, EstimateConfig, StoredEstimate, ESTIMATE_LOCK};
 
 use crate::server::admission::pass::Caps;
 use crate::server::admission::planner::{Card, CardGrant, QueuedJob};
-use sim::{Active, Sim, SimJob, Start};
+use sim::{Active, Sim, SimBackfill, SimJob, Start};
 use std::collections::HashMap;
 use uuid::Uuid;
 
@@ -53,6 +54,19 @@ pub struct Holding {
     pub started_ms: Option<i64>,
     /// It has ended already; the next pass gives its cards back.
     pub ended: bool,
+}
+
+impl Holding {
+    /// When it ends at the latest, ms, the slack left out: its deadline, which counts from its
+    /// container's start (from `now_ms` before that); `now_ms` once it has ended.
+    pub fn deadline_ms(&self, now_ms: i64) -> i64 {
+        if self.ended {
+            return now_ms;
+        }
+        self.started_ms
+            .unwrap_or(now_ms)
+            .saturating_add(self.timeout_ms)
+    }
 }
 
 /// A queued job.
@@ -100,6 +114,8 @@ pub struct Snapshot {
     pub typical: (Typical, Typical),
     /// Now.
     pub now_ms: i64,
+    /// The launch policy's `backfill`: the simulation keeps cards for heads as the pass does.
+    pub backfill: bool,
 }
 
 /// One queued job's two figures.
@@ -125,8 +141,7 @@ impl Snapshot {
         if h.ended {
             return now;
         }
-        // A deadline counts from the container's start, which has not happened yet before it.
-        let deadline = h.started_ms.unwrap_or(now).saturating_add(h.timeout_ms);
+        let deadline = h.deadline_ms(now);
         let end = match runs {
             Runs::Deadlines => deadline.saturating_add(self.slack_ms),
             Runs::Expected => {
@@ -189,6 +204,26 @@ impl Snapshot {
             headroom_mib: self.headroom_mib,
             starvation_after_ms: self.starvation_after_ms,
             now_ms: self.now_ms,
+            backfill: self.backfill.then(|| self.sim_backfill()),
+        }
+    }
+
+    /// Backfill's bounds as the pass reads them: deadlines of the jobs holding cards, timeouts.
+    fn sim_backfill(&self) -> SimBackfill {
+        let now = self.now_ms;
+        SimBackfill {
+            timeout_ms: self
+                .queued
+                .iter()
+                .map(|w| (w.job.id, w.timeout_ms))
+                .chain(self.holding.iter().map(|h| (h.id, h.timeout_ms)))
+                .collect(),
+            deadline_ms: self
+                .holding
+                .iter()
+                .map(|h| (h.id, h.deadline_ms(now)))
+                .collect(),
+            slack_ms: self.slack_ms,
         }
     }
 }

@@ -4,7 +4,9 @@
 //! simulated cluster with it.
 
 use crate::server::admission::pass::Caps;
-use crate::server::admission::planner::{self, never_fits, Card, CardGrant, PlanInput, QueuedJob};
+use crate::server::admission::planner::{
+    self, never_fits, Backfill, Card, CardGrant, PlanInput, QueuedJob, Release,
+};
 use std::collections::{HashMap, HashSet};
 use uuid::Uuid;
 
@@ -57,6 +59,17 @@ pub enum Start {
     Unknown,
 }
 
+/// What backfill needs in the simulation: the bounds a real pass reads.
+#[derive(Debug, Clone, Default)]
+pub struct SimBackfill {
+    /// Each job's timeout, ms (queued jobs, and those holding cards).
+    pub timeout_ms: HashMap<Uuid, i64>,
+    /// The deadline of each job holding cards, ms; jobs the simulation starts get theirs then.
+    pub deadline_ms: HashMap<Uuid, i64>,
+    /// The pass's slack.
+    pub slack_ms: i64,
+}
+
 /// A cluster in virtual time: cards, what holds them, and the queue.
 #[derive(Debug, Clone)]
 pub struct Sim {
@@ -77,6 +90,8 @@ pub struct Sim {
     pub starvation_after_ms: i64,
     /// Virtual now.
     pub now_ms: i64,
+    /// Backfill, as the launch policy has it; `None`: off.
+    pub backfill: Option<SimBackfill>,
 }
 
 impl Sim {
@@ -122,12 +137,14 @@ impl Sim {
         if queue.is_empty() {
             return Vec::new();
         }
+        let backfill = self.backfill.as_ref().map(|b| self.bounds(b, &queue));
         let plan = planner::plan(&PlanInput {
             cards: self.cards.clone(),
             queue,
             headroom_mib: self.headroom_mib,
             starvation_after_ms: self.starvation_after_ms,
             now_ms: self.now_ms,
+            backfill,
         });
         let mut started = Vec::with_capacity(plan.admitted.len());
         for placement in plan.admitted {
@@ -149,10 +166,40 @@ impl Sim {
                 ends_ms: self.now_ms.saturating_add(p.run_ms.max(0)),
             };
             self.hold(&active, 1);
+            if let Some(b) = &mut self.backfill {
+                if let Some(t) = b.timeout_ms.get(&active.id).copied() {
+                    b.deadline_ms
+                        .insert(active.id, self.now_ms.saturating_add(t));
+                }
+            }
             started.push(active.id);
             self.active.push(active);
         }
         started
+    }
+
+    /// The planner's backfill input: the deadlines of the jobs holding cards, the timeouts of
+    /// `queue`.
+    fn bounds(&self, b: &SimBackfill, queue: &[QueuedJob]) -> Backfill {
+        Backfill {
+            releases: self
+                .active
+                .iter()
+                .filter_map(|a| {
+                    Some(Release {
+                        job_id: a.id,
+                        deadline_ms: *b.deadline_ms.get(&a.id)?,
+                        grants: a.grants.clone(),
+                        exclusive: a.exclusive,
+                    })
+                })
+                .collect(),
+            bounds: queue
+                .iter()
+                .filter_map(|j| Some((j.id, *b.timeout_ms.get(&j.id)?)))
+                .collect(),
+            slack_ms: b.slack_ms,
+        }
     }
 
     /// Adds (`sign` 1) or gives back (`sign` -1) a job's grants in the ledger.
@@ -182,6 +229,9 @@ impl Sim {
         self.active = kept;
         for a in &ended {
             self.hold(a, -1);
+            if let Some(b) = &mut self.backfill {
+                b.deadline_ms.remove(&a.id);
+            }
         }
         ended
     }

@@ -208,11 +208,13 @@ async fn snapshot(
         history: history(tx, cfg.history_runs).await?,
         typical: cfg.typical,
         now_ms: now.timestamp_millis(),
+        backfill: policy.backfill,
     })
 }
 
-/// Jobs that hold cards: placed and not ended, or ended and not yet given back.
-async fn holding(tx: &mut Transaction<'_, Postgres>) -> Result<Vec<Holding>> {
+/// Jobs that hold cards: placed and not ended, or ended and not yet given back (the pass reads
+/// their deadlines for backfill).
+pub(crate) async fn holding(tx: &mut Transaction<'_, Postgres>) -> Result<Vec<Holding>> {
     let rows: Vec<HoldingRow> = sqlx::query_as(
         "SELECT id, owner_id, gpu_count, exclusive, workload, timeout_s, started_at, \
                 status NOT IN ('admitted', 'starting', 'running') AS ended, array_id \

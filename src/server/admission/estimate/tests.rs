@@ -73,6 +73,7 @@ fn snapshot(ran_min: i64, runs: &[i64]) -> Snapshot {
         history,
         typical: (Typical::Median, Typical::Median),
         now_ms: now,
+        backfill: false,
     }
 }
 

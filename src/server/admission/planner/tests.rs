@@ -39,6 +39,7 @@ fn input(cards: Vec<Card>, queue: Vec<QueuedJob>) -> PlanInput {
         headroom_mib: 0,
         starvation_after_ms: 1_000,
         now_ms: 500,
+        backfill: None,
     }
 }
 

@@ -81,6 +81,17 @@ pub enum WaitReason {
         /// Cards held for it, all on one node.
         held: Vec<CardRef>,
     },
+    /// Backfill: the job would fit, but on cards kept for a job ahead of it from the moment that
+    /// job can start, and its timeout runs past that moment.
+    ReservedForHead {
+        /// The job the cards are kept for.
+        head: Uuid,
+        /// When that job can start at the latest as things stand, ms since the epoch.
+        start_by_ms: i64,
+        /// The longest timeout, ms, that ends a job started now before that moment (0 or less:
+        /// none does).
+        max_timeout_ms: i64,
+    },
     /// A launch-policy cap holds the job back before planning: its owner's running jobs, or the
     /// jobs without GPUs on the node that runs them.
     OverCap {
@@ -215,6 +226,24 @@ impl WaitReason {
                     gpus.join(",")
                 )
             }
+            WaitReason::ReservedForHead {
+                head,
+                start_by_ms,
+                max_timeout_ms,
+            } => {
+                let at = chrono::DateTime::<chrono::Utc>::from_timestamp_millis(*start_by_ms)
+                    .map(|t| t.format("%Y-%m-%d %H:%M UTC").to_string())
+                    .unwrap_or_else(|| "later".to_string());
+                let mut text =
+                    format!("its cards are kept for job {head}, which can start by {at}");
+                if *max_timeout_ms > 0 {
+                    text.push_str(&format!(
+                        "; a job with a timeout of at most {} could start now",
+                        span(*max_timeout_ms)
+                    ));
+                }
+                text
+            }
             WaitReason::OverCap { cap, limit } if cap == "max_cpu_jobs_per_node" => format!(
                 "{limit} jobs without GPUs already run on this node, the most the launch policy \
                  allows ({cap})"
@@ -278,6 +307,16 @@ impl WaitReason {
             WaitReason::HoldingCards { held, .. } => held,
             _ => &[],
         }
+    }
+}
+
+/// A duration as people read it: `1h 05m`, `12m`, `40s`.
+fn span(ms: i64) -> String {
+    let s = ms / 1000;
+    match s {
+        _ if s >= 3600 => format!("{}h {:02}m", s / 3600, s % 3600 / 60),
+        _ if s >= 60 => format!("{}m", s / 60),
+        _ => format!("{s}s"),
     }
 }
 

@@ -4,7 +4,7 @@
 use crate::server::bench::synth::Rng;
 
 /// A workload type of the trace: what it needs per card model and how long it runs.
-pub(super) struct Kind {
+pub(in crate::server::bench) struct Kind {
     /// Its name (the history is kept per name).
     pub name: &'static str,
     /// MiB per card on each model it runs on.
@@ -20,12 +20,12 @@ pub(super) struct Kind {
 }
 
 /// The A100s' model name.
-pub(super) const A100: &str = "NVIDIA A100 80GB";
+pub(in crate::server::bench) const A100: &str = "NVIDIA A100 80GB";
 /// The 3090s' model name.
-pub(super) const RTX: &str = "NVIDIA GeForce RTX 3090";
+pub(in crate::server::bench) const RTX: &str = "NVIDIA GeForce RTX 3090";
 
 /// The team's workload types.
-pub(super) const KINDS: [Kind; 5] = [
+pub(in crate::server::bench) const KINDS: [Kind; 5] = [
     Kind {
         name: "train-large",
         needs: &[(A100, 70_000)],
@@ -70,7 +70,7 @@ pub(super) const KINDS: [Kind; 5] = [
 
 /// What one submission is.
 #[derive(Debug, Clone)]
-pub(super) enum What {
+pub(in crate::server::bench) enum What {
     /// One job of a kind.
     Single(usize),
     /// Jobs run one after the other: each submitted when the one before ends.
@@ -83,7 +83,7 @@ pub(super) enum What {
 
 /// One submission.
 #[derive(Debug, Clone)]
-pub(super) struct Arrival {
+pub(in crate::server::bench) struct Arrival {
     /// When, virtual milliseconds from the start of the day.
     pub at_ms: i64,
     /// Who (a member's number).
@@ -93,11 +93,11 @@ pub(super) struct Arrival {
 }
 
 /// Members of the team.
-pub(super) const USERS: usize = 8;
+pub(in crate::server::bench) const USERS: usize = 8;
 
 impl Rng {
     /// Uniform in (0, 1).
-    pub(super) fn unit(&mut self) -> f64 {
+    pub(in crate::server::bench) fn unit(&mut self) -> f64 {
         (self.below(1 << 53) as f64 + 0.5) / (1u64 << 53) as f64
     }
 
@@ -110,14 +110,14 @@ impl Rng {
 
 /// How long a job of `kind` really runs (ms): log-normal around its median, cut at its deadline
 /// (where it would time out).
-pub(super) fn run_ms(rng: &mut Rng, kind: &Kind) -> i64 {
+pub(in crate::server::bench) fn run_ms(rng: &mut Rng, kind: &Kind) -> i64 {
     let minutes = (kind.median_min.ln() + kind.sigma * rng.normal()).exp();
     ((minutes * 60_000.0) as i64).clamp(30_000, kind.timeout_min * 60_000)
 }
 
 /// Submissions over `hours`: busy from 9:00 to 19:00, quiet at night; `per_hour` in the busy
 /// hours, a tenth of it otherwise.
-pub(super) fn day(rng: &mut Rng, hours: i64, per_hour: f64) -> Vec<Arrival> {
+pub(in crate::server::bench) fn day(rng: &mut Rng, hours: i64, per_hour: f64) -> Vec<Arrival> {
     let mut out = Vec::new();
     let end = hours * 3_600_000;
     let mut t = 0i64;

@@ -55,6 +55,7 @@ fn sim(cards: Vec<Card>, pending: Vec<SimJob>) -> Sim {
         headroom_mib: 0,
         starvation_after_ms: DAY,
         now_ms: 0,
+        backfill: None,
     }
 }
 
