@@ -26,7 +26,7 @@ pub use budget::{
     check_team_name, check_weight, Budget, BudgetKind, BudgetPeriod, DEFAULT_TEAM,
     MAX_BUDGET_GPU_HOURS, MAX_WEIGHT,
 };
-pub use dashboard::{DashboardView, JobDetail, JobEventView, Preview};
+pub use dashboard::{DashboardView, IdleFlag, JobDetail, JobEventView, Preview};
 pub use error::{AppError, LINK_TEXT};
 pub use events::{AuditKind, JobChange, JobEventKind, LiveEvent};
 pub use gpu::{
@@ -57,7 +57,7 @@ pub use suggest::{
     SUGGESTION_MARGIN_PERCENT, SUGGESTION_MIN_SAMPLES, SUGGESTION_ROUND_MIB,
 };
 pub use usage::{
-    CardPoint, CardSeries, UsageCharts, UsageReport, UsageTotal, UsageView, WaitBucket, WaitStats,
+    CardPoint, CardSeries, ReclaimedTotal, UsageCharts, UsageReport, UsageTotal, UsageView, WaitBucket, WaitStats,
     CUSTOM_VRAM,
 };
 pub use user::{Role, UserView, Username};

@@ -23,6 +23,7 @@ mod estimate;
 mod faults;
 mod gpu_hours;
 mod hints;
+mod idle;
 mod image_gc;
 mod isolation;
 mod lifecycle;
