@@ -323,7 +323,7 @@ async fn warn_flags_and_tells_the_owner_but_never_stops_and_exempt_jobs_are_neve
     assert_eq!(page["idle"]["stop_at"], Value::Null, "{page}");
 
     // Another member reads neither the flag nor the trail.
-    s.app.bearer("bob", Role::Member).await;
+    let bob_bearer = s.app.bearer("bob", Role::Member).await;
     let bob = s.app.login("bob", PASSWORD).await;
     let page = s
         .app
@@ -333,10 +333,6 @@ async fn warn_flags_and_tells_the_owner_but_never_stops_and_exempt_jobs_are_neve
     let page: Value = page.json();
     assert_eq!(page["idle"], Value::Null, "{page}");
     assert_eq!(page["events"], json!([]), "{page}");
-    let bob_bearer = s.app.token("bob", PASSWORD).await.json()["token"]
-        .as_str()
-        .map(|t| format!("Bearer {t}"))
-        .unwrap();
     let trail = s
         .app
         .get(&format!("/api/v1/jobs/{quiet}/events"), &bob_bearer)
