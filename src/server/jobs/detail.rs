@@ -6,6 +6,7 @@ use crate::server::auth::CurrentUser;
 use crate::server::db::{events, idle};
 use crate::server::error::OrInternal;
 use crate::server::Ctx;
+use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 /// A job with its timeline, and whether the viewer may cancel or resubmit it.
@@ -41,10 +42,12 @@ async fn idle_flag(ctx: &Ctx, id: Uuid) -> Result<Option<IdleFlag>, AppError> {
     Ok(match last {
         Some((at, JobEventKind::IdleFlagged, d)) => Some(IdleFlag {
             flagged_at: at,
-            quiet_since: serde_json::from_value(d["quiet_since"].clone()).ok(),
+            quiet_since: serde_json::from_value::<DateTime<Utc>>(d["quiet_since"].clone()).ok(),
             no_process: d["no_process"].as_bool().unwrap_or(false),
             sm_percent: d["sm_percent"].as_u64().and_then(|p| u32::try_from(p).ok()),
-            stop_at: serde_json::from_value(d["stop_at"].clone()).ok().flatten(),
+            stop_at: serde_json::from_value::<Option<DateTime<Utc>>>(d["stop_at"].clone())
+                .ok()
+                .flatten(),
         }),
         _ => None,
     })
