@@ -35,7 +35,7 @@ FLOORS = [
     # what the domain knows about: cards, people, the manifest, nodes and their peers
     ["gpu", "auth", "manifest", "nodes", "peers", "registries", "budgets", "fairness"],
     # what runs by itself: admission passes, the runner, VRAM policing, usage, the firewall
-    ["admission", "runner", "vram", "usage", "firewall"],
+    ["admission", "runner", "vram", "idle", "usage", "firewall"],
     # the context the services share, and the bounds it holds
     ["limits", "context"],
     # the services the edges call

@@ -130,6 +130,7 @@ fn Detail(d: JobDetail, cancel: ServerAction<CancelJob>) -> impl IntoView {
     let held = cards(&j.assigned_gpus);
     let vram = vram_lines(&j.assigned_gpus);
     let over = over_line(&j.assigned_gpus);
+    let idle = d.idle.as_ref().map(|f| f.describe());
     let waiting = wait_line(status, j.queue_position, j.wait_reason.as_deref());
     let start = start_line(&j);
     view! {
@@ -149,6 +150,7 @@ fn Detail(d: JobDetail, cancel: ServerAction<CancelJob>) -> impl IntoView {
                     " its node stopped heartbeating: the job is not started elsewhere and keeps its cards until the node returns or an admin forgets it"</p>
             })}
             {over.map(|o| view! { <p id="vram-over"><span class="badge badge-over">"over its VRAM"</span> " " {o}</p> })}
+            {idle.map(|w| view! { <p id="idle-flag"><span class="badge badge-over">"idle"</span> " " {w}</p> })}
             {d.can_cancel.then(|| view! {
                 <button type="button" class="danger" on:click=move |_| { cancel.dispatch(CancelJob { id }); }>
                     "Cancel job"

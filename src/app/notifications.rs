@@ -207,6 +207,7 @@ fn event_id(e: NotifyEvent) -> &'static str {
         NotifyEvent::Cancelled => "notify-cancelled",
         NotifyEvent::VramOveruse => "notify-vram-overuse",
         NotifyEvent::StartedAfterWait => "notify-started-after-wait",
+        NotifyEvent::Idle => "notify-idle",
     }
 }
 
@@ -218,6 +219,7 @@ fn event_label(e: NotifyEvent) -> &'static str {
         NotifyEvent::Cancelled => "cancelled",
         NotifyEvent::VramOveruse => "stopped for VRAM overuse",
         NotifyEvent::StartedAfterWait => "started after a long wait",
+        NotifyEvent::Idle => "flagged idle (cards unused)",
     }
 }
 

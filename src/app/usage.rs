@@ -11,7 +11,9 @@ use super::alert::loaded;
 use super::gate::SignedInAs;
 use super::widgets::{column_heads, heads_and_rows};
 use crate::api::usage_report;
-use crate::model::{AppError, CardSeries, Role, UsageReport, UsageTotal, UsageView, WaitStats};
+use crate::model::{
+    AppError, CardSeries, ReclaimedTotal, Role, UsageReport, UsageTotal, UsageView, WaitStats,
+};
 use leptos::prelude::*;
 use leptos_meta::Title;
 
@@ -151,6 +153,7 @@ fn Report(v: UsageView) -> impl IntoView {
         wait,
         by_user,
         by_workload,
+        reclaimed_by_user,
         ..
     } = report;
     let no_cards = cards.is_empty();
@@ -169,7 +172,32 @@ fn Report(v: UsageView) -> impl IntoView {
         <Totals rows=by_user option=charts.by_user id="usage-users" first="Owner" />
         <h2>"GPU-hours and VRAM-hours per workload type"</h2>
         <Totals rows=by_workload option=charts.by_workload id="usage-workloads" first="Workload type" />
+        <h2>"GPU-hours reclaimed from idle jobs"</h2>
+        <Reclaimed rows=reclaimed_by_user />
     }
+}
+
+/// Per owner: the jobs gpuq stopped idle in the range and the GPU-hours that freed (each job's
+/// card share × the time from its stop to its deadline).
+#[component]
+fn Reclaimed(rows: Vec<ReclaimedTotal>) -> impl IntoView {
+    if rows.is_empty() {
+        return view! { <p id="usage-reclaimed" class="muted">"No job was stopped idle in this range."</p> }
+            .into_any();
+    }
+    let total: f64 = rows.iter().map(|r| r.gpu_hours).sum();
+    view! {
+        <table id="usage-reclaimed" class="usage-table">
+            {column_heads(["Owner", "Jobs stopped idle", "GPU-hours reclaimed"])}
+            <tbody>
+                {rows.into_iter().map(|r| view! {
+                    <tr><td>{r.key}</td><td>{r.jobs}</td><td>{format!("{:.2}", r.gpu_hours)}</td></tr>
+                }).collect_view()}
+                <tr><td>"Total"</td><td></td><td>{format!("{total:.2}")}</td></tr>
+            </tbody>
+        </table>
+    }
+    .into_any()
 }
 
 #[component]

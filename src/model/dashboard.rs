@@ -45,6 +45,48 @@ pub struct JobDetail {
     pub can_cancel: bool,
     /// Whether the caller may submit a copy of it (its owner).
     pub can_resubmit: bool,
+    /// Its idle flag, while a running job is flagged (docs/admission.md#idle-cards); only for
+    /// those who see its details.
+    #[serde(default)]
+    pub idle: Option<IdleFlag>,
+}
+
+/// A running job flagged idle: its cards stayed idle past the launch policy's `idle_after_min`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IdleFlag {
+    /// When it was flagged.
+    pub flagged_at: DateTime<Utc>,
+    /// Its last activity (the window counts from there).
+    pub quiet_since: Option<DateTime<Utc>>,
+    /// It had no process on its cards (else: processes, all below `sm_percent`).
+    pub no_process: bool,
+    /// The policy's `idle_sm_percent` when it was flagged.
+    pub sm_percent: Option<u32>,
+    /// When it will be stopped unless it gets busy (`idle_action: stop`); none under `warn`.
+    pub stop_at: Option<DateTime<Utc>>,
+}
+
+impl IdleFlag {
+    /// The warning in plain words, times in UTC.
+    pub fn describe(&self) -> String {
+        let since = self.quiet_since.unwrap_or(self.flagged_at);
+        let what = if self.no_process {
+            "no process on its cards".to_owned()
+        } else {
+            format!(
+                "no process above {} % SM",
+                self.sm_percent.map_or("?".to_owned(), |p| p.to_string())
+            )
+        };
+        let then = match self.stop_at {
+            Some(at) => format!(
+                "; it will be stopped at {} UTC unless it gets busy",
+                at.format("%H:%M:%S")
+            ),
+            None => String::new(),
+        };
+        format!("idle since {} UTC: {what}{then}", since.format("%H:%M:%S"))
+    }
 }
 
 /// What would happen to a job spec if it were submitted now.

@@ -58,6 +58,15 @@ vocabulary! {
         /// gpuq stopped it: over its commitment on a card that ran short (`detail`: gpu,
         /// committed_mib, used_mib, free_mib, reserve_mib).
         VramOveruse = "vram_overuse",
+        /// Its cards were judged idle: no process of it above the launch policy's
+        /// `idle_sm_percent` (or no process at all) for `idle_after_min` (`detail`: quiet_since,
+        /// no_process, sm_percent, after_min, and stop_at under `idle_action: stop`).
+        IdleFlagged = "idle_flagged",
+        /// A job flagged idle got busy again: the flag is cleared (`detail`: busy_at).
+        IdleCleared = "idle_cleared",
+        /// gpuq stopped it: still idle `idle_grace_min` after the flag (`detail`: quiet_since,
+        /// reclaim_gpu_hours).
+        Idle = "idle",
     }
 }
 

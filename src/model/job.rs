@@ -52,6 +52,9 @@ vocabulary! {
         /// It waited for another job that ended in a way its dependency can no longer accept
         /// (an `after_ok` parent that failed, an `after_failed` parent that succeeded).
         Dependency = "dependency",
+        /// gpuq stopped it: its cards stayed idle past the launch policy's `idle_after_min` and
+        /// `idle_grace_min` under `idle_action: stop`.
+        Idle = "idle",
     }
 }
 
@@ -69,6 +72,7 @@ impl StopCause {
             StopCause::UserDisabled => "gpuq, as its owner's account was disabled",
             StopCause::RuntimeRestart => "a restart of the container runtime",
             StopCause::Dependency => "gpuq, as a job it depended on ended the wrong way",
+            StopCause::Idle => "gpuq, as its cards stayed idle",
         }
     }
 
@@ -81,6 +85,7 @@ impl StopCause {
                 | StopCause::NodeLost
                 | StopCause::UserDisabled
                 | StopCause::RuntimeRestart
+                | StopCause::Idle
         )
     }
 }

@@ -30,7 +30,7 @@ pub use budget::{
     MAX_BUDGET_GPU_HOURS, MAX_WEIGHT,
 };
 pub use budget_use::{used_up as budget_used_up, BudgetScope, BudgetUse};
-pub use dashboard::{DashboardView, JobDetail, JobEventView, Preview};
+pub use dashboard::{DashboardView, IdleFlag, JobDetail, JobEventView, Preview};
 pub use error::{AppError, LINK_TEXT};
 pub use events::{AuditKind, JobChange, JobEventKind, LiveEvent};
 pub use fairness::{FairShareReport, FairShareRow};
@@ -64,7 +64,7 @@ pub use suggest::{
 };
 pub use team::{present_field, NewTeam, TeamPatch, TeamView, UserShare};
 pub use usage::{
-    CardPoint, CardSeries, UsageCharts, UsageReport, UsageTotal, UsageView, WaitBucket, WaitStats,
+    CardPoint, CardSeries, ReclaimedTotal, UsageCharts, UsageReport, UsageTotal, UsageView, WaitBucket, WaitStats,
     CUSTOM_VRAM,
 };
 pub use user::{Role, UserView, Username};

@@ -24,6 +24,9 @@ vocabulary! {
         VramOveruse = "vram_overuse",
         /// The job started after waiting longer than the user's `started_after_wait_minutes`.
         StartedAfterWait = "started_after_wait",
+        /// gpuq flagged the job idle: its cards stayed idle for the launch policy's
+        /// `idle_after_min` (under `idle_action: stop` it will be stopped unless it gets busy).
+        Idle = "idle",
     }
 }
 

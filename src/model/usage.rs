@@ -26,6 +26,24 @@ pub struct UsageReport {
     pub by_user: Vec<UsageTotal>,
     /// Run time in the range per workload type (`(custom VRAM)` for explicit VRAM requests).
     pub by_workload: Vec<UsageTotal>,
+    /// GPU-hours reclaimed from idle jobs per owner, for the jobs stopped idle in the range
+    /// (docs/admission.md#idle-cards), most first.
+    #[serde(default)]
+    pub reclaimed_by_user: Vec<ReclaimedTotal>,
+}
+
+/// GPU-hours reclaimed from one owner's idle jobs: for each job gpuq stopped idle, the share of
+/// the cards it held × the time from its stop to its deadline (start + `timeout_s`), which it
+/// could otherwise have held idle.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+pub struct ReclaimedTotal {
+    /// Owner login name.
+    pub key: String,
+    /// Jobs stopped idle in the range.
+    pub jobs: i64,
+    /// GPU-hours reclaimed.
+    pub gpu_hours: f64,
 }
 
 /// One card's memory over the range: averaged points and figures over every raw sample.

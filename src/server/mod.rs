@@ -50,6 +50,7 @@ pub mod serve;
 pub mod state;
 pub mod usage;
 pub mod vram;
+pub mod idle;
 
 pub use context::Ctx;
 pub use state::AppState;

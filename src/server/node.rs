@@ -2,7 +2,7 @@
 //! benchmarks alike: the notifier's LISTEN connection, the heartbeat, the scheduler, the runner
 //! (connect, re-adopt, then launch) with its image puller and image collector, the card observer and what consumes its snapshots (the
 //! inventory sync, the usage sampler and, on a node with a runner, the VRAM sampler and its
-//! policing), the start estimates, log retention, the metrics snapshot and the notification
+//! policing and idle reclaim), the start estimates, log retention, the metrics snapshot and the notification
 //! delivery worker. The top of the domain: it only assembles.
 
 use crate::server::admission::{estimate, scheduler, PassConfig};
@@ -92,6 +92,13 @@ pub async fn start_cards(
         )),
     ];
     if let Some(cfg) = tasks.vram {
+        // Idle reclaim runs where jobs run, beside VRAM policing (docs/admission.md#idle-cards).
+        run.push(Box::pin(crate::server::idle::run(
+            pool.clone(),
+            cards.clone(),
+            cfg.node.clone(),
+            stop.clone(),
+        )));
         run.push(Box::pin(crate::server::vram::run(
             pool.clone(),
             cards.clone(),

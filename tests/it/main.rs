@@ -27,6 +27,7 @@ mod fair_share;
 mod faults;
 mod gpu_hours;
 mod hints;
+mod idle;
 mod image_gc;
 mod isolation;
 mod lifecycle;

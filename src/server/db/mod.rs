@@ -5,6 +5,7 @@ pub mod embedded;
 pub mod events;
 pub mod gpu_hours;
 pub mod gpus;
+pub mod idle;
 pub mod image_gc;
 pub mod images;
 pub mod installation;

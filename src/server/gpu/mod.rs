@@ -18,7 +18,7 @@ mod tests;
 
 pub use cgroup::{container_of, container_of_pid};
 pub use nvml::{external_mib_from_processes, parse_nvml_uuid, NvmlInventory, DEFAULT_NVML_LIB};
-pub use nvml_usage::{AccountingPeak, CardProcess};
+pub use nvml_usage::{AccountingPeak, CardProcess, SmSample, SM_LOOKBACK_US};
 pub use sim::{parse_sim_spec, sim_uuid, SimCard, SimInventory, SIM_UUID_NAMESPACE};
 
 use serde::{Deserialize, Serialize};
@@ -91,6 +91,10 @@ pub struct ReadCard {
     pub processes: Vec<CardProcess>,
     /// Both process lists were read: only then can the foreign memory be known.
     pub processes_known: bool,
+    /// The SM utilisation samples NVML kept of the processes on it over the last
+    /// [`SM_LOOKBACK_US`] (only of processes that were busy, as NVML gives them); `None` when
+    /// they could not be read (not supported, simulated cards): then nothing is known of them.
+    pub sm_samples: Option<Vec<SmSample>>,
 }
 
 impl ReadCard {

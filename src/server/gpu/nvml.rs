@@ -116,6 +116,7 @@ impl NvmlInventory {
         let utilization_pct =
             field(position, "utilization", device.utilization_rates()).map(|u| u.gpu);
         let (processes, processes_known) = processes_of(&device, position, uuid);
+        let sm_samples = super::nvml_usage::sm_samples_of(&device, position);
         Read::Card(ReadCard {
             info: GpuInfo {
                 uuid,
@@ -129,6 +130,7 @@ impl NvmlInventory {
             },
             processes,
             processes_known,
+            sm_samples,
         })
     }
 

@@ -8,6 +8,50 @@ use nvml_wrapper::Device;
 use std::collections::HashSet;
 use uuid::Uuid;
 
+/// How far back each reading asks NVML for process utilisation samples, in microseconds. Longer
+/// than any gap between two readings a consumer may see (a consumer that missed a snapshot still
+/// sees the samples it held in the next one); samples seen twice are harmless, as consumers go by
+/// each sample's own time.
+pub const SM_LOOKBACK_US: u64 = 20_000_000;
+
+/// One process utilisation sample (`nvmlProcessUtilizationSample_t`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SmSample {
+    /// Host-namespace PID.
+    pub pid: u32,
+    /// When the driver took it: microseconds since the Unix epoch (NVML's CPU timestamp).
+    pub at_us: u64,
+    /// SM (3D and compute) utilisation, percent.
+    pub sm_percent: u32,
+}
+
+/// The samples of the last [`SM_LOOKBACK_US`] on one device: `Some(empty)` when NVML has none
+/// that recent (`NVML_ERROR_NOT_FOUND`: no process was busy), `None` when they cannot be read
+/// (not supported, or a failure): unknown, never idle.
+pub(super) fn sm_samples_of(device: &Device<'_>, position: u32) -> Option<Vec<SmSample>> {
+    let now_us = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+        .unwrap_or(0);
+    match device.process_utilization_stats(now_us.saturating_sub(SM_LOOKBACK_US)) {
+        Ok(samples) => Some(
+            samples
+                .into_iter()
+                .map(|s| SmSample {
+                    pid: s.pid,
+                    at_us: s.timestamp,
+                    sm_percent: s.sm_util,
+                })
+                .collect(),
+        ),
+        Err(NvmlError::NotFound) => Some(Vec::new()),
+        Err(e) => {
+            tracing::debug!(position, error = %e, "NVML process utilisation unavailable");
+            None
+        }
+    }
+}
+
 /// One process on one card, as NVML lists it now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CardProcess {

@@ -57,6 +57,10 @@ pub struct Snapshot {
     /// Why the processes could not be put to jobs (the database did not answer); they then all
     /// count as foreign, which makes admission offer less, never more.
     pub owners_unknown: Option<String>,
+    /// Per card read, its processes' recent SM utilisation samples; `None` where they could not
+    /// be read (simulated cards, a driver that does not support them). A card absent from the map
+    /// was not read: nothing is known of it either.
+    pub sm_samples: HashMap<Uuid, Option<Vec<super::SmSample>>>,
 }
 
 impl Snapshot {
@@ -160,6 +164,7 @@ impl Source {
                     skipped: Vec::new(),
                     processes: Vec::new(),
                     owners_unknown: None,
+                    sm_samples: HashMap::new(),
                 }
             }
         };
@@ -172,6 +177,11 @@ impl Source {
         let job_of = |pid: u32| jobs.get(&pid).copied().flatten();
         let cards =
             reading.cards_with(|p| job_of(p.pid).is_some_and(|job| owners.holds(job, p.gpu)));
+        let sm_samples = reading
+            .cards
+            .iter()
+            .map(|c| (c.info.uuid, c.sm_samples.clone()))
+            .collect();
         let processes = listed
             .into_iter()
             .map(|p| SeenProcess {
@@ -190,6 +200,7 @@ impl Source {
             skipped: reading.skipped,
             processes,
             owners_unknown,
+            sm_samples,
         }
     }
 

@@ -147,6 +147,7 @@ impl GpuInventory for SimInventory {
                     info: info.clone(),
                     processes: Vec::new(),
                     processes_known: false,
+                    sm_samples: None,
                 })
                 .collect(),
             skipped: Vec::new(),

@@ -55,6 +55,7 @@ use utoipa::{Modify, OpenApi};
         WorkloadView, ManifestView, WorkloadPut, LaunchPolicy, VolumeRule, JobNetwork,
         crate::model::UsageReport, crate::model::CardSeries, crate::model::CardPoint,
         crate::model::WaitStats, crate::model::WaitBucket, crate::model::UsageTotal,
+        crate::model::ReclaimedTotal,
         crate::model::ManifestSuggestions, crate::model::WorkloadSuggestion,
         crate::model::ImageSuggestion, crate::model::Observed, crate::model::PeakStats, suggest::ApplySuggestion,
         crate::model::RegistryLogin, crate::model::RegistryView,

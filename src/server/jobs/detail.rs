@@ -1,11 +1,12 @@
 //! One job as its page shows it: the view, what the viewer may do, and the timeline from its
 //! trail in plain words.
 
-use crate::model::{AppError, JobDetail, JobEventKind, JobEventView, Role};
+use crate::model::{AppError, IdleFlag, JobDetail, JobEventKind, JobEventView, Role};
 use crate::server::auth::CurrentUser;
-use crate::server::db::events;
+use crate::server::db::{events, idle};
 use crate::server::error::OrInternal;
 use crate::server::Ctx;
+use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 /// A job with its timeline, and whether the viewer may cancel or resubmit it.
@@ -17,12 +18,38 @@ pub async fn detail(ctx: &Ctx, user: &CurrentUser, id: Uuid) -> Result<JobDetail
     } else {
         trail(ctx, id).await?
     };
+    // The flag is a detail too (it says what the job's processes do).
+    let idle = if job.details_hidden || job.status.is_terminal() {
+        None
+    } else {
+        idle_flag(ctx, id).await?
+    };
     let owner = job.owner == user.username;
     Ok(JobDetail {
         can_cancel: (owner || user.role.at_least(Role::Admin)) && !job.status.is_terminal(),
         can_resubmit: owner,
         job,
         events,
+        idle,
+    })
+}
+
+/// The job's idle flag, when its last idle event flagged it (not cleared since, not stopped).
+async fn idle_flag(ctx: &Ctx, id: Uuid) -> Result<Option<IdleFlag>, AppError> {
+    let last = idle::last_event(&ctx.pool, id)
+        .await
+        .or_internal("reading a job's idle flag")?;
+    Ok(match last {
+        Some((at, JobEventKind::IdleFlagged, d)) => Some(IdleFlag {
+            flagged_at: at,
+            quiet_since: serde_json::from_value::<DateTime<Utc>>(d["quiet_since"].clone()).ok(),
+            no_process: d["no_process"].as_bool().unwrap_or(false),
+            sm_percent: d["sm_percent"].as_u64().and_then(|p| u32::try_from(p).ok()),
+            stop_at: serde_json::from_value::<Option<DateTime<Utc>>>(d["stop_at"].clone())
+                .ok()
+                .flatten(),
+        }),
+        _ => None,
     })
 }
 
@@ -100,6 +127,26 @@ fn describe(kind: JobEventKind, detail: &serde_json::Value) -> String {
         | JobEventKind::Requeued
         | JobEventKind::Held
         | JobEventKind::CancelRequested => detail["reason"].as_str().unwrap_or_default().to_owned(),
+        JobEventKind::IdleFlagged => {
+            let what = if detail["no_process"].as_bool() == Some(true) {
+                "no process on its cards".to_owned()
+            } else {
+                format!("no process above {} % SM", detail["sm_percent"])
+            };
+            let since = detail["quiet_since"].as_str().unwrap_or("?");
+            match detail["stop_at"].as_str() {
+                Some(at) => format!("{what} since {since}; to be stopped at {at}"),
+                None => format!("{what} since {since}"),
+            }
+        }
+        JobEventKind::IdleCleared => format!(
+            "busy again at {}",
+            detail["busy_at"].as_str().unwrap_or("?")
+        ),
+        JobEventKind::Idle => format!(
+            "stopped: idle since {}",
+            detail["quiet_since"].as_str().unwrap_or("?")
+        ),
         _ => String::new(),
     }
 }

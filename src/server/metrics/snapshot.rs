@@ -51,6 +51,10 @@ pub struct Snapshot {
     pub jobs: Vec<(JobStatus, i64)>,
     /// Jobs gpuq stopped for VRAM overuse, over the whole database.
     pub vram_stops: i64,
+    /// Idle flags raised (`idle_flagged` events), over the whole database.
+    pub idle_flags: i64,
+    /// Jobs gpuq stopped idle, over the whole database.
+    pub idle_stops: i64,
     /// When the figures were read (Unix seconds); `None` before the first refresh.
     pub taken_at: Option<f64>,
     /// Refreshes that failed since start.
@@ -67,6 +71,8 @@ impl Snapshot {
             cards: Vec::new(),
             jobs: Vec::new(),
             vram_stops: 0,
+            idle_flags: 0,
+            idle_stops: 0,
             taken_at: None,
             refresh_errors: 0,
             nodes: Vec::new(),
@@ -92,6 +98,9 @@ pub async fn read(pool: &PgPool, node: &str) -> Result<Snapshot> {
     .fetch_one(pool)
     .await
     .context("counting VRAM stops for metrics")?;
+    let (idle_flags, idle_stops) = crate::server::db::idle::counts(pool)
+        .await
+        .context("counting idle flags and stops for metrics")?;
     let cards = gpus::list(pool)
         .await
         .context("reading cards for metrics")?
@@ -138,6 +147,8 @@ pub async fn read(pool: &PgPool, node: &str) -> Result<Snapshot> {
         cards,
         jobs,
         vram_stops,
+        idle_flags,
+        idle_stops,
         taken_at: Some(chrono::Utc::now().timestamp_millis() as f64 / 1000.0),
         refresh_errors: 0,
         nodes,
@@ -241,6 +252,16 @@ const FAMILIES: &[Family] = &[
         help: "Failed reads of the database figures since the process started (the last good figures stay).",
         labels: &[],
     },
+    Family {
+        name: "gpuq_idle_flags",
+        help: "Times a running job was flagged idle: no process of it above the launch policy's idle_sm_percent, or none at all, for idle_after_min (whole database).",
+        labels: &[],
+    },
+    Family {
+        name: "gpuq_idle_stops",
+        help: "Jobs gpuq stopped because their cards stayed idle under idle_action: stop (whole database).",
+        labels: &[],
+    },
 ];
 
 fn gauges() -> prometheus::Result<Vec<GaugeVec>> {
@@ -272,7 +293,7 @@ impl Collector for SnapshotCollector {
         let Ok(g) = gauges() else {
             return Vec::new();
         };
-        let [total, committed, used, foreign, jobs_used, over, stops, jobs, up, age, taken, errors] =
+        let [total, committed, used, foreign, jobs_used, over, stops, jobs, up, age, taken, errors, idle_flags, idle_stops] =
             &g[..]
         else {
             return Vec::new();
@@ -315,6 +336,12 @@ impl Collector for SnapshotCollector {
         errors
             .with_label_values::<&str>(&[])
             .set(s.refresh_errors as f64);
+        idle_flags
+            .with_label_values::<&str>(&[])
+            .set(s.idle_flags as f64);
+        idle_stops
+            .with_label_values::<&str>(&[])
+            .set(s.idle_stops as f64);
         g.iter().flat_map(|v| v.collect()).collect()
     }
 }

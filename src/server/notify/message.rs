@@ -41,6 +41,9 @@ pub fn compose(
                 .unwrap_or_default();
             format!("started after waiting {waited} min")
         }
+        NotifyEvent::Idle => "is idle: its cards have been idle past the launch policy's \
+                              idle_after_min (see its page for when it will be stopped)"
+            .to_owned(),
     };
     let subject = format!("[gpuq] job {} {what}", facts.name);
     let mut text = format!("Job {} ({job}) {what}.\n", facts.name);

@@ -210,6 +210,7 @@ mod tests {
             },
             by_user: vec![],
             by_workload: vec![],
+            reclaimed_by_user: vec![],
         }
     }
 

@@ -3,7 +3,7 @@
 
 use super::{charts, sampling, Range, Sampling};
 use crate::model::{
-    gpu_id, AppError, CardPoint, CardSeries, UsageReport, UsageTotal, UsageView, WaitBucket,
+    gpu_id, AppError, CardPoint, CardSeries, ReclaimedTotal, UsageReport, UsageTotal, UsageView, WaitBucket,
     WaitStats, CUSTOM_VRAM,
 };
 use crate::server::error::OrInternal;
@@ -69,6 +69,16 @@ pub async fn load(
     let (by_user, by_workload) = totals(pool, range, now)
         .await
         .or_internal("adding up run time")?;
+    let reclaimed_by_user = crate::server::db::idle::reclaimed(pool, range.from, range.to)
+        .await
+        .or_internal("adding up GPU-hours reclaimed from idle jobs")?
+        .into_iter()
+        .map(|(key, jobs, gpu_hours)| ReclaimedTotal {
+            key,
+            jobs,
+            gpu_hours,
+        })
+        .collect();
     Ok(UsageReport {
         from: range.from,
         to: range.to,
@@ -78,6 +88,7 @@ pub async fn load(
         wait,
         by_user,
         by_workload,
+        reclaimed_by_user,
     })
 }
 

@@ -1,0 +1,282 @@
+//! Idle reclaim (issue 29): jobs that hold cards and leave them idle are flagged, their owners
+//! told, and under `idle_action: stop` they are stopped (docs/admission.md#idle-cards).
+//!
+//! At every snapshot of the card observer (on NVML cards; never on simulated ones, whose processes
+//! are not seen) the engine of a node:
+//! 1. reads the jobs holding its cards (`db::idle::watched_on`) and the launch policy;
+//! 2. says of each started job what the snapshot shows of it ([`judge::Seen`]): busy (a process
+//!    of it on its cards at or above `idle_sm_percent` in an NVML process utilisation sample, with
+//!    the sample's own time), quiet (processes, all below), no process, or unknown (samples not
+//!    readable on one of its cards, or the reading failed: never idle);
+//! 3. keeps a short track per job ([`judge::Track`]: last activity, a bounded history) and
+//!    decides ([`judge::Track::decide`]): quiet for `idle_after_min` → flagged (an `idle_flagged`
+//!    event and the owner's `idle` notification); busy again → cleared; still flagged after
+//!    `idle_grace_min` under `stop` → stopped through the runner (SIGTERM, the grace, SIGKILL),
+//!    ending `failed` with the cause `idle` and a reason starting `idle:`.
+//!
+//! The tracks live in memory: a restart of gpuq starts every job's clock again (a job is never
+//! stopped sooner than the window after gpuq first saw it). The flags and stops are in the
+//! database, for the job page and the usage report.
+
+pub mod judge;
+
+use crate::server::db::{idle, settings};
+use crate::server::gpu::observer::{Cards, Snapshot};
+use crate::server::gpu::InventoryKind;
+use anyhow::{Context, Result};
+use chrono::{DateTime, Utc};
+use judge::{Rules, Seen, Track, Verdict};
+use serde_json::json;
+use sqlx::PgPool;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, RwLock};
+use tokio::sync::watch;
+use uuid::Uuid;
+
+/// What the engine knows of one job's GPU activity now.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Activity {
+    /// Since when the engine reads it (its clock starts there).
+    pub watched_since: DateTime<Utc>,
+    /// Its last activity: the newest busy sample of its processes (or an unknown reading, or the
+    /// first reading).
+    pub last_active: DateTime<Utc>,
+    /// Since when it has had no process on its cards, while it has none.
+    pub no_process_since: Option<DateTime<Utc>>,
+    /// When it was flagged idle, while it is.
+    pub flagged_at: Option<DateTime<Utc>>,
+    /// When it will be stopped unless it gets busy (flagged, under `idle_action: stop`).
+    pub stop_at: Option<DateTime<Utc>>,
+}
+
+/// The engine's judgement of every job it reads, shared with whoever asks (the board is updated
+/// after every round).
+#[derive(Debug, Clone, Default)]
+pub struct Board(Arc<RwLock<HashMap<Uuid, Activity>>>);
+
+impl Board {
+    /// What is known of `job`'s activity; `None` for a job the engine does not read (another
+    /// node's, not started, simulated cards).
+    pub fn activity(&self, job: Uuid) -> Option<Activity> {
+        self.0
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&job)
+            .cloned()
+    }
+
+    /// When `job`'s cards were last seen active (see [`Activity::last_active`]).
+    pub fn gpu_active_since(&self, job: Uuid) -> Option<DateTime<Utc>> {
+        self.activity(job).map(|a| a.last_active)
+    }
+
+    fn publish(&self, now: HashMap<Uuid, Activity>) {
+        *self.0.write().unwrap_or_else(|p| p.into_inner()) = now;
+    }
+}
+
+/// What one round did, for tests, benchmarks and logs.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Round {
+    /// Jobs read.
+    pub judged: usize,
+    /// Jobs flagged this round.
+    pub flagged: Vec<Uuid>,
+    /// Flags cleared this round.
+    pub cleared: Vec<Uuid>,
+    /// Stops asked for this round.
+    pub stopped: Vec<Uuid>,
+}
+
+/// One started job's cards, as the round reads them.
+#[derive(Debug, Default)]
+struct Held {
+    workload: Option<String>,
+    started: bool,
+    stopping: bool,
+    gpus: Vec<Uuid>,
+}
+
+/// The engine of one node, with its tracks.
+pub struct Engine {
+    pool: PgPool,
+    cards: Cards,
+    node: String,
+    tracks: HashMap<Uuid, Track>,
+    board: Board,
+}
+
+impl Engine {
+    /// The engine of `node`, reading what `cards` observes.
+    pub fn new(pool: PgPool, cards: Cards, node: String) -> Self {
+        Engine {
+            pool,
+            cards,
+            node,
+            tracks: HashMap::new(),
+            board: Board::default(),
+        }
+    }
+
+    /// Its judgement, as it is after each round.
+    pub fn board(&self) -> Board {
+        self.board.clone()
+    }
+
+    /// A round on a reading taken now (tests and benchmarks drive the engine so).
+    pub async fn round(&mut self) -> Result<Round> {
+        if self.cards.kind() != InventoryKind::Nvml {
+            return Ok(Round::default());
+        }
+        let snapshot = self.cards.fresh().await?;
+        self.round_on(&snapshot, Utc::now()).await
+    }
+
+    /// A round on `snapshot`, read at `now`. Simulated cards are never judged.
+    pub async fn round_on(&mut self, snapshot: &Snapshot, now: DateTime<Utc>) -> Result<Round> {
+        if snapshot.kind != InventoryKind::Nvml {
+            return Ok(Round::default());
+        }
+        let watched = idle::watched_on(&self.pool, &self.node)
+            .await
+            .context("reading the jobs holding this node's cards")?;
+        let policy = settings::launch_policy(&self.pool)
+            .await
+            .context("reading the launch policy")?;
+        let rules = Rules::new(
+            policy.idle_action,
+            policy.idle_after_min,
+            policy.idle_sm_percent,
+            policy.idle_grace_min,
+        );
+        let mut jobs: BTreeMap<Uuid, Held> = BTreeMap::new();
+        for w in watched {
+            let held = jobs.entry(w.job_id).or_default();
+            held.workload = w.workload;
+            held.started = w.container_id.is_some();
+            held.stopping = w.stopping;
+            held.gpus.push(w.gpu_uuid);
+        }
+        // A failed reading, or processes that cannot be put to jobs: nothing is known.
+        let readable = snapshot.cards.is_ok() && snapshot.owners_unknown.is_none();
+        let mut round = Round::default();
+        let mut tx = self.pool.begin().await?;
+        for (&job, held) in &jobs {
+            if !held.started || held.stopping {
+                continue;
+            }
+            let seen = if readable {
+                seen(snapshot, job, &held.gpus, rules.sm_percent)
+            } else {
+                Seen::Unknown
+            };
+            let track = self.tracks.entry(job).or_insert_with(|| Track::new(now));
+            track.see(now, seen);
+            let exempt = held
+                .workload
+                .as_ref()
+                .is_some_and(|w| policy.idle_exempt_workloads.contains(w));
+            round.judged += 1;
+            match track.decide(&rules, exempt, now) {
+                Verdict::Nothing => {}
+                Verdict::Flag { quiet_since } => {
+                    let detail = json!({
+                        "quiet_since": quiet_since,
+                        "no_process": track.no_process_since.is_some(),
+                        "sm_percent": rules.sm_percent,
+                        "after_min": policy.idle_after_min,
+                        "stop_at": track.stop_at(&rules),
+                    });
+                    idle::flag(&mut tx, job, detail).await?;
+                    tracing::info!(%job, %quiet_since, "job flagged idle");
+                    round.flagged.push(job);
+                }
+                Verdict::Clear => {
+                    idle::clear(&mut tx, job, json!({ "busy_at": track.last_active })).await?;
+                    round.cleared.push(job);
+                }
+                Verdict::Stop { quiet_since } => {
+                    let no_process = track.no_process_since.is_some();
+                    let why = judge::reason(&rules, no_process, quiet_since);
+                    let detail = json!({
+                        "quiet_since": quiet_since,
+                        "no_process": no_process,
+                        "grace_min": policy.idle_grace_min,
+                    });
+                    if idle::request_stop(&mut tx, job, &why, detail).await? {
+                        tracing::warn!(%job, %quiet_since, "stopping a job whose cards stayed idle");
+                        round.stopped.push(job);
+                    }
+                }
+            }
+        }
+        tx.commit().await?;
+        self.tracks.retain(|job, _| jobs.contains_key(job));
+        self.board.publish(
+            self.tracks
+                .iter()
+                .map(|(&job, t)| {
+                    let activity = Activity {
+                        watched_since: t.watched_since,
+                        last_active: t.last_active,
+                        no_process_since: t.no_process_since,
+                        flagged_at: t.flagged_at,
+                        stop_at: t.stop_at(&rules),
+                    };
+                    (job, activity)
+                })
+                .collect(),
+        );
+        Ok(round)
+    }
+}
+
+/// What `snapshot` shows of `job`, which holds `gpus`.
+fn seen(snapshot: &Snapshot, job: Uuid, gpus: &[Uuid], sm_percent: u32) -> Seen {
+    let pids: HashSet<(Uuid, u32)> = snapshot
+        .processes
+        .iter()
+        .filter(|p| p.job == Some(job) && gpus.contains(&p.gpu))
+        .map(|p| (p.gpu, p.pid))
+        .collect();
+    let mut busy: Option<DateTime<Utc>> = None;
+    for gpu in gpus {
+        let Some(Some(samples)) = snapshot.sm_samples.get(gpu) else {
+            return Seen::Unknown;
+        };
+        for s in samples {
+            if s.sm_percent >= sm_percent && pids.contains(&(*gpu, s.pid)) {
+                let at = judge::sample_time(s.at_us);
+                busy = Some(busy.map_or(at, |b| b.max(at)));
+            }
+        }
+    }
+    match busy {
+        Some(at) => Seen::Busy(at),
+        None if pids.is_empty() => Seen::NoProcess,
+        None => Seen::Quiet,
+    }
+}
+
+/// Judges every snapshot the observer publishes until `stop` turns true.
+pub async fn run(pool: PgPool, cards: Cards, node: String, mut stop: watch::Receiver<bool>) {
+    if cards.kind() != InventoryKind::Nvml {
+        // Simulated cards: their processes are not seen, so nothing is judged.
+        return;
+    }
+    let mut snapshots = cards.subscribe();
+    let mut engine = Engine::new(pool, cards, node);
+    loop {
+        tokio::select! {
+            _ = stop.changed() => break,
+            changed = snapshots.changed() => if changed.is_err() { break },
+        }
+        let snapshot = Arc::clone(&snapshots.borrow_and_update());
+        if let Err(e) = engine.round_on(&snapshot, Utc::now()).await {
+            tracing::warn!(
+                error = format!("{e:#}"),
+                "idle judging round failed; nothing was decided on it"
+            );
+        }
+    }
+}
