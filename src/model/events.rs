@@ -58,6 +58,11 @@ vocabulary! {
         /// gpuq stopped it: over its commitment on a card that ran short (`detail`: gpu,
         /// committed_mib, used_mib, free_mib, reserve_mib).
         VramOveruse = "vram_overuse",
+        /// An interactive session has been idle (no HTTP or WebSocket traffic, no GPU activity)
+        /// for most of `session_idle_min`: it is stopped if it stays so (`detail.reason`).
+        SessionIdleWarning = "session_idle_warning",
+        /// gpuq stops an idle interactive session (`detail.reason`, starting `idle`).
+        SessionIdleStop = "session_idle_stop",
     }
 }
 

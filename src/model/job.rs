@@ -52,6 +52,9 @@ vocabulary! {
         /// It waited for another job that ended in a way its dependency can no longer accept
         /// (an `after_ok` parent that failed, an `after_failed` parent that succeeded).
         Dependency = "dependency",
+        /// An interactive session (a job with a `port`) saw no HTTP or WebSocket traffic and no
+        /// GPU activity for the launch policy's `session_idle_min`.
+        SessionIdle = "session_idle",
     }
 }
 
@@ -69,6 +72,7 @@ impl StopCause {
             StopCause::UserDisabled => "gpuq, as its owner's account was disabled",
             StopCause::RuntimeRestart => "a restart of the container runtime",
             StopCause::Dependency => "gpuq, as a job it depended on ended the wrong way",
+            StopCause::SessionIdle => "gpuq, as the session was idle",
         }
     }
 
@@ -275,6 +279,13 @@ pub struct JobView {
     /// Its index in that array (`GPUQ_ARRAY_INDEX` in its container).
     #[serde(default)]
     pub array_index: Option<i32>,
+    /// An interactive session (a job with a `port`) that runs: where it is opened, on the session
+    /// origin (`https://<job-id>.<sessions-domain>/` or `<sessions-url>/s/<job-id>/`). The
+    /// session origin sends a visitor without its cookie to gpuq's
+    /// `GET /api/v1/jobs/{id}/session`, which lets only the owner in.
+    #[serde(default)]
+    #[cfg_attr(feature = "ssr", sqlx(skip))]
+    pub session_url: Option<String>,
 }
 
 /// One page of jobs.

@@ -16,6 +16,7 @@ pub mod nodes;
 pub mod notifications;
 pub mod registries;
 pub mod runs;
+pub mod sessions;
 pub mod settings;
 pub mod users;
 pub mod vram;

@@ -21,6 +21,7 @@ mod notify;
 pub mod openapi;
 mod peer;
 mod registries;
+pub mod sessions;
 mod suggest;
 mod usage;
 mod v1;
@@ -143,7 +144,8 @@ pub fn app(state: AppState, opts: HttpOptions) -> Router {
                 .merge(suggest::router())
                 .merge(registries::router())
                 .merge(notify::router())
-                .merge(arrays::router()),
+                .merge(arrays::router())
+                .merge(sessions::api_router()),
         )
         .merge(peer::router())
         .merge(pages)

@@ -99,7 +99,9 @@ fn describe(kind: JobEventKind, detail: &serde_json::Value) -> String {
         | JobEventKind::LaunchDeferred
         | JobEventKind::Requeued
         | JobEventKind::Held
-        | JobEventKind::CancelRequested => detail["reason"].as_str().unwrap_or_default().to_owned(),
+        | JobEventKind::CancelRequested
+        | JobEventKind::SessionIdleWarning
+        | JobEventKind::SessionIdleStop => detail["reason"].as_str().unwrap_or_default().to_owned(),
         _ => String::new(),
     }
 }
