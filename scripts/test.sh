@@ -89,6 +89,7 @@ services() {
   start_dockerd --nvidia-hook-stub   # tests only: the stub NVIDIA hook where no real toolkit exists
   has_docker0 && DOCKER0_AT_START=yes
   build_test_image
+  build_jupyter_image   # the session tests' real Jupyter (debootstrap + docker import, cached)
   build_fake_nvml
   start_test_postgres
   SERVICES_UP=1
