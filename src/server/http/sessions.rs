@@ -163,7 +163,7 @@ fn clean_request(headers: &mut HeaderMap, upgrade: bool) {
         .flat_map(|v| v.split(';'))
         .map(str::trim)
         .filter(|pair| !pair.is_empty())
-        .filter(|pair| !is_gpuq_cookie(pair.split('=').next().unwrap_or(pair)))
+        .filter(|pair| !is_gpuq_cookie(pair.split('=').next().unwrap_or_default()))
         .map(str::to_owned)
         .collect();
     headers.remove(header::COOKIE);
@@ -282,7 +282,7 @@ async fn proxy(State(p): State<Proxy>, mut req: Request) -> Response {
         .path_and_query()
         .map(|pq| pq.as_str().to_owned())
         .unwrap_or(path);
-    let Ok(uri) = format!("http://{addr}{path_and_query}").parse() else {
+    let Ok(uri) = format!("http://{addr}{path_and_query}").parse::<axum::http::Uri>() else {
         return text(StatusCode::BAD_REQUEST, "a path the proxy cannot pass on");
     };
     *req.uri_mut() = uri;
