@@ -479,7 +479,13 @@ fn a_session_port_is_one_http_port_and_survives_the_round_trip() {
     let batch = accept(json!({"image": "app", "command": "serve", "workload": "w"}));
     assert_eq!(batch.port(), None);
     assert!(batch.to_raw().port.is_none());
-    for bad in [json!(0), json!(65536), json!(-1), json!("8888"), json!(80.5)] {
+    for bad in [
+        json!(0),
+        json!(65536),
+        json!(-1),
+        json!("8888"),
+        json!(80.5),
+    ] {
         assert_refused(
             json!({"image": "app", "command": "serve", "workload": "w", "port": bad}),
             "port",
