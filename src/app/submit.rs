@@ -92,10 +92,12 @@ struct FormText {
 }
 
 /// The "notebook" choice: Jupyter on the session's port, under the base path gpuq gives it, with
-/// no token of its own (gpuq's proxy is the gate). Its command unless the form names another.
+/// no token of its own (gpuq's proxy is the gate), notebooks kept in the job's `/tmp` (the root
+/// filesystem is read-only). Its command unless the form names another.
 pub const NOTEBOOK_COMMAND: &str = "sh -c \"exec jupyter notebook --ip=0.0.0.0 --port=8888 \
     --no-browser --NotebookApp.token='' --NotebookApp.password='' \
-    --NotebookApp.base_url=$GPUQ_SESSION_BASE --NotebookApp.allow_remote_access=True\"";
+    --NotebookApp.base_url=$GPUQ_SESSION_BASE --NotebookApp.allow_remote_access=True \
+    --NotebookApp.notebook_dir=/tmp\"";
 /// The port the notebook choice serves.
 pub const NOTEBOOK_PORT: u16 = 8888;
 
