@@ -192,7 +192,11 @@ async fn only_the_owner_gets_through_and_no_gpuq_credential_reaches_the_containe
         if r.status() == 410 {
             break;
         }
-        assert!(Instant::now() < deadline, "still {} after the end", r.status());
+        assert!(
+            Instant::now() < deadline,
+            "still {} after the end",
+            r.status()
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
