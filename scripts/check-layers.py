@@ -33,7 +33,7 @@ FLOORS = [
     # storage, the container runtime and the process's plumbing
     ["error", "db", "runtime", "notifier", "periodic", "metrics"],
     # what the domain knows about: cards, people, the manifest, nodes and their peers
-    ["gpu", "auth", "manifest", "nodes", "peers", "registries", "budgets", "fairness"],
+    ["gpu", "auth", "manifest", "nodes", "peers", "registries", "budgets", "fairness", "sessions"],
     # what runs by itself: admission passes, the runner, VRAM policing, usage, the firewall
     ["admission", "runner", "vram", "idle", "usage", "firewall"],
     # the context the services share, and the bounds it holds

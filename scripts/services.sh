@@ -120,6 +120,50 @@ build_test_image() {
   rm -rf "$root"
 }
 
+# The session tests' image: a real Jupyter Notebook (Debian's jupyter-notebook and python3-ipykernel)
+# on a minimal Debian 12 root made by debootstrap from Debian's mirror, made into an image with
+# `docker import` (nothing is pulled from a registry), plus the echo server the Rust tests use
+# (tests/fixtures/jupyter/echo.py, as /opt/gpuq/echo.py). A few minutes cold; built once, again only
+# when JUPYTER_IMAGE_REVISION or the echo server changes.
+JUPYTER_IMAGE=${GPUQ_JUPYTER_IMAGE:-gpuq-test/jupyter:latest}
+JUPYTER_IMAGE_REVISION=1
+jupyter_image_tag() {
+  echo "$JUPYTER_IMAGE_REVISION-$(sha256sum tests/fixtures/jupyter/echo.py | cut -c1-12)"
+}
+build_jupyter_image() {
+  local want
+  want=$(jupyter_image_tag)
+  if [ "$(docker image inspect -f '{{index .Config.Labels "org.gpuq.test-jupyter"}}' "$JUPYTER_IMAGE" 2>/dev/null)" = "$want" ]; then
+    return 0
+  fi
+  local mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian} root
+  svc_log "building $JUPYTER_IMAGE with debootstrap from $mirror (a few minutes, once)"
+  root=$(mktemp -d /tmp/gpuq-jupyter.XXXXXX)
+  # debootstrap's own --include resolves dependencies loosely (python3-zmq's were left
+  # unconfigured): the minimal root first, then apt inside it.
+  if ! debootstrap --variant=minbase bookworm "$root" "$mirror" >"$root.log" 2>&1; then
+    tail -20 "$root.log"; rm -rf "$root" "$root.log"; return 1
+  fi
+  echo "deb $mirror bookworm main" >"$root/etc/apt/sources.list"
+  mount -t proc proc "$root/proc"
+  if ! chroot "$root" env DEBIAN_FRONTEND=noninteractive sh -c \
+      'apt-get update -qq && apt-get install -y -qq --no-install-recommends jupyter-notebook python3-ipykernel' \
+      >>"$root.log" 2>&1; then
+    umount "$root/proc"; tail -20 "$root.log"; rm -rf "$root" "$root.log"; return 1
+  fi
+  umount "$root/proc"
+  rm -f "$root.log"
+  install -D -m 0755 tests/fixtures/jupyter/echo.py "$root/opt/gpuq/echo.py"
+  chmod 1777 "$root/tmp"
+  rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/* "$root"/usr/share/man/* \
+    "$root"/usr/share/doc/* "$root"/var/log/*.log
+  tar -C "$root" -c . | docker import \
+    -c 'ENV PATH=/usr/local/bin:/usr/bin:/bin HOME=/tmp JUPYTER_RUNTIME_DIR=/tmp/jupyter-runtime IPYTHONDIR=/tmp/ipython' \
+    -c "LABEL org.gpuq.test-jupyter=$want" -c 'CMD ["python3", "/opt/gpuq/echo.py"]' \
+    - "$JUPYTER_IMAGE" >/dev/null
+  rm -rf "$root"
+}
+
 # A cluster owned by the unprivileged `postgres` user (Postgres refuses root), on a free loopback port.
 start_test_postgres() {
   local bin

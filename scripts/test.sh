@@ -89,6 +89,7 @@ services() {
   start_dockerd --nvidia-hook-stub   # tests only: the stub NVIDIA hook where no real toolkit exists
   has_docker0 && DOCKER0_AT_START=yes
   build_test_image
+  build_jupyter_image   # the session tests' real Jupyter (debootstrap + docker import, cached)
   build_fake_nvml
   start_test_postgres
   SERVICES_UP=1
@@ -132,8 +133,12 @@ e2e() {
   repo=$PWD
   serve_dir=$(mktemp -d /tmp/gpuq-e2e-cwd.XXXXXX)
   export GPUQ_E2E_SITE=embedded
+  # Sessions on a listener of their own (end2end/tests/sessions.spec.ts): another origin.
+  SESSIONS_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  export GPUQ_E2E_SESSIONS_URL="http://127.0.0.1:$SESSIONS_PORT"
   (cd "$serve_dir" && GPUQ_BOOTSTRAP_ADMIN_PASSWORD="$GPUQ_E2E_ADMIN_PASSWORD" \
     exec "$repo/target/debug/gpuq" serve --listen "127.0.0.1:$E2E_PORT" \
+    --sessions-listen "127.0.0.1:$SESSIONS_PORT" --public-url "$GPUQ_E2E_URL" \
     --database-url "${DATABASE_URL%/*}/$E2E_DB" \
     --data-dir "$repo/target/e2e/data" --node e2e --gpu-source sim --sim-gpus "2x24576:NVIDIA GeForce RTX 3090" \
     >"$repo/target/e2e/server.log" 2>&1) &

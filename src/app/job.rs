@@ -151,6 +151,11 @@ fn Detail(d: JobDetail, cancel: ServerAction<CancelJob>) -> impl IntoView {
             })}
             {over.map(|o| view! { <p id="vram-over"><span class="badge badge-over">"over its VRAM"</span> " " {o}</p> })}
             {idle.map(|w| view! { <p id="idle-flag"><span class="badge badge-over">"idle"</span> " " {w}</p> })}
+            {j.session_url.is_some().then(|| view! {
+                // Through gpuq: a one-time code carries the owner to the session origin.
+                <a id="open-session" class="button" href=format!("/api/v1/jobs/{id}/session")
+                    target="_blank" rel="noopener noreferrer">"Open"</a>
+            })}
             {d.can_cancel.then(|| view! {
                 <button type="button" class="danger" on:click=move |_| { cancel.dispatch(CancelJob { id }); }>
                     "Cancel job"

@@ -37,6 +37,7 @@ struct Fields {
     volumes: RwSignal<String>,
     timeout: RwSignal<String>,
     priority: RwSignal<String>,
+    notebook: RwSignal<bool>,
 }
 
 impl Fields {
@@ -52,6 +53,7 @@ impl Fields {
             volumes: RwSignal::new(String::new()),
             timeout: RwSignal::new(String::new()),
             priority: RwSignal::new(String::new()),
+            notebook: RwSignal::new(false),
         }
     }
 
@@ -69,6 +71,7 @@ impl Fields {
             volumes: text(self.volumes),
             timeout: text(self.timeout),
             priority: text(self.priority),
+            notebook: self.notebook.get_untracked(),
         })
     }
 }
@@ -86,7 +89,18 @@ struct FormText {
     volumes: String,
     timeout: String,
     priority: String,
+    notebook: bool,
 }
+
+/// The "notebook" choice: Jupyter on the session's port, under the base path gpuq gives it, with
+/// no token of its own (gpuq's proxy is the gate), notebooks kept in the job's `/tmp` (the root
+/// filesystem is read-only). Its command unless the form names another.
+pub const NOTEBOOK_COMMAND: &str = "sh -c \"exec jupyter notebook --ip=0.0.0.0 --port=8888 \
+    --no-browser --NotebookApp.token='' --NotebookApp.password='' \
+    --NotebookApp.base_url=$GPUQ_SESSION_BASE --NotebookApp.allow_remote_access=True \
+    --NotebookApp.notebook_dir=/tmp\"";
+/// The port the notebook choice serves.
+pub const NOTEBOOK_PORT: u16 = 8888;
 
 /// The JSON body the API takes. Every field is trimmed; empty optional fields are left out so the
 /// server's defaults apply. The command line goes as typed: the server splits it, with the same
@@ -96,7 +110,14 @@ fn spec_json(t: &FormText) -> String {
     let mut spec = serde_json::Map::new();
     let text = |s: &str| s.trim().to_owned();
     spec.insert("image".into(), text(&t.image).into());
-    spec.insert("command".into(), text(&t.command).into());
+    let command = match text(&t.command) {
+        c if c.is_empty() && t.notebook => NOTEBOOK_COMMAND.to_owned(),
+        c => c,
+    };
+    spec.insert("command".into(), command.into());
+    if t.notebook {
+        spec.insert("port".into(), NOTEBOOK_PORT.into());
+    }
     for (key, field) in [("name", &t.name), ("workload", &t.workload)] {
         let v = text(field);
         if !v.is_empty() {
@@ -163,7 +184,7 @@ fn volume_lines(text: &str) -> Vec<serde_json::Value> {
 }
 
 /// The spec fields the form shows errors next to; errors on anything else appear below the form.
-const FORM_FIELDS: [&str; 10] = [
+const FORM_FIELDS: [&str; 11] = [
     "image",
     "command",
     "name",
@@ -174,6 +195,7 @@ const FORM_FIELDS: [&str; 10] = [
     "volumes",
     "timeout_s",
     "priority",
+    "port",
 ];
 
 /// Whether an error's field (`env.FOO`, `volumes[2]`, `image`) belongs to a form field.
@@ -300,6 +322,14 @@ fn SubmitForm(
                     {text_input("priority", "Priority (-100…100)", "0", f.priority)}
                 </div>
                 {field_error(&["timeout_s", "priority"])}
+                <div class="field">
+                    <label for="notebook">
+                        <input type="checkbox" id="notebook" prop:checked=move || f.notebook.get()
+                            on:change=move |ev| f.notebook.set(event_target_checked(&ev)) />
+                        " Notebook: Jupyter, opened from the job's page (leave the command empty)"
+                    </label>
+                </div>
+                {field_error(&["port"])}
                 <div aria-live="polite" id="preview">{verdict}</div>
                 {other_error}
                 <button type="submit" disabled=move || submit.pending().get()>"Submit"</button>
@@ -453,5 +483,28 @@ mod tests {
         assert!(!shown_by_a_field("exclusive"));
         assert!(!shown_by_a_field(""));
         assert!(!shown_by_a_field("timeout"));
+    }
+
+    #[test]
+    fn the_notebook_choice_serves_jupyter_on_its_port_unless_a_command_is_given() {
+        let v = spec(FormText {
+            image: "gpuq-test/jupyter:latest".into(),
+            notebook: true,
+            ..Default::default()
+        });
+        assert_eq!(v["port"], json!(NOTEBOOK_PORT));
+        let command = v["command"].as_str().unwrap();
+        assert!(
+            command.contains("--NotebookApp.base_url=$GPUQ_SESSION_BASE"),
+            "{command}"
+        );
+        assert!(command.contains("--NotebookApp.token=''"), "{command}");
+        let own = spec(FormText {
+            command: "jupyter lab".into(),
+            notebook: true,
+            ..Default::default()
+        });
+        assert_eq!(own["command"], json!("jupyter lab"));
+        assert!(spec(FormText::default()).get("port").is_none());
     }
 }

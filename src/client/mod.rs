@@ -270,6 +270,10 @@ pub struct SubmitArgs {
     /// Put the job back in the queue if its node is lost (else it waits for that node)
     #[arg(long)]
     pub requeue_on_node_loss: bool,
+    /// An interactive session: the one HTTP port (1-65535) the job serves, which gpuq proxies at
+    /// the job's own session origin (`gpuq` prints where once it runs)
+    #[arg(long)]
+    pub port: Option<i64>,
     /// Print the server's JSON answer
     #[arg(long)]
     pub json: bool,
@@ -299,7 +303,7 @@ pub struct SubmitArgs {
     /// Job spec as a JSON request body (`-` = stdin), instead of the flags
     #[arg(long, value_name = "PATH", conflicts_with_all = [
         "image", "gpus", "workload", "vram_mib", "env", "volume", "name",
-        "timeout", "priority", "exclusive", "requeue_on_node_loss", "command",
+        "timeout", "priority", "exclusive", "requeue_on_node_loss", "port", "command",
     ])]
     pub file: Option<String>,
     /// Command and its arguments, after `--`

@@ -48,6 +48,7 @@ pub fn submit_body(args: &SubmitArgs) -> Result<Value> {
         priority: args.priority,
         exclusive: args.exclusive.then_some(true),
         requeue_on_node_loss: args.requeue_on_node_loss.then_some(true),
+        port: args.port,
     };
     Ok(serde_json::to_value(spec)?)
 }

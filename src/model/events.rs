@@ -67,6 +67,11 @@ vocabulary! {
         /// gpuq stopped it: still idle `idle_grace_min` after the flag (`detail`: quiet_since,
         /// reclaim_gpu_hours).
         Idle = "idle",
+        /// An interactive session has been idle (no HTTP or WebSocket traffic, no GPU activity)
+        /// for most of `session_idle_min`: it is stopped if it stays so (`detail.reason`).
+        SessionIdleWarning = "session_idle_warning",
+        /// gpuq stops an idle interactive session (`detail.reason`, starting `idle`).
+        SessionIdleStop = "session_idle_stop",
     }
 }
 

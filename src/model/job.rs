@@ -55,6 +55,9 @@ vocabulary! {
         /// gpuq stopped it: its cards stayed idle past the launch policy's `idle_after_min` and
         /// `idle_grace_min` under `idle_action: stop`.
         Idle = "idle",
+        /// An interactive session (a job with a `port`) saw no HTTP or WebSocket traffic and no
+        /// GPU activity for the launch policy's `session_idle_min`.
+        SessionIdle = "session_idle",
     }
 }
 
@@ -73,6 +76,7 @@ impl StopCause {
             StopCause::RuntimeRestart => "a restart of the container runtime",
             StopCause::Dependency => "gpuq, as a job it depended on ended the wrong way",
             StopCause::Idle => "gpuq, as its cards stayed idle",
+            StopCause::SessionIdle => "gpuq, as the session was idle",
         }
     }
 
@@ -353,6 +357,13 @@ pub struct JobView {
     /// Its index in that array (`GPUQ_ARRAY_INDEX` in its container).
     #[serde(default)]
     pub array_index: Option<i32>,
+    /// An interactive session (a job with a `port`) that runs: where it is opened, on the session
+    /// origin (`https://<job-id>.<sessions-domain>/` or `<sessions-url>/s/<job-id>/`). The
+    /// session origin sends a visitor without its cookie to gpuq's
+    /// `GET /api/v1/jobs/{id}/session`, which lets only the owner in.
+    #[serde(default)]
+    #[cfg_attr(feature = "ssr", sqlx(skip))]
+    pub session_url: Option<String>,
 }
 
 /// One page of jobs.

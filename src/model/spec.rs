@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use fields::{parse_gpu_count, parse_name, parse_priority, parse_timeout, parse_vram};
+use fields::{parse_gpu_count, parse_name, parse_port, parse_priority, parse_timeout, parse_vram};
 
 pub use command::{quote_argv, split_command, SplitError};
 pub use env::FRAMEWORK_HINT_KEYS;
@@ -174,6 +174,10 @@ pub struct RawJobSpec {
     /// its node, since a GPU job run twice costs more than a late one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requeue_on_node_loss: Option<bool>,
+    /// The one HTTP port (1–65535) the job serves, which makes it an interactive session: gpuq
+    /// proxies it (HTTP and WebSocket) at the job's own session origin. Absent: a batch job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<i64>,
 }
 
 /// How much GPU memory a job needs, resolved so the scheduler cannot see a
@@ -206,6 +210,7 @@ pub struct JobSpec {
     priority: i32,
     exclusive: bool,
     requeue_on_node_loss: bool,
+    port: Option<u16>,
 }
 
 impl JobSpec {
@@ -250,6 +255,7 @@ impl JobSpec {
         let name = parse_name(raw.name, default_name)?;
         let timeout_s = parse_timeout(raw.timeout_s, limits)?;
         let priority = parse_priority(raw.priority)?;
+        let port = parse_port(raw.port)?;
         Ok(Self {
             image: raw.image,
             command,
@@ -262,6 +268,7 @@ impl JobSpec {
             priority,
             exclusive,
             requeue_on_node_loss: raw.requeue_on_node_loss.unwrap_or(false),
+            port,
         })
     }
 
@@ -289,6 +296,7 @@ impl JobSpec {
             priority: Some(i64::from(self.priority)),
             exclusive: self.exclusive.then_some(true),
             requeue_on_node_loss: self.requeue_on_node_loss.then_some(true),
+            port: self.port.map(i64::from),
         }
     }
 
@@ -335,6 +343,10 @@ impl JobSpec {
     /// Whether the job goes back to the queue when its node is lost.
     pub fn requeue_on_node_loss(&self) -> bool {
         self.requeue_on_node_loss
+    }
+    /// The HTTP port of an interactive session (`None`: a batch job).
+    pub fn port(&self) -> Option<u16> {
+        self.port
     }
 }
 

@@ -159,6 +159,20 @@ pub struct ServeArgs {
     /// proxy. From any other peer the header is ignored.
     #[arg(long, env = "GPUQ_TRUSTED_PROXY", value_delimiter = ',', value_parser = parse_cidr)]
     pub trusted_proxy: Vec<ipnet::IpNet>,
+    /// Serve interactive sessions (jobs with a `port`) on this listener of their own, a different
+    /// origin from the UI's: `<sessions-url>/s/<job-id>/` (docs/sessions.md). Unset: sessions run
+    /// but cannot be opened through this process.
+    #[arg(long, env = "GPUQ_SESSIONS_LISTEN")]
+    pub sessions_listen: Option<SocketAddr>,
+    /// The public base URL of the sessions listener (default `http://<sessions-listen>`), when a
+    /// reverse proxy stands in front of it.
+    #[arg(long, env = "GPUQ_SESSIONS_URL", requires = "sessions_listen")]
+    pub sessions_url: Option<String>,
+    /// A wildcard domain whose hosts (`<job-id>.<domain>`) a reverse proxy sends to the sessions
+    /// listener over HTTPS: each session then has an origin of its own,
+    /// `https://<job-id>.<domain>/s/<job-id>/`.
+    #[arg(long, env = "GPUQ_SESSIONS_DOMAIN", requires = "sessions_listen")]
+    pub sessions_domain: Option<String>,
     /// A browser session ends this many hours after its sign-in, however active it is.
     #[arg(long, env = "GPUQ_SESSION_LIFETIME_H", default_value_t = 168, value_parser = clap::value_parser!(u32).range(1..=8760))]
     pub session_lifetime_h: u32,

@@ -10,6 +10,7 @@ use crate::server::notifier::Notifier;
 use crate::server::peers::Peers;
 use crate::server::registries::SecretsKey;
 use crate::server::runner::DockerHealth;
+use crate::server::sessions::Sessions;
 use sqlx::PgPool;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -45,6 +46,9 @@ pub struct Ctx {
     /// The key registry passwords are sealed under (`GPUQ_SECRETS_KEY` or
     /// `<data-dir>/secrets.key`); none by default, so nothing is stored.
     pub secrets: SecretsKey,
+    /// Interactive sessions, where this process serves them (`--sessions-listen`,
+    /// `--sessions-domain`); `None`: jobs with a port run, but no session opens here.
+    pub sessions: Option<Sessions>,
 }
 
 impl Ctx {
@@ -66,6 +70,7 @@ impl Ctx {
             ),
             peers: None,
             secrets: SecretsKey::None,
+            sessions: None,
         }
     }
 }

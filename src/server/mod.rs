@@ -47,6 +47,7 @@ pub mod registries;
 pub mod runner;
 pub mod runtime;
 pub mod serve;
+pub mod sessions;
 pub mod state;
 pub mod usage;
 pub mod vram;

@@ -108,6 +108,7 @@ async fn run(
         crate::server::limits::SubmitRate::new(args.submit_rate_per_min, args.preview_rate_per_min);
     ctx.session_lifetime = chrono::TimeDelta::hours(i64::from(args.session_lifetime_h));
     ctx.secrets = secrets;
+    ctx.sessions = session_origin(args);
     let registered = register_node(&pool, args).await?;
     let lease = registered.lease.clone();
     let runner = args.runner.then(|| {
@@ -171,6 +172,7 @@ async fn run(
         crate::server::http::use_embedded_site(&mut state)?;
     }
     state.leptos_options.site_addr = args.listen;
+    let state_for_sessions = state.clone();
     let mut router = match args.ui {
         true => app(state, http_opts),
         false => agent(state, http_opts),
@@ -181,6 +183,10 @@ async fn run(
             None
         }
         Some(at) => Some(serve_metrics_apart(at, scrape, limits).await?),
+    };
+    let sessions_server = match args.sessions_listen {
+        None => None,
+        Some(at) => Some(serve_sessions(at, &state_for_sessions, limits).await?),
     };
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
@@ -197,6 +203,11 @@ async fn run(
     sweeper.abort();
     if let Some(m) = metrics_server {
         m.abort();
+    }
+    if let Some(tasks) = sessions_server {
+        for t in tasks {
+            t.abort();
+        }
     }
     tasks.stop().await;
     Ok(())
@@ -310,6 +321,54 @@ async fn register_node(
     crate::server::nodes::register(pool, &reg)
         .await
         .map_err(|e| anyhow!("registering node `{}`: {e}", args.node))
+}
+
+/// Where sessions are served (`--sessions-listen`, `--sessions-url`, `--sessions-domain`); `None`
+/// without a sessions listener. A visitor without a session's cookie is sent to gpuq's public URL.
+fn session_origin(args: &ServeArgs) -> Option<crate::server::sessions::Sessions> {
+    use crate::server::sessions::{SessionOrigin, Sessions};
+    let at = args.sessions_listen?;
+    let origin = match &args.sessions_domain {
+        Some(domain) => SessionOrigin::Domain {
+            scheme: "https".into(),
+            domain: domain.trim_matches('.').to_ascii_lowercase(),
+        },
+        None => SessionOrigin::Path {
+            base: args
+                .sessions_url
+                .clone()
+                .unwrap_or_else(|| format!("http://{at}"))
+                .trim_end_matches('/')
+                .to_owned(),
+        },
+    };
+    let ui = args
+        .notify
+        .public_url
+        .clone()
+        .unwrap_or_else(|| args.advertise_url());
+    Some(Sessions::new(origin, Some(ui)))
+}
+
+/// Serves the session proxy on `at` (`--sessions-listen`) and runs the idle-session watcher.
+async fn serve_sessions(
+    at: SocketAddr,
+    state: &AppState,
+    limits: ListenLimits,
+) -> Result<Vec<tokio::task::JoinHandle<()>>> {
+    let Some(router) = crate::server::http::sessions::router(state) else {
+        return Ok(Vec::new());
+    };
+    let listener = tokio::net::TcpListener::bind(at)
+        .await
+        .with_context(|| format!("--sessions-listen: listening on {at}"))?;
+    tracing::info!("sessions on http://{}", listener.local_addr()?);
+    let idle = tokio::spawn(crate::server::sessions::idle::run(
+        state.ctx.pool.clone(),
+        state.ctx.sessions.clone(),
+    ));
+    let served = tokio::spawn(listen::serve(listener, router, limits, shutdown_signal()));
+    Ok(vec![served, idle])
 }
 
 /// Serves `/metrics` alone on `at` (`--metrics-listen`).

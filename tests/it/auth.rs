@@ -432,6 +432,7 @@ async fn the_openapi_document_describes_every_route(pool: PgPool) {
         ("get", "/api/v1/me/notifications/deliveries"),
         ("get", "/api/v1/me/budget"),
         ("get", "/api/v1/jobs/{id}/events"),
+        ("get", "/api/v1/jobs/{id}/session"),
         ("get", "/api/v1/arrays/{id}"),
         ("post", "/api/v1/arrays/{id}/cancel"),
         ("post", "/api/v1/arrays/{id}/resubmit"),
@@ -647,6 +648,9 @@ async fn every_route_allows_exactly_the_roles_it_should(pool: PgPool) {
             None,
             OWNER_MANAGER,
         ),
+        // A batch job is no session: 404 for everyone signed in. Who may open a session (its
+        // owner; admins only by policy) is tested with real sessions in `sessions::`.
+        ("GET", format!("/api/v1/jobs/{job}/session"), None, ALL),
         ("GET", format!("/api/v1/arrays/{array}"), None, ALL),
         ("GET", "/api/v1/teams".into(), None, MANAGER),
         (

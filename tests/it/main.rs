@@ -43,6 +43,7 @@ mod registry_auth;
 mod retention;
 mod roles;
 mod runner;
+mod sessions;
 mod spec_props;
 mod suggest;
 mod teams;

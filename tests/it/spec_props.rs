@@ -71,7 +71,7 @@ fn json_value() -> impl Strategy<Value = serde_json::Value> {
 
 /// The spec's field names, then one that is none of them.
 const FIELD_NAMES: &str =
-    "image command gpu_count min_vram_mb env volumes workload name timeout_s priority exclusive requeue_on_node_loss other";
+    "image command gpu_count min_vram_mb env volumes workload name timeout_s priority exclusive requeue_on_node_loss port other";
 
 /// Objects whose keys are mostly real field names, so parsing gets deep.
 fn json_spec_object() -> impl Strategy<Value = String> {
@@ -134,6 +134,7 @@ fn any_raw() -> impl Strategy<Value = RawJobSpec> {
                 priority,
                 exclusive,
                 requeue_on_node_loss,
+                port: None,
             },
         )
 }
@@ -256,6 +257,7 @@ fn valid_ish_raw() -> impl Strategy<Value = RawJobSpec> {
                     priority,
                     exclusive: exclusive.map(|e| e && gpu),
                     requeue_on_node_loss,
+                    port: None,
                 }
             },
         )
@@ -324,6 +326,7 @@ fn env_spec(key: &str) -> RawJobSpec {
         priority: None,
         exclusive: None,
         requeue_on_node_loss: None,
+        port: None,
     }
 }
 

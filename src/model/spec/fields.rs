@@ -135,6 +135,23 @@ pub(super) fn priority_error() -> SpecError {
     SpecError::new("priority", msg)
 }
 
+/// The one HTTP port a session job serves (1 to 65535), the same words for a value out of range
+/// and one that is not a number.
+pub(super) fn port_error() -> SpecError {
+    SpecError::new("port", range_message("port", 1, 65535, ""))
+}
+
+pub(super) fn parse_port(raw: Option<i64>) -> Result<Option<u16>, SpecError> {
+    match raw {
+        None => Ok(None),
+        Some(p) => u16::try_from(p)
+            .ok()
+            .filter(|p| *p >= 1)
+            .map(Some)
+            .ok_or_else(port_error),
+    }
+}
+
 pub(super) fn parse_priority(raw: Option<i64>) -> Result<i32, SpecError> {
     match raw {
         None => Ok(0),

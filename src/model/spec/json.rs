@@ -8,10 +8,10 @@ use std::fmt;
 use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 use serde_json::Value;
 
-use super::fields::{gpu_count_error, min_vram_error, priority_error, timeout_error};
+use super::fields::{gpu_count_error, min_vram_error, port_error, priority_error, timeout_error};
 use super::{RawCommand, RawJobSpec, SpecError, SpecLimits};
 
-const FIELDS: [&str; 12] = [
+const FIELDS: [&str; 13] = [
     "image",
     "command",
     "gpu_count",
@@ -24,6 +24,7 @@ const FIELDS: [&str; 12] = [
     "priority",
     "exclusive",
     "requeue_on_node_loss",
+    "port",
 ];
 
 /// A top-level object kept as a list, so duplicate keys can be refused
@@ -127,6 +128,7 @@ pub(super) fn raw_from_json(text: &str, limits: &SpecLimits) -> Result<RawJobSpe
         priority: integer(take("priority"), priority_error)?,
         exclusive: boolean(take("exclusive"), "exclusive")?,
         requeue_on_node_loss: boolean(take("requeue_on_node_loss"), "requeue_on_node_loss")?,
+        port: integer(take("port"), port_error)?,
     })
 }
 

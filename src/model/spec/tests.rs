@@ -469,3 +469,27 @@ fn too_many_env_variables_or_volumes_are_refused_naming_the_field_and_the_bound(
     );
     assert!(SpecError::at_most("env", "variables", 1, 1).is_ok());
 }
+
+#[test]
+fn a_session_port_is_one_http_port_and_survives_the_round_trip() {
+    let spec = accept(json!({"image": "app", "command": "serve", "workload": "w", "port": 8888}));
+    assert_eq!(spec.port(), Some(8888));
+    let again = JobSpec::parse(spec.to_raw(), &limits()).unwrap();
+    assert_eq!(again, spec);
+    let batch = accept(json!({"image": "app", "command": "serve", "workload": "w"}));
+    assert_eq!(batch.port(), None);
+    assert!(batch.to_raw().port.is_none());
+    for bad in [
+        json!(0),
+        json!(65536),
+        json!(-1),
+        json!("8888"),
+        json!(80.5),
+    ] {
+        assert_refused(
+            json!({"image": "app", "command": "serve", "workload": "w", "port": bad}),
+            "port",
+            "between 1 and 65535",
+        );
+    }
+}

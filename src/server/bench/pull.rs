@@ -304,6 +304,7 @@ fn hand_request(image: &str) -> LaunchRequest {
         image: image.into(),
         argv: vec!["true".into()],
         array_index: None,
+        session_port: None,
         env: BTreeMap::new(),
         framework_env: BTreeMap::new(),
         mounts: Vec::new(),

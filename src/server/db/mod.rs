@@ -18,6 +18,7 @@ pub mod nodes;
 pub mod notifications;
 pub mod registries;
 pub mod runs;
+pub mod sessions;
 pub mod settings;
 pub mod teams;
 pub mod users;

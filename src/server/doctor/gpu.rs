@@ -463,6 +463,7 @@ pub(super) async fn smoke(opts: &DoctorOptions, cards: &Cards, docker: Option<&D
         network: JobNetwork::None,
         image_volumes: Vec::new(),
         array_index: None,
+        session_port: None,
     };
     let run = tokio::time::timeout(Duration::from_secs(120), run_smoke(docker, &req)).await;
     let output = match run {

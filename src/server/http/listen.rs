@@ -103,8 +103,10 @@ pub async fn serve(
             builder
                 .timer(TokioTimer::new())
                 .header_read_timeout(read_timeout);
-            let conn =
-                builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
+            // With upgrades: the sessions listener passes WebSockets through (`http::sessions`).
+            let conn = builder
+                .serve_connection(TokioIo::new(stream), TowerToHyperService::new(service))
+                .with_upgrades();
             let mut conn = std::pin::pin!(conn);
             tokio::select! {
                 _ = conn.as_mut() => return,

@@ -23,6 +23,7 @@ mod notify;
 pub mod openapi;
 mod peer;
 mod registries;
+pub mod sessions;
 mod suggest;
 mod teams;
 mod usage;
@@ -149,7 +150,8 @@ pub fn app(state: AppState, opts: HttpOptions) -> Router {
                 .merge(notify::router())
                 .merge(arrays::router())
                 .merge(teams::router())
-                .merge(budgets::router()),
+                .merge(budgets::router())
+                .merge(sessions::api_router()),
         )
         .merge(peer::router())
         .merge(pages)

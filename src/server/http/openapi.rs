@@ -3,8 +3,8 @@
 
 use super::error::ErrorBody;
 use super::{
-    arrays, budgets, cluster, fair_share, health, jobs, live, nodes, notify, registries, suggest,
-    teams, usage, v1,
+    arrays, budgets, cluster, fair_share, health, jobs, live, nodes, notify, registries, sessions,
+    suggest, teams, usage, v1,
 };
 use crate::model::spec::{RawCommand, RawJobSpec};
 use crate::model::{
@@ -31,6 +31,7 @@ use utoipa::{Modify, OpenApi};
         v1::list_users, v1::create_user, v1::update_user, v1::change_password,
         jobs::submit, jobs::list, jobs::show, jobs::cancel, jobs::resubmit, jobs::logs,
         jobs::events, arrays::show, arrays::cancel, arrays::resubmit,
+        sessions::open,
         cluster::list_gpus, cluster::put_sim, cluster::patch_gpu,
         cluster::get_manifest, cluster::put_workload, cluster::delete_workload,
         cluster::rename_workload, cluster::manifest_history,

@@ -211,6 +211,12 @@ pub async fn resubmit_failed(ctx: &Ctx, user: &CurrentUser, id: Uuid) -> Result<
     // The elements differ only in their env and name: the first is checked against the policy,
     // the manifest and the cards, every one against the parser.
     let (spec, limits, policy) = super::check_submission(ctx, user, &first.to_string()).await?;
+    if spec.port().is_some() {
+        return Err(AppError::invalid(
+            "port",
+            "an array or sweep cannot be a session: submit sessions one at a time",
+        ));
+    }
     let mut rows = Vec::with_capacity(failed.len());
     for (_, index, stored, name) in &failed {
         let parsed = JobSpec::from_json(&stored.to_string(), &limits)

@@ -126,7 +126,9 @@ fn describe(kind: JobEventKind, detail: &serde_json::Value) -> String {
         | JobEventKind::LaunchDeferred
         | JobEventKind::Requeued
         | JobEventKind::Held
-        | JobEventKind::CancelRequested => detail["reason"].as_str().unwrap_or_default().to_owned(),
+        | JobEventKind::CancelRequested
+        | JobEventKind::SessionIdleWarning
+        | JobEventKind::SessionIdleStop => detail["reason"].as_str().unwrap_or_default().to_owned(),
         JobEventKind::IdleFlagged => {
             let what = if detail["no_process"].as_bool() == Some(true) {
                 "no process on its cards".to_owned()

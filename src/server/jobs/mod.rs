@@ -135,6 +135,13 @@ async fn check(ctx: &Ctx, user: &CurrentUser, body: &str) -> Result<Checked, App
             ),
         ));
     }
+    if spec.port().is_some() && policy.network == crate::model::JobNetwork::None {
+        return Err(AppError::invalid(
+            "port",
+            "the launch policy runs jobs without a network (network: none), so no session \
+             can be reached: submit it without a port, or ask an admin",
+        ));
+    }
     let vols = spec.volumes().to_vec();
     let allow = policy.volume_allowlist.clone();
     tokio::task::spawn_blocking(move || volumes::check(&vols, &allow))
@@ -213,6 +220,38 @@ pub(crate) async fn check_queued_room(
     adding: usize,
 ) -> Result<(), AppError> {
     check_queued_cap(tx, user, policy, adding).await
+}
+
+/// Refuses a session (a job with a `port`) past the owner's `max_sessions_per_user` sessions that
+/// wait or run (0: no cap). Locks the owner's row first, so parallel submits count one after
+/// another.
+async fn check_sessions_cap(
+    tx: &mut sqlx::PgConnection,
+    user: &CurrentUser,
+    policy: &LaunchPolicy,
+) -> Result<(), AppError> {
+    let cap = policy.max_sessions_per_user;
+    if cap == 0 {
+        return Ok(());
+    }
+    sqlx::query("SELECT 1 FROM users WHERE id = $1 FOR UPDATE")
+        .bind(user.id)
+        .execute(&mut *tx)
+        .await
+        .or_internal("locking the owner")?;
+    let live = crate::server::db::sessions::count_live(&mut *tx, user.id)
+        .await
+        .or_internal("counting sessions")?;
+    if live >= i64::from(cap) {
+        return Err(AppError::invalid(
+            "port",
+            format!(
+                "you already have {live} sessions waiting or running, the most the launch \
+                 policy allows (max_sessions_per_user = {cap}); end one first"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Members may only lower their priority (below 0); managers and admins may raise it.
@@ -352,6 +391,15 @@ pub async fn submit(ctx: &Ctx, user: &CurrentUser, body: &str) -> Result<JobAck,
         .or_internal("beginning a submission")?;
     let adding = extras.batch.as_ref().map_or(1, |b| b.elements.len());
     check_queued_cap(&mut tx, user, &policy, adding).await?;
+    if spec.port().is_some() {
+        if extras.batch.is_some() {
+            return Err(AppError::invalid(
+                "port",
+                "an array or sweep cannot be a session: submit sessions one at a time",
+            ));
+        }
+        check_sessions_cap(&mut tx, user, &policy).await?;
+    }
     batch::check_parents(&mut tx, user, &extras.deps).await?;
     if let Some(b) = &extras.batch {
         let rows = batch::elements_of(&spec, b)?;

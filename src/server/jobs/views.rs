@@ -169,6 +169,7 @@ async fn views(
         HashMap::new()
     };
     let estimates = estimates_of(ctx, &rows).await?;
+    let sessions = sessions_of(ctx, viewer, &rows).await?;
     rows.into_iter()
         .map(|r| {
             let grants = by_job.remove(&r.job.id).unwrap_or_default();
@@ -178,6 +179,9 @@ async fn views(
             let owner = r.owner_id;
             to_view(r, grants, wait, viewer).map(|v| {
                 let mut v = JobView { node_lost, ..v };
+                if sessions.contains(&v.id) {
+                    v.session_url = ctx.sessions.as_ref().map(|s| s.origin().url(v.id));
+                }
                 if let Some(e) = estimates.get(&v.id) {
                     if super::access::sees_details(viewer, owner) {
                         v.estimated_start_at = e.estimated_start_at;
@@ -189,6 +193,28 @@ async fn views(
             })
         })
         .collect()
+}
+
+/// The running sessions among `rows` that `viewer` may be shown the way into (their own; every
+/// one for admins, whom the launch policy may let in), where this process serves sessions.
+async fn sessions_of(
+    ctx: &Ctx,
+    viewer: &CurrentUser,
+    rows: &[ListRow],
+) -> Result<std::collections::HashSet<Uuid>, AppError> {
+    let running: Vec<Uuid> = rows
+        .iter()
+        .filter(|r| r.job.status == JobStatus::Running)
+        .filter(|r| r.owner_id == viewer.id || viewer.role.at_least(Role::Admin))
+        .map(|r| r.job.id)
+        .collect();
+    if running.is_empty() || ctx.sessions.is_none() {
+        return Ok(Default::default());
+    }
+    let ids = crate::server::db::sessions::reachable(&ctx.pool, &running)
+        .await
+        .or_internal("reading sessions")?;
+    Ok(ids.into_iter().collect())
 }
 
 /// The stored start estimates of the queued jobs among `rows` (see `admission::estimate`).

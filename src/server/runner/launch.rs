@@ -141,6 +141,9 @@ impl Runner {
             });
         }
         self.check_binds(&container, &origins).await?;
+        if let Some(port) = req.session_port {
+            self.record_session(job.id, &container, port).await;
+        }
         let _ = events::job_event(
             &self.pool,
             job.id,
@@ -285,6 +288,7 @@ impl Runner {
             network: policy.network,
             image_volumes,
             array_index: job.array_index.and_then(|i| u32::try_from(i).ok()),
+            session_port: spec.port(),
         };
         Ok((req, origins, digest))
     }
@@ -354,6 +358,25 @@ impl Runner {
                  or widen --job-uid-range"
             ))),
             Err(e) => Err(NotLaunched::Retry(format!("reading the job uid: {e}"))),
+        }
+    }
+
+    /// Records where gpuq's session proxy reaches a started session: the container's address on
+    /// the job network and the job's port. Without one the session cannot be opened (the job
+    /// still runs: its owner sees why in the log).
+    async fn record_session(&self, job: uuid::Uuid, container: &str, port: u16) {
+        match self.docker.container_ip(container).await {
+            Ok(Some(ip)) => {
+                let addr = std::net::SocketAddr::new(ip, port).to_string();
+                if let Err(e) = crate::server::db::sessions::set_addr(&self.pool, job, &addr).await
+                {
+                    tracing::warn!(%job, error = %e, "could not record the session's address");
+                }
+            }
+            Ok(None) => {
+                tracing::warn!(%job, "the session's container has no address on the job network")
+            }
+            Err(e) => tracing::warn!(%job, error = %e, "could not read the session's address"),
         }
     }
 

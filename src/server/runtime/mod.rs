@@ -123,6 +123,11 @@ pub struct LaunchRequest {
     /// Its index in its array, set as `GPUQ_ARRAY_INDEX` (`None`: not an array's element).
     #[serde(default)]
     pub array_index: Option<u32>,
+    /// An interactive session's port: gpuq's proxy reaches it on the job network, and the app is
+    /// told its base path (`GPUQ_SESSION_BASE=/s/<job-id>/`, `GPUQ_SESSION_PORT`). `None`: a
+    /// batch job.
+    #[serde(default)]
+    pub session_port: Option<u16>,
 }
 
 /// Who a job's processes run as.

@@ -47,6 +47,7 @@ pub fn request(argv: &[&str], gpus: Vec<GrantedGpu>) -> LaunchRequest {
         network: gpuq::model::JobNetwork::Isolated,
         image_volumes: Vec::new(),
         array_index: None,
+        session_port: None,
     }
 }
 

@@ -102,6 +102,7 @@ impl Shape {
             network: p.network,
             image_volumes: Vec::new(),
             array_index: None,
+            session_port: None,
         })
     }
 }

@@ -49,6 +49,7 @@ pub(super) fn req(gpus: Vec<GrantedGpu>) -> LaunchRequest {
         network: JobNetwork::Isolated,
         image_volumes: Vec::new(),
         array_index: None,
+        session_port: None,
     }
 }
 

@@ -1,0 +1,95 @@
+// Interactive sessions with a real Jupyter Notebook (the image gpuq-test/jupyter:latest that the
+// test command builds): the owner opens it through gpuq and runs a cell over the kernel's
+// WebSocket through the proxy; another member gets 403; a page on the session origin cannot read
+// gpuq's API; the container never saw gpuq's cookie or a token.
+import { test, expect, type APIRequestContext } from "@playwright/test";
+import { ensureUser, jobStatus, open, signIn, tokenFor, waitForServer } from "./util";
+
+const sessionsUrl = process.env.GPUQ_E2E_SESSIONS_URL ?? "";
+
+const notebook = [
+  "sh",
+  "-c",
+  "exec jupyter notebook --ip=0.0.0.0 --port=8888 --no-browser --NotebookApp.token='' " +
+    "--NotebookApp.password='' --NotebookApp.base_url=$GPUQ_SESSION_BASE " +
+    "--NotebookApp.allow_remote_access=True --NotebookApp.notebook_dir=/tmp",
+];
+
+async function startNotebook(request: APIRequestContext, bearer: string): Promise<string> {
+  const res = await request.post("/api/v1/jobs", {
+    headers: { Authorization: bearer },
+    data: { image: "gpuq-test/jupyter:latest", command: notebook, port: 8888, min_vram_mb: 1000, name: "notebook" },
+  });
+  expect(res.status()).toBe(201);
+  const id = (await res.json()).job_id as string;
+  await expect.poll(() => jobStatus(request, bearer, id), { timeout: 60_000 }).toBe("running");
+  await expect
+    .poll(async () => (await (await request.get(`/api/v1/jobs/${id}`, { headers: { Authorization: bearer } })).json()).session_url, {
+      timeout: 30_000,
+    })
+    .toBe(`${sessionsUrl}/s/${id}/`);
+  return id;
+}
+
+test("the owner runs a notebook cell through gpuq; nobody else gets in", async ({ page, browser, request }) => {
+  test.skip(!sessionsUrl, "the server runs without --sessions-listen");
+  await waitForServer(request);
+  await ensureUser(request, "nora");
+  await ensureUser(request, "nils");
+  const bearer = await tokenFor(request, "nora");
+  const id = await startNotebook(request, bearer);
+
+  await signIn(page, "nora");
+  await open(page, `/jobs/${id}`);
+  const [tab] = await Promise.all([page.context().waitForEvent("page"), page.locator("#open-session").click()]);
+  await tab.waitForURL(new RegExp(`/s/${id}/`), { timeout: 30_000 });
+  expect(tab.url()).not.toContain("gpuq_code");
+
+  // A notebook made through Jupyter's own API (its XSRF cookie is the app's, not gpuq's).
+  const created = await tab.evaluate(async (base) => {
+    const xsrf = document.cookie.split("; ").find((c) => c.startsWith("_xsrf="))?.slice(6) ?? "";
+    const r = await fetch(`${base}api/contents/probe.ipynb`, {
+      method: "PUT",
+      headers: { "Content-Type": "application/json", "X-XSRFToken": decodeURIComponent(xsrf) },
+      body: JSON.stringify({ type: "notebook", format: "json", content: { cells: [], metadata: {}, nbformat: 4, nbformat_minor: 5 } }),
+    });
+    return r.status;
+  }, `/s/${id}/`);
+  expect([200, 201]).toContain(created);
+  await tab.goto(`${sessionsUrl}/s/${id}/notebooks/probe.ipynb`);
+  const cell = tab.locator(".CodeMirror").first();
+  await expect(tab.locator("#kernel_indicator_icon.kernel_idle_icon")).toBeAttached({ timeout: 60_000 });
+  await cell.click();
+  await tab.keyboard.type('import os; print("gpus=" + os.environ["GPUQ_GPUS"])');
+  await tab.keyboard.press("Shift+Enter");
+  await expect(tab.locator(".output_area").first()).toContainText("gpus=GPU-", { timeout: 60_000 });
+
+  // A script on the session origin cannot read gpuq's API with the user's cookie.
+  const ui = new URL(page.url()).origin;
+  const stolen = await tab.evaluate(async (ui) => {
+    try {
+      const r = await fetch(`${ui}/api/v1/me`, { credentials: "include" });
+      return `read ${r.status}: ${await r.text()}`;
+    } catch (e) {
+      return "refused";
+    }
+  }, ui);
+  expect(stolen === "refused" || !stolen.includes("nora")).toBe(true);
+
+  // Another member opening the same session: 403 from gpuq, nothing reaches the container.
+  const other = await browser.newContext();
+  const otherPage = await other.newPage();
+  await signIn(otherPage, "nils");
+  const refused = await otherPage.goto(`/api/v1/jobs/${id}/session`);
+  expect(refused?.status()).toBe(403);
+  const direct = await otherPage.goto(`${sessionsUrl}/s/${id}/tree`);
+  expect(direct?.status()).toBe(403);
+  await other.close();
+
+  // The container never saw gpuq's cookie or a token (Jupyter logs nothing of it: check the
+  // headers the proxy forwards with the app's own request log is the Rust tests' job; here the
+  // job's log must not hold gpuq's session cookie name).
+  const log = await (await request.get(`/api/v1/jobs/${id}/logs`, { headers: { Authorization: bearer } })).text();
+  expect(log).not.toContain("gpuq_session");
+  await request.post(`/api/v1/jobs/${id}/cancel`, { headers: { Authorization: bearer } });
+});
