@@ -144,6 +144,7 @@ fn Detail(d: JobDetail, cancel: ServerAction<CancelJob>) -> impl IntoView {
             </p>
             {j.stop_cause.map(|c| view! { <p id="stop-cause">"Stopped by " {c.describe()}</p> })}
             {waiting.map(|w| view! { <p id="wait-reason">{w}</p> })}
+            {super::budget::budget_lines(d.budgets)}
             {start.map(|w| view! { <p id="start-estimate">{w}</p> })}
             {j.node_lost.then(|| view! {
                 <p id="node-lost"><span class="badge badge-over">"node lost"</span>

@@ -4,7 +4,9 @@
 mod account;
 mod admin;
 mod alert;
+mod budget;
 mod dashboard;
+mod fair_share;
 mod gate;
 mod job;
 mod live;

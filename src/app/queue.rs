@@ -102,6 +102,7 @@ fn Queue(me: UserView, filters: Filters) -> impl IntoView {
     view! {
         <section class="card">
             <h1>"Jobs"</h1>
+            <super::budget::MyBudgets />
             <form class="row filters" on:submit=|ev| ev.prevent_default()>
                 <div class="field">
                     <label for="filter-status">"Status"</label>

@@ -146,14 +146,6 @@ fn spec_json(t: &FormText) -> String {
     serde_json::Value::Object(spec).to_string()
 }
 
-/// `text` with its first letter in capitals (a budget's line opens a paragraph).
-fn capitalized(text: &str) -> String {
-    let mut c = text.chars();
-    c.next()
-        .map(|f| f.to_uppercase().chain(c).collect())
-        .unwrap_or_default()
-}
-
 /// A whole number as a JSON number; anything else as the text itself.
 fn number_or_text(s: &str) -> serde_json::Value {
     s.parse::<i64>()
@@ -274,14 +266,7 @@ fn SubmitForm(
             <h1>"Submit a job"</h1>
             <Transition fallback=|| ()>
                 {move || Suspend::new(async move {
-                    let lines = budget.await.unwrap_or_default();
-                    lines
-                        .into_iter()
-                        .map(|u| {
-                            let class = if u.exhausted { "budget used-up" } else { "budget" };
-                            view! { <p class=class>{capitalized(&u.line())}</p> }
-                        })
-                        .collect_view()
+                    super::budget::budget_lines(budget.await.unwrap_or_default())
                 })}
             </Transition>
             <form on:submit=on_submit on:change=on_change>

@@ -1,7 +1,8 @@
 //! `/usage` (managers and admins): VRAM reserved vs used per card over time, queue waits, GPU-hours
 //! and VRAM-hours per owner and per workload type, CSV downloads. Every chart has a table of the
-//! same figures under it, so nothing depends on seeing the chart. Below them, the teams with their
-//! weights and budgets, read-only (`app::teams`).
+//! same figures under it, so nothing depends on seeing the chart. Below them, each user's and
+//! team's fair share (`app::fair_share`), and the teams with their weights and budgets, read-only
+//! (`app::teams`).
 //!
 //! The charts are ECharts, served by gpuq itself: the server builds each chart's option, the page
 //! puts it in a `data-chart-option` attribute, and `/charts.js` draws whatever carries one. The
@@ -34,12 +35,14 @@ pub fn UsagePage() -> impl IntoView {
         |(f, t, _)| usage_report(f, t),
     );
     let teams = Resource::new(move || refresh.get(), |_| crate::api::list_teams());
+    let fair = Resource::new(move || refresh.get(), |_| crate::api::fair_share_report());
     view! {
         <Title text="Usage · gpuq" />
         <SignedInAs
             min=Role::Manager
             page=move |_| view! {
                 <Usage from to refresh data />
+                <super::fair_share::FairShareTables report=fair />
                 <super::teams::TeamsReadOnly teams />
             }
             refused=|| view! {

@@ -49,6 +49,10 @@ pub struct JobDetail {
     /// those who see its details.
     #[serde(default)]
     pub idle: Option<IdleFlag>,
+    /// While it is queued, its owner's budgets with their use this period (only to the owner:
+    /// "your usage this week: 41 GPU-h of a 50 GPU-h budget").
+    #[serde(default)]
+    pub budgets: Vec<crate::model::BudgetUse>,
 }
 
 /// A running job flagged idle: its cards stayed idle past the launch policy's `idle_after_min`.

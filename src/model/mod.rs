@@ -64,7 +64,7 @@ pub use suggest::{
 };
 pub use team::{present_field, NewTeam, TeamPatch, TeamView, UserShare};
 pub use usage::{
-    CardPoint, CardSeries, ReclaimedTotal, UsageCharts, UsageReport, UsageTotal, UsageView, WaitBucket, WaitStats,
-    CUSTOM_VRAM,
+    CardPoint, CardSeries, ReclaimedTotal, UsageCharts, UsageReport, UsageTotal, UsageView,
+    WaitBucket, WaitStats, CUSTOM_VRAM,
 };
 pub use user::{Role, UserView, Username};

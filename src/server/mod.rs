@@ -33,6 +33,7 @@ pub mod fairness;
 pub mod firewall;
 pub mod gpu;
 pub mod http;
+pub mod idle;
 pub mod jobs;
 pub mod limits;
 pub mod manifest;
@@ -51,7 +52,6 @@ pub mod sessions;
 pub mod state;
 pub mod usage;
 pub mod vram;
-pub mod idle;
 
 pub use context::Ctx;
 pub use state::AppState;

@@ -80,6 +80,8 @@ fn arb() -> impl Strategy<Value = PlanInput> {
                         id,
                         seq: i as i64,
                         priority,
+                        past_soft_budget: false,
+                        standing: gpuq::model::Standing::EVEN,
                         gpu_count,
                         need: Need::Fixed(need),
                         exclusive,

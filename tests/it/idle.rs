@@ -260,7 +260,10 @@ async fn idle_jobs_are_flagged_then_stopped_on_time_and_a_bursty_one_never(pool:
     let reclaimed = &r.json()["reclaimed_by_user"];
     assert_eq!(reclaimed[0]["key"], "alice", "{reclaimed}");
     assert_eq!(reclaimed[0]["jobs"], 4, "{reclaimed}");
-    assert!(reclaimed[0]["gpu_hours"].as_f64().unwrap() > 0.0, "{reclaimed}");
+    assert!(
+        reclaimed[0]["gpu_hours"].as_f64().unwrap() > 0.0,
+        "{reclaimed}"
+    );
     s.end(&[bursty]).await;
 }
 
@@ -270,7 +273,11 @@ async fn warn_flags_and_tells_the_owner_but_never_stops_and_exempt_jobs_are_neve
 ) {
     let s = setup(pool, "idl2").await;
     s.app
-        .workload(&s.admin, "loader", json!({ "NVIDIA GeForce RTX 3090": 2000 }))
+        .workload(
+            &s.admin,
+            "loader",
+            json!({ "NVIDIA GeForce RTX 3090": 2000 }),
+        )
         .await;
     s.app
         .set_policy(
@@ -371,7 +378,10 @@ async fn unreadable_samples_and_simulated_cards_are_never_judged(pool: PgPool) {
         withheld.clone()
     })
     .await;
-    assert!(seen.flagged.is_empty() && seen.stopped.is_empty(), "{seen:?}");
+    assert!(
+        seen.flagged.is_empty() && seen.stopped.is_empty(),
+        "{seen:?}"
+    );
     assert!(engine.board().activity(job).is_some(), "read, and known");
 
     // Simulated cards: their processes are not seen, so the engine judges nothing.

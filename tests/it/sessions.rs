@@ -87,7 +87,30 @@ async fn cookie_for(app: &TestApp, who: &str, id: Uuid) -> String {
     let set = r.headers()["set-cookie"].to_str().unwrap().to_owned();
     assert!(set.contains("HttpOnly"), "{set}");
     assert!(set.contains(&format!("Path=/s/{id}/")), "{set}");
-    set.split(';').next().unwrap().to_owned()
+    let cookie = set.split(';').next().unwrap().to_owned();
+    // The container runs before its app listens: until it does, the proxy answers 503 with a
+    // page that reloads itself (a browser lands in the app once it is up).
+    let root = to.split('?').next().unwrap().to_owned();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = client()
+            .get(&root)
+            .header("cookie", cookie.clone())
+            .send()
+            .await
+            .unwrap();
+        if r.status() != 503 {
+            break;
+        }
+        assert_eq!(r.headers()["retry-after"], "2");
+        assert!(r.text().await.unwrap().contains("http-equiv=\"refresh\""));
+        assert!(
+            Instant::now() < deadline,
+            "the session's app never answered"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    cookie
 }
 
 /// The echo server's log of what reached the container.

@@ -98,6 +98,7 @@ mod tests {
             id: Uuid::from_u128(n),
             seq: n as i64,
             priority,
+            past_soft_budget: false,
             standing: Standing::new(standing),
             gpu_count: 1,
             need: Need::Fixed(1),

@@ -104,7 +104,12 @@ impl QueuedJob {
     /// Its place in the queue order ([`queue_key`]: priority, whether its owner is past a soft
     /// budget, its owner's standing, submit order).
     pub fn queue_key(&self) -> QueueKey {
-        queue_key(self.priority, self.past_soft_budget, self.standing, self.seq)
+        queue_key(
+            self.priority,
+            self.past_soft_budget,
+            self.standing,
+            self.seq,
+        )
     }
 }
 
@@ -279,7 +284,7 @@ pub fn plan(input: &PlanInput) -> Plan {
 
     // Resolve shapes in input order (sequential memory), then sort compact
     // keys rather than chasing job structs from the comparator.
-    let mut order: Vec<(OrderKey, Uuid, usize, usize)> = Vec::with_capacity(q.len());
+    let mut order: Vec<(QueueKey, Uuid, usize, usize)> = Vec::with_capacity(q.len());
     for (qi, job) in q.iter().enumerate() {
         pass.shape_key(job, &mut key);
         // Jobs allowed on different nodes are different shapes: one failing says nothing of

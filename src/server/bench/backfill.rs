@@ -104,6 +104,8 @@ fn jobs(opts: &BackfillOptions) -> (Vec<Job>, HashMap<Uuid, u32>) {
                         id: Uuid::from_u128(next),
                         seq: next as i64,
                         priority,
+                        past_soft_budget: false,
+                        standing: crate::model::Standing::EVEN,
                         gpu_count: kind.gpus,
                         need: Need::PerModel(
                             kind.needs
@@ -179,7 +181,7 @@ fn run_once(jobs: &[Job], limits: &HashMap<Uuid, u32>, backfill: bool) -> RunFig
             .pending
             .iter()
             .filter(|p| p.held.is_none())
-            .min_by_key(|p| crate::model::queue_key(p.job.priority, p.job.seq));
+            .min_by_key(|p| p.job.queue_key());
         if let Some(p) = head {
             heads.insert(p.job.id);
         }

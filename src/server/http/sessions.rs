@@ -16,7 +16,7 @@ use crate::server::AppState;
 use axum::body::Body;
 use axum::extract::{Path, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -68,6 +68,9 @@ pub fn router(state: &AppState) -> Option<Router> {
     let sessions = state.ctx.sessions.clone()?;
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
+    // Containers are on a local bridge: one that answers does so at once, and the address of one
+    // that ended answers never (a request to it would hang for the kernel's minutes).
+    connector.set_connect_timeout(Some(std::time::Duration::from_secs(2)));
     let client = Client::builder(TokioExecutor::new()).build(connector);
     Some(Router::new().fallback(proxy).with_state(Proxy {
         pool: state.ctx.pool.clone(),
@@ -80,6 +83,25 @@ fn text(status: StatusCode, message: &str) -> Response {
     let mut r = (status, message.to_owned()).into_response();
     r.headers_mut()
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r
+}
+
+/// The container runs but its app does not take connections (yet: Jupyter takes a few seconds to
+/// start): `503` with `Retry-After`, and a page that reloads itself, so "Open" lands in the app
+/// once it is up.
+fn not_answering() -> Response {
+    let mut r = (
+        StatusCode::SERVICE_UNAVAILABLE,
+        Html(
+            "<!doctype html><meta charset=\"utf-8\"><meta http-equiv=\"refresh\" content=\"2\">\
+             <title>Starting…</title><p>The session's app does not answer yet: it may still be \
+             starting. This page tries again every 2 seconds.</p>",
+        ),
+    )
+        .into_response();
+    let h = r.headers_mut();
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert(header::RETRY_AFTER, HeaderValue::from_static("2"));
     r
 }
 
@@ -298,10 +320,7 @@ async fn proxy(State(p): State<Proxy>, mut req: Request) -> Response {
         }
         Err(e) => {
             tracing::debug!(%job, error = %e, "a session's app did not answer");
-            text(
-                StatusCode::BAD_GATEWAY,
-                "the session's app does not answer (yet): it may still be starting",
-            )
+            not_answering()
         }
     }
 }
@@ -316,7 +335,7 @@ async fn relay_upgrade(p: Proxy, mut req: Request, job: Uuid) -> Response {
         Ok(r) => r,
         Err(e) => {
             tracing::debug!(%job, error = %e, "a session's app did not answer an upgrade");
-            return text(StatusCode::BAD_GATEWAY, "the session's app does not answer");
+            return not_answering();
         }
     };
     if resp.status() != StatusCode::SWITCHING_PROTOCOLS {

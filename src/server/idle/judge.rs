@@ -56,7 +56,9 @@ fn minutes(min: f64) -> Duration {
 /// A sample's NVML timestamp (microseconds since the epoch) as a time.
 pub fn sample_time(at_us: u64) -> DateTime<Utc> {
     let us = i64::try_from(at_us).unwrap_or(i64::MAX);
-    Utc.timestamp_micros(us).single().unwrap_or(DateTime::<Utc>::MAX_UTC)
+    Utc.timestamp_micros(us)
+        .single()
+        .unwrap_or(DateTime::<Utc>::MAX_UTC)
 }
 
 /// What the engine remembers of one job.

@@ -110,7 +110,11 @@ fn unknown_readings_are_never_idle() {
     run(&mut track, &r, 0, 20, |_| Seen::Quiet);
     track.see(t(20 * 60), Seen::Unknown);
     let verdicts = run(&mut track, &r, 21 * 60, 29, |_| Seen::Quiet);
-    assert_eq!(verdicts, Vec::new(), "the window counts from the unknown reading");
+    assert_eq!(
+        verdicts,
+        Vec::new(),
+        "the window counts from the unknown reading"
+    );
 }
 
 #[test]

@@ -25,12 +25,19 @@ pub async fn detail(ctx: &Ctx, user: &CurrentUser, id: Uuid) -> Result<JobDetail
         idle_flag(ctx, id).await?
     };
     let owner = job.owner == user.username;
+    // Where the owner stands against their budgets, beside why their job waits.
+    let budgets = if owner && job.status == crate::model::JobStatus::Queued {
+        crate::server::budgets::mine(&ctx.pool, user.id).await?
+    } else {
+        Vec::new()
+    };
     Ok(JobDetail {
         can_cancel: (owner || user.role.at_least(Role::Admin)) && !job.status.is_terminal(),
         can_resubmit: owner,
         job,
         events,
         idle,
+        budgets,
     })
 }
 

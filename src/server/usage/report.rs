@@ -3,8 +3,8 @@
 
 use super::{charts, sampling, Range, Sampling};
 use crate::model::{
-    gpu_id, AppError, CardPoint, CardSeries, ReclaimedTotal, UsageReport, UsageTotal, UsageView, WaitBucket,
-    WaitStats, CUSTOM_VRAM,
+    gpu_id, AppError, CardPoint, CardSeries, ReclaimedTotal, UsageReport, UsageTotal, UsageView,
+    WaitBucket, WaitStats, CUSTOM_VRAM,
 };
 use crate::server::error::OrInternal;
 use chrono::{DateTime, Utc};

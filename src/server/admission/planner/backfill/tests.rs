@@ -22,6 +22,8 @@ fn job(n: u128, need: i64) -> QueuedJob {
         id: Uuid::from_u128(n),
         seq: n as i64,
         priority: 0,
+        past_soft_budget: false,
+        standing: crate::model::Standing::EVEN,
         gpu_count: 1,
         need: Need::Fixed(need),
         exclusive: false,
