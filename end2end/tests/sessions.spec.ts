@@ -3,7 +3,7 @@
 // WebSocket through the proxy; another member gets 403; a page on the session origin cannot read
 // gpuq's API; the container never saw gpuq's cookie or a token.
 import { test, expect, type APIRequestContext } from "@playwright/test";
-import { ensureUser, jobStatus, open, signIn, tokenFor, waitForServer } from "./util";
+import { adminBearer, ensureUser, jobStatus, open, signIn, tokenFor, waitForServer } from "./util";
 
 const sessionsUrl = process.env.GPUQ_E2E_SESSIONS_URL ?? "";
 
@@ -20,7 +20,7 @@ async function startNotebook(request: APIRequestContext, bearer: string): Promis
     headers: { Authorization: bearer },
     data: { image: "gpuq-test/jupyter:latest", command: notebook, port: 8888, min_vram_mb: 1000, name: "notebook" },
   });
-  expect(res.status()).toBe(201);
+  expect(res.status(), await res.text()).toBe(201);
   const id = (await res.json()).job_id as string;
   await expect.poll(() => jobStatus(request, bearer, id), { timeout: 60_000 }).toBe("running");
   await expect
@@ -30,6 +30,24 @@ async function startNotebook(request: APIRequestContext, bearer: string): Promis
     .toBe(`${sessionsUrl}/s/${id}/`);
   return id;
 }
+
+/** Sets the launch policy's `network` (the browser tests run with `none`: global-setup.ts). */
+async function setNetwork(request: APIRequestContext, network: string) {
+  const headers = { Authorization: await adminBearer(request) };
+  const policy = await (await request.get("/api/v1/settings/launch-policy", { headers })).json();
+  const saved = await request.put("/api/v1/settings/launch-policy", { headers, data: { ...policy, network } });
+  expect(saved.status(), await saved.text()).toBe(200);
+}
+
+// A session is reached on the isolated job network, which the other browser tests go without.
+// The tests run one at a time (workers: 1), and the container starts before any page is open, so
+// its network link coming up cannot abort a page's load.
+test.beforeAll(async ({ request }) => {
+  if (sessionsUrl) await setNetwork(request, "isolated");
+});
+test.afterAll(async ({ request }) => {
+  if (sessionsUrl) await setNetwork(request, "none");
+});
 
 test("the owner runs a notebook cell through gpuq; nobody else gets in", async ({ page, browser, request }) => {
   test.skip(!sessionsUrl, "the server runs without --sessions-listen");

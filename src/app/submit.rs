@@ -311,7 +311,7 @@ fn SubmitForm(
                     <label for="notebook">
                         <input type="checkbox" id="notebook" prop:checked=move || f.notebook.get()
                             on:change=move |ev| f.notebook.set(event_target_checked(&ev)) />
-                        " Notebook: Jupyter, opened from the job's page (leave the command empty)"
+                        " Notebook: Jupyter, opened from the job's page (it runs when the field above is left empty)"
                     </label>
                 </div>
                 {field_error(&["port"])}

@@ -134,7 +134,7 @@ fn NewTeamForm(create: ServerAction<CreateTeam>) -> impl IntoView {
     };
     view! {
         <form id="new-team" class="row" on:submit=submit>
-            {text_input("new-team-name", "Team name", "ml-research", name)}
+            {text_input("new-team-name", "New team", "ml-research", name)}
             <div class="field">
                 <label for="new-team-weight">"Weight"</label>
                 <input id="new-team-weight" type="number" min="0" step="any"

@@ -440,3 +440,66 @@ fn the_fake_nvml_gives_samples_of_busy_processes_only_and_as_nvml_does() {
     );
     assert_eq!(inv.read().unwrap().cards[0].sm_samples, None);
 }
+
+#[sqlx::test(migrations = false)]
+async fn a_session_is_never_judged_idle_and_its_busy_processes_count_as_its_traffic(pool: PgPool) {
+    let s = setup(pool, "idl4").await;
+    // Window 1.2 s, grace 0.6 s: a batch job with nothing on its card is stopped within seconds.
+    s.app
+        .set_policy(
+            &s.admin,
+            json!({ "idle_action": "stop", "idle_after_min": 0.02, "idle_sm_percent": 5,
+                    "idle_grace_min": 0.01 }),
+        )
+        .await;
+    let session = s.sleeper(json!({ "port": 8888 })).await;
+    let batch = s.sleeper(json!({})).await;
+    let pid = pid_of(&s, session).await;
+    let active_at = |pool: PgPool| async move {
+        sqlx::query_scalar::<_, Option<chrono::DateTime<chrono::Utc>>>(
+            "SELECT session_active_at FROM jobs WHERE id = $1",
+        )
+        .bind(session)
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+        .expect("a running session has an activity time")
+    };
+    let fake = FakeNvml::new(&s.state(&[], ""));
+    let mut engine = s.engine(&fake).await;
+    // Nothing of either on the card: the batch job is flagged and stopped, the session never.
+    let seen = drive(&mut engine, &fake, Duration::from_secs(3), |_| {
+        s.state(&[], "")
+    })
+    .await;
+    assert!(seen.stopped.contains_key(&batch), "{seen:?}");
+    assert!(
+        !seen.flagged.contains_key(&session) && !seen.stopped.contains_key(&session),
+        "{seen:?}"
+    );
+    let quiet = active_at(s.app.pool.clone()).await;
+    // Its process busy: the sample's time is written as the session's activity, once per sample.
+    let mut written = 0;
+    let t0 = chrono::Utc::now();
+    for _ in 0..4 {
+        fake.set(&s.state(&[(pid, 60)], ""));
+        let r = engine.round().await.unwrap();
+        written += r.session_active.iter().filter(|j| **j == session).count();
+        assert!(r.flagged.is_empty() && r.stopped.is_empty(), "{r:?}");
+        tokio::time::sleep(SAMPLE).await;
+    }
+    assert!(written >= 1, "no activity written");
+    let busy = active_at(s.app.pool.clone()).await;
+    assert!(
+        busy > quiet && busy >= t0 - chrono::TimeDelta::seconds(1),
+        "{quiet} {busy}"
+    );
+    // Below the threshold it is not activity.
+    fake.set(&s.state(&[(pid, 2)], ""));
+    let r = engine.round().await.unwrap();
+    assert!(r.session_active.is_empty(), "{r:?}");
+    let v = s.app.job(&s.member, session).await;
+    assert_eq!(v["status"], "running", "{v}");
+    wait_status(&s.app, &s.member, batch, &["failed"], 60).await;
+    s.end(&[session]).await;
+}

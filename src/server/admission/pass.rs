@@ -399,7 +399,7 @@ pub async fn read_state(
         .map(|q| q.owner_id)
         .chain(caps.running.keys().copied())
         .collect();
-    let standings = fairness::read_standings(&mut **tx, &policy, &active, now)
+    let standings = fairness::read_standings(tx, &policy, &active, now)
         .await
         .context("reading fair-share standings")?;
     let standing_of = |q: &QueueRow| standings.of(q.owner_id);

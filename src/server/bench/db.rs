@@ -4,7 +4,7 @@ use super::{ms, summarize, synth, BenchOptions, Summary};
 use crate::model::Role;
 use crate::server::admission::{run_pass, PassConfig, PassOutcome};
 use crate::server::db::lifecycle::{self, Actor, BatchEntry, BatchRow};
-use crate::server::db::{gpus, manifest, users};
+use crate::server::db::{gpus, manifest, settings, users};
 use anyhow::{bail, Context, Result};
 use chrono::Utc;
 use sqlx::PgPool;
@@ -16,6 +16,9 @@ use uuid::Uuid;
 pub(super) const HEADROOM_MIB: i64 = 256;
 /// Owner of every bench job.
 const BENCH_USER: &str = "bench";
+/// Owners the section-2 queue is spread over, each with four weeks of GPU-hours behind them, so
+/// that fair share orders the queue by real standings.
+const FAIR_SHARE_OWNERS: usize = 100;
 /// Passes tried after the first before the queue is taken as settled.
 const MAX_SETTLING_PASSES: usize = 10;
 
@@ -157,6 +160,8 @@ pub(super) async fn pass_section(
 ) -> Result<()> {
     let specs = synth::jobs(jobs, &mut synth::Rng::new(opts.seed ^ 0x0DB0));
     let took = insert_jobs(pool, owner, &specs, "pass", true).await?;
+    spread_owners(pool, "pass", FAIR_SHARE_OWNERS).await?;
+    set_fair_share(pool, true).await?;
     let nodes = cards.div_ceil(synth::CARDS_PER_NODE);
     writeln!(
         out,
@@ -189,8 +194,69 @@ pub(super) async fn pass_section(
         "passes until one admits nothing: {} (admitted {settling:?})",
         settling.len()
     )?;
+    writeln!(
+        out,
+        "fair share on: the queue is spread over {FAIR_SHARE_OWNERS} owners with 28 days of \
+         GPU-hours each"
+    )?;
     steady_passes(pool, opts, out).await?;
+    set_fair_share(pool, false).await?;
+    writeln!(
+        out,
+        "the same queue with fair share off (submit order within a priority)"
+    )?;
+    steady_passes(pool, opts, out).await?;
+    set_fair_share(pool, true).await?;
     close_all(pool).await
+}
+
+/// Spreads the jobs named `prefix…` over `n` owners (created once), and gives each 28 days of
+/// GPU-hours (different amounts), as a team's month would leave them.
+async fn spread_owners(pool: &PgPool, prefix: &str, n: usize) -> Result<()> {
+    let mut ids = Vec::with_capacity(n);
+    for i in 0..n {
+        let name = format!("{BENCH_USER}-owner-{i:03}");
+        let id = match users::by_name(pool, &name).await? {
+            Some(u) => u.id,
+            None => {
+                users::insert(pool, &name, "!no-login", Role::Member)
+                    .await?
+                    .id
+            }
+        };
+        ids.push(id);
+    }
+    sqlx::query(
+        "UPDATE jobs SET owner_id = ($1::uuid[])[1 + (seq % cardinality($1::uuid[]))] \
+         WHERE name LIKE $2 || '%' AND status = 'queued'",
+    )
+    .bind(&ids)
+    .bind(prefix)
+    .execute(pool)
+    .await
+    .context("spreading the bench jobs over owners")?;
+    sqlx::query(
+        "INSERT INTO gpu_hours_daily (user_id, day, gpu_hours, hour_epoch) \
+         SELECT u, current_date - d, h, \
+                h * extract(epoch FROM (current_date - d) + interval '12 hours')::float8 \
+         FROM unnest($1::uuid[]) WITH ORDINALITY AS x(u, o), generate_series(0, 27) AS d, \
+              LATERAL (SELECT (1 + (o * 7 + d * 3) % 40)::float8 AS h) AS g \
+         ON CONFLICT (user_id, day) DO NOTHING",
+    )
+    .bind(&ids)
+    .execute(pool)
+    .await
+    .context("writing the owners' GPU-hours")?;
+    sqlx::query("ANALYZE jobs").execute(pool).await?;
+    Ok(())
+}
+
+/// Turns the launch policy's `fair_share` on or off.
+async fn set_fair_share(pool: &PgPool, on: bool) -> Result<()> {
+    let mut policy = settings::launch_policy(pool).await?;
+    policy.fair_share = on;
+    settings::save_launch_policy(pool, &policy).await?;
+    Ok(())
 }
 
 /// `repeats` passes on a settled queue, as a median / p95 table.

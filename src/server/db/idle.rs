@@ -22,13 +22,17 @@ pub struct WatchedCard {
     pub gpu_uuid: Uuid,
     /// A stop was already asked for (by a person or by gpuq): not judged again.
     pub stopping: bool,
+    /// An interactive session (a job with a `port`): its idleness is the session watcher's
+    /// (traffic and GPU activity, `session_idle_min`); the engine only reports its GPU activity.
+    pub session: bool,
 }
 
 /// The cards held by this node's starting and running jobs.
 pub async fn watched_on(pool: &PgPool, node: &str) -> sqlx::Result<Vec<WatchedCard>> {
     sqlx::query_as(
         "SELECT j.id AS job_id, j.workload, j.container_id, r.gpu_uuid, \
-                j.cancel_requested_at IS NOT NULL AS stopping \
+                j.cancel_requested_at IS NOT NULL AS stopping, \
+                coalesce(j.spec -> 'port' <> 'null'::jsonb, false) AS session \
          FROM jobs j JOIN reservations r ON r.job_id = j.id AND r.released_at IS NULL \
          WHERE j.node = $1 AND j.status IN ('starting', 'running') ORDER BY j.seq, r.gpu_uuid",
     )

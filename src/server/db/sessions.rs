@@ -151,14 +151,16 @@ pub async fn sweep(pool: &PgPool) -> sqlx::Result<u64> {
 }
 
 /// Marks traffic on these sessions now (the proxy's coarse flush).
-pub async fn touch(pool: &PgPool, jobs: &[Uuid], at: DateTime<Utc>) -> sqlx::Result<()> {
+pub async fn touch(db: impl PgExecutor<'_>, jobs: &[Uuid], at: DateTime<Utc>) -> sqlx::Result<()> {
     sqlx::query(
         "UPDATE jobs SET session_active_at = greatest(session_active_at, $2), \
-           session_warned_at = NULL WHERE id = ANY($1)",
+           session_warned_at = CASE WHEN session_active_at IS NULL OR $2 > session_active_at \
+                                    THEN NULL ELSE session_warned_at END \
+         WHERE id = ANY($1)",
     )
     .bind(jobs)
     .bind(at)
-    .execute(pool)
+    .execute(db)
     .await?;
     Ok(())
 }
@@ -189,7 +191,11 @@ pub async fn running(pool: &PgPool, busy_pct: i32) -> sqlx::Result<Vec<Running>>
                 EXISTS (SELECT 1 FROM reservations r JOIN gpu_samples s ON s.gpu_uuid = r.gpu_uuid \
                         WHERE r.job_id = j.id AND r.released_at IS NULL \
                           AND s.at > coalesce(j.session_active_at, j.started_at, now()) \
-                          AND s.utilization_pct >= $1) AS gpu_busy \
+                          AND s.utilization_pct >= $1 \
+                          AND NOT EXISTS (SELECT 1 FROM reservations o \
+                                          WHERE o.gpu_uuid = r.gpu_uuid \
+                                            AND o.released_at IS NULL AND o.job_id <> j.id)) \
+                  AS gpu_busy \
          FROM jobs j WHERE j.status = 'running' AND j.cancel_requested_at IS NULL \
            AND j.spec -> 'port' IS NOT NULL AND j.spec -> 'port' <> 'null'::jsonb",
     )

@@ -20,7 +20,7 @@
 
 pub mod judge;
 
-use crate::server::db::{idle, settings};
+use crate::server::db::{idle, sessions, settings};
 use crate::server::gpu::observer::{Cards, Snapshot};
 use crate::server::gpu::InventoryKind;
 use anyhow::{Context, Result};
@@ -86,6 +86,8 @@ pub struct Round {
     pub cleared: Vec<Uuid>,
     /// Stops asked for this round.
     pub stopped: Vec<Uuid>,
+    /// Sessions whose processes were busy: their activity was written as the session's.
+    pub session_active: Vec<Uuid>,
 }
 
 /// One started job's cards, as the round reads them.
@@ -94,6 +96,7 @@ struct Held {
     workload: Option<String>,
     started: bool,
     stopping: bool,
+    session: bool,
     gpus: Vec<Uuid>,
 }
 
@@ -103,6 +106,8 @@ pub struct Engine {
     cards: Cards,
     node: String,
     tracks: HashMap<Uuid, Track>,
+    /// The newest activity written for each session.
+    marked: HashMap<Uuid, DateTime<Utc>>,
     board: Board,
 }
 
@@ -114,6 +119,7 @@ impl Engine {
             cards,
             node,
             tracks: HashMap::new(),
+            marked: HashMap::new(),
             board: Board::default(),
         }
     }
@@ -155,6 +161,7 @@ impl Engine {
             held.workload = w.workload;
             held.started = w.container_id.is_some();
             held.stopping = w.stopping;
+            held.session = w.session;
             held.gpus.push(w.gpu_uuid);
         }
         // A failed reading, or processes that cannot be put to jobs: nothing is known.
@@ -172,6 +179,19 @@ impl Engine {
             };
             let track = self.tracks.entry(job).or_insert_with(|| Track::new(now));
             track.see(now, seen);
+            if held.session {
+                // A session is never judged here (someone may be reading a notebook with nothing
+                // on the card): its processes' activity counts as the session's traffic, and
+                // the session watcher ends it when neither comes for `session_idle_min`.
+                if matches!(seen, Seen::Busy(_))
+                    && self.marked.get(&job).is_none_or(|m| track.last_active > *m)
+                {
+                    sessions::touch(&mut *tx, &[job], track.last_active).await?;
+                    self.marked.insert(job, track.last_active);
+                    round.session_active.push(job);
+                }
+                continue;
+            }
             let exempt = held
                 .workload
                 .as_ref()
@@ -212,6 +232,7 @@ impl Engine {
         }
         tx.commit().await?;
         self.tracks.retain(|job, _| jobs.contains_key(job));
+        self.marked.retain(|job, _| jobs.contains_key(job));
         self.board.publish(
             self.tracks
                 .iter()

@@ -52,8 +52,11 @@ struct Inner {
     origin: SessionOrigin,
     ui_url: Option<String>,
     traffic: Mutex<HashSet<Uuid>>,
-    admitted: Mutex<HashMap<([u8; 32], Uuid), (Instant, SocketAddr)>>,
+    admitted: Mutex<HashMap<AdmitKey, (Instant, SocketAddr)>>,
 }
+
+/// A session cookie's digest and the job it was presented for.
+type AdmitKey = ([u8; 32], Uuid);
 
 impl Sessions {
     /// Sessions served at `origin`; `ui_url` is gpuq's own public URL, where a visitor without
@@ -96,7 +99,7 @@ impl Sessions {
         }
     }
 
-    fn cached(&self, key: &([u8; 32], Uuid)) -> Option<SocketAddr> {
+    fn cached(&self, key: &AdmitKey) -> Option<SocketAddr> {
         let mut map = self.inner.admitted.lock().ok()?;
         match map.get(key) {
             Some((at, addr)) if at.elapsed() < ADMIT_CACHE => Some(*addr),
@@ -108,7 +111,7 @@ impl Sessions {
         }
     }
 
-    fn remember(&self, key: ([u8; 32], Uuid), addr: SocketAddr) {
+    fn remember(&self, key: AdmitKey, addr: SocketAddr) {
         if let Ok(mut map) = self.inner.admitted.lock() {
             if map.len() > 10_000 {
                 map.retain(|_, (at, _)| at.elapsed() < ADMIT_CACHE);

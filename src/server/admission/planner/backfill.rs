@@ -290,10 +290,13 @@ impl Pass<'_> {
                 continue;
             }
             buf.clear();
-            for si in span.start..span.end {
-                if !usable[si] {
-                    continue;
-                }
+            for (si, _) in usable
+                .iter()
+                .enumerate()
+                .take(span.end)
+                .skip(span.start)
+                .filter(|(_, u)| **u)
+            {
                 let need = s.needs[self.slots[si].model];
                 let (f, busy, held) = at(si);
                 if !held && f >= need && !(s.exclusive && busy) {
