@@ -60,10 +60,10 @@ test("a big job waits with its reason on the queue page, then starts when the ca
   await ensureUser(request, "marco");
   const maria = await tokenFor(request, "maria");
   const marco = await tokenFor(request, "marco");
-  // Maria's job holds both cards for a few seconds.
+  // Maria's job holds both cards long enough to sign in and open two pages on a loaded machine.
   const first = await request.post("/api/v1/jobs", {
     headers: { Authorization: maria },
-    data: { image: "gpuq-test/busybox:latest", command: ["sleep", "6"], gpu_count: 2, min_vram_mb: 20000, name: "holder" },
+    data: { image: "gpuq-test/busybox:latest", command: ["sleep", "15"], gpu_count: 2, min_vram_mb: 20000, name: "holder" },
   });
   expect(first.status()).toBe(201);
   const second = await request.post("/api/v1/jobs", {

@@ -62,6 +62,9 @@ test("the owner runs a notebook cell through gpuq; nobody else gets in", async (
   const [tab] = await Promise.all([page.context().waitForEvent("page"), page.locator("#open-session").click()]);
   await tab.waitForURL(new RegExp(`/s/${id}/`), { timeout: 30_000 });
   expect(tab.url()).not.toContain("gpuq_code");
+  // Until Jupyter listens, gpuq answers with a page that reloads itself; then Jupyter sends the
+  // browser on to its file tree.
+  await tab.waitForURL(new RegExp(`/s/${id}/tree`), { timeout: 60_000 });
 
   // A notebook made through Jupyter's own API (its XSRF cookie is the app's, not gpuq's).
   const created = await tab.evaluate(async (base) => {

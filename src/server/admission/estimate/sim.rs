@@ -5,7 +5,7 @@
 
 use crate::server::admission::pass::Caps;
 use crate::server::admission::planner::{
-    self, never_fits, Backfill, Card, CardGrant, PlanInput, QueuedJob, Release,
+    self, never_fits, Backfill, Card, CardGrant, PlanInput, QueuedJob, Release, Reservation,
 };
 use std::collections::{HashMap, HashSet};
 use uuid::Uuid;
@@ -98,6 +98,11 @@ impl Sim {
     /// One admission pass at `now_ms`: what it admits moves from `pending` to `active`, ending
     /// after its `run_ms`. Returns the ids admitted, in admission order.
     pub fn step(&mut self) -> Vec<Uuid> {
+        self.step_kept().0
+    }
+
+    /// As [`Sim::step`], with the cards the pass kept for heads of the queue (backfill).
+    pub fn step_kept(&mut self) -> (Vec<Uuid>, Vec<Reservation>) {
         let mut caps = self.caps.clone();
         caps.running.clear();
         caps.cpu_running = 0;
@@ -135,7 +140,7 @@ impl Sim {
             }
         }
         if queue.is_empty() {
-            return Vec::new();
+            return (Vec::new(), Vec::new());
         }
         let backfill = self.backfill.as_ref().map(|b| self.bounds(b, &queue));
         let plan = planner::plan(&PlanInput {
@@ -175,7 +180,7 @@ impl Sim {
             started.push(active.id);
             self.active.push(active);
         }
-        started
+        (started, plan.reserved)
     }
 
     /// The planner's backfill input: the deadlines of the jobs holding cards, the timeouts of
