@@ -48,6 +48,16 @@ test("a manager opens the usage charts, reads the tables and downloads the CSV",
   await expect(owner).toHaveCount(1);
   await expect(owner.locator("td").nth(2)).toHaveText(/^0\.\d{4}$/);
   await expect(page.locator("#usage-workloads")).toContainText("(custom VRAM)");
+  // Fair share: each user's and team's decayed GPU-hours, shares and budget; what idle reclaim
+  // took back.
+  await expect(page.getByRole("heading", { name: "Fair share" })).toBeVisible();
+  await expect(page.locator("#fair-share-state")).toContainText("A GPU-hour counts half after 168 h");
+  const mine = page.locator("#fair-share-users tbody tr[data-name='manny']");
+  await expect(mine.locator("td").nth(1)).toHaveText("default");
+  await expect(mine.locator("td").nth(3)).toHaveText(/^\d+\.\d{2}$/);
+  await expect(mine.locator("td").nth(6)).toHaveText("none");
+  await expect(page.locator("#fair-share-teams tbody tr[data-name='default']")).toHaveCount(1);
+  await expect(page.locator("#usage-reclaimed")).toBeVisible();
 
   // The tooltip answers a hover on a card chart.
   const first = charts.first();
