@@ -85,6 +85,23 @@ async fn a_used_up_hard_budget_holds_every_new_job_until_it_is_raised(pool: PgPo
             "{why}"
         );
     }
+    // The submit page's preview says so before she submits anything more.
+    let cookie = app.login("alice", crate::support::PASSWORD).await;
+    let spec = true_job(1000).to_string();
+    let form = format!(
+        "spec={}",
+        percent_encoding::utf8_percent_encode(&spec, percent_encoding::NON_ALPHANUMERIC)
+    );
+    let preview = app
+        .server_fn("preview_job", &form, Some(&cookie), &[])
+        .await;
+    assert_eq!(preview.status, 200, "{}", preview.text);
+    let preview = preview.json();
+    let why = preview["WouldWait"].as_str().unwrap_or_default();
+    assert!(
+        why.starts_with("user alice's hard budget of 1 GPU-h per week is used up"),
+        "{preview}"
+    );
     // Another member is not held by alice's budget.
     let bob = app.bearer("bob", Role::Member).await;
     let bobs = app.submit_ok(&bob, true_job(1000)).await;

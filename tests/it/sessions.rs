@@ -2,6 +2,8 @@
 //! `gpuq-test/jupyter:latest` (tests/fixtures/jupyter/echo.py, which logs every request's
 //! headers), and the session proxy served on a real listener.
 
+use crate::support::docker::docker_cli;
+use crate::support::isolation::container_of;
 use crate::support::{wait_status, Node, TestApp};
 use gpuq::model::Role;
 use gpuq::server::http::listen::{self, ListenLimits};
@@ -128,6 +130,32 @@ async fn only_the_owner_gets_through_and_no_gpuq_credential_reaches_the_containe
     let id = app.submit_ok(&owner, echo_session()).await;
     let url = session_url(&app, &owner, id).await;
     assert_eq!(url, format!("{base}/s/{id}/"));
+    // The port is reached on the job network only: nothing is published on the host, and the
+    // container is on no network but the jobs' own.
+    let container = container_of(&app, id)
+        .await
+        .expect("the session's container");
+    let published = docker_cli(&[
+        "inspect",
+        "-f",
+        "{{json .HostConfig.PortBindings}} {{json .NetworkSettings.Ports}} {{.HostConfig.PublishAllPorts}}",
+        &container,
+    ]);
+    assert!(
+        matches!(
+            published.as_str(),
+            "{} {} false" | "null {} false" | "{} null false" | "null null false"
+        ),
+        "{published}"
+    );
+    let networks = docker_cli(&[
+        "inspect",
+        "-f",
+        "{{range $k, $v := .NetworkSettings.Networks}}{{$k}} {{end}}",
+        &container,
+    ]);
+    let networks: Vec<&str> = networks.split_whitespace().collect();
+    assert_eq!(networks, [gpuq::server::runtime::JOB_NETWORK]);
 
     // Another member, and an admin while the policy says no: 403 from gpuq, and nothing without
     // a cookie gets past the session origin either.

@@ -72,8 +72,9 @@ pub struct PassState {
     pub gates: Gates,
     /// The owners' fair-share standings this pass ordered the queue by.
     pub standings: Standings,
-    /// The owners past a soft budget, whose jobs this pass put after the others of a priority.
-    pub past_soft_budget: HashSet<Uuid>,
+    /// The owners past a budget as this pass read them: a soft one puts their jobs after the
+    /// others of a priority, a hard one holds them.
+    pub budgets: budgets::Over,
 }
 
 impl PassState {
@@ -497,7 +498,7 @@ pub async fn read_state(
         broken,
         gates,
         standings,
-        past_soft_budget: over.soft,
+        budgets: over,
     })
 }
 

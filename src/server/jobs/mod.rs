@@ -16,7 +16,7 @@ use crate::model::{
     AppError, GpuState, JobAck, JobEventKind, JobStatus, LaunchPolicy, LiveEvent, Preview, Role,
 };
 use crate::server::admission::pass;
-use crate::server::admission::planner::{self, never_fits, Card, Need, QueuedJob};
+use crate::server::admission::planner::{self, never_fits, Card, Need, QueuedJob, WaitReason};
 use crate::server::auth::CurrentUser;
 use crate::server::db::lifecycle::{self, Actor};
 use crate::server::db::{events, gpus, jobs, manifest, settings};
@@ -325,13 +325,19 @@ pub async fn preview(ctx: &Ctx, user: &CurrentUser, body: &str) -> Result<Previe
     let (st, _) = pass::dry_run(&ctx.pool, &ctx.pass, chrono::Utc::now())
         .await
         .or_internal("planning a preview")?;
+    // A used-up hard budget holds the job whatever the cards have free.
+    if let Some(used) = st.budgets.holds(user.id, spec.gpu_count() as i32) {
+        return Ok(Preview::WouldWait(
+            WaitReason::budget_exhausted(used).message(),
+        ));
+    }
     let mut input = st.input;
     let id = Uuid::new_v4();
     input.queue.push(QueuedJob {
         id,
         seq: i64::MAX,
         priority: spec.priority(),
-        past_soft_budget: st.past_soft_budget.contains(&user.id),
+        past_soft_budget: st.budgets.soft.contains(&user.id),
         standing: st.standings.of(user.id),
         gpu_count: spec.gpu_count(),
         need,
