@@ -134,7 +134,9 @@ impl Docker {
 }
 
 /// The digest of `reference`'s repository among dockerd's `RepoDigests` (which name Docker Hub
-/// images in their short form), else the first one.
+/// images in their short form). `None` when none is of its repository: a digest of another
+/// repository (the same image pushed elsewhere) says nothing about where `reference` came from,
+/// and the caller records the image id instead.
 fn pick_digest(reference: &str, digests: &[String]) -> Option<String> {
     let want = image_ref::normalise(reference).ok()?;
     let repository = image_ref::repository_of(&want).to_owned();
@@ -142,10 +144,8 @@ fn pick_digest(reference: &str, digests: &[String]) -> Option<String> {
         .iter()
         .filter_map(|d| image_ref::normalise(d).ok())
         .collect();
-    full.iter()
+    full.into_iter()
         .find(|d| image_ref::repository_of(d) == repository)
-        .or(full.first())
-        .cloned()
 }
 
 /// Per-layer sizes, from dockerd's progress messages.
@@ -293,6 +293,8 @@ mod tests {
             Some("docker.io/library/busybox@sha256:ccc")
         );
         assert_eq!(pick_digest("x", &[]), None);
+        // A local image also pushed to some registry: that registry's digest is not its own.
+        assert_eq!(pick_digest("gpuq-test/busybox:latest", &digests[1..]), None);
     }
 
     #[test]
