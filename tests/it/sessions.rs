@@ -115,6 +115,35 @@ async fn cookie_for(app: &TestApp, who: &str, id: Uuid) -> String {
     cookie
 }
 
+/// Ends sessions as their owner and waits until the runner removed their containers: the tests
+/// leave the host as they found it.
+async fn end(app: &TestApp, owner: &str, ids: &[Uuid]) {
+    let containers: Vec<Option<String>> = {
+        let mut v = Vec::new();
+        for id in ids {
+            v.push(container_of(app, *id).await);
+        }
+        v
+    };
+    for id in ids {
+        let r = app.post(&format!("/api/v1/jobs/{id}/cancel"), owner).await;
+        assert!(r.status.is_success(), "{}", r.text);
+    }
+    for id in ids {
+        wait_status(app, owner, *id, &["cancelled"], 60).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for c in containers.into_iter().flatten() {
+        while !docker_cli(&["ps", "-aq", "--filter", &format!("id={c}")])
+            .trim()
+            .is_empty()
+        {
+            assert!(Instant::now() < deadline, "the runner left container {c}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
 /// The echo server's log of what reached the container.
 async fn seen_by_container(app: &TestApp, owner: &str, id: Uuid) -> String {
     let r = app.get(&format!("/api/v1/jobs/{id}/logs"), owner).await;
@@ -289,6 +318,7 @@ async fn codes_are_single_use_and_cookies_open_only_their_job(pool: PgPool) {
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
+    end(&app, &owner, &[a, b]).await;
 }
 
 /// A minimal WebSocket client: the upgrade, one masked text frame, its echo.
@@ -329,6 +359,7 @@ async fn websockets_pass_through_for_the_owner_only(pool: PgPool) {
     let cookie = cookie_for(&app, &owner, id).await;
     let echoed = websocket_echo(&base, &format!("/s/{id}/ws"), &cookie, "ping through").await;
     assert_eq!(echoed, "ping through");
+    end(&app, &owner, &[id]).await;
 }
 
 #[sqlx::test(migrations = false)]
