@@ -109,16 +109,7 @@ pub fn check_weight(field: &str, weight: f64) -> Result<(), (String, String)> {
 
 /// Checks a team's name: the same alphabet as user names.
 pub fn check_team_name(name: &str) -> Result<(), (String, String)> {
-    let ok = !name.is_empty()
-        && name.len() <= 64
-        && name
-            .chars()
-            .next()
-            .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
-        && name
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "_.-".contains(c));
-    if ok {
+    if super::user::is_plain_name(name) {
         Ok(())
     } else {
         Err((

@@ -67,4 +67,4 @@ pub use usage::{
     CardPoint, CardSeries, ReclaimedTotal, UsageCharts, UsageReport, UsageTotal, UsageView,
     WaitBucket, WaitStats, CUSTOM_VRAM,
 };
-pub use user::{Role, UserView, Username};
+pub use user::{is_plain_name, Role, UserView, Username};

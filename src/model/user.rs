@@ -63,6 +63,17 @@ impl FromStr for Role {
 #[serde(try_from = "String", into = "String")]
 pub struct Username(String);
 
+/// Whether `name` is a plain name, as user names, team names and workload types are: 1 to 64
+/// characters of lowercase letters, digits, `_`, `.` and `-`, starting with a letter or digit.
+pub fn is_plain_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    name.len() <= 64
+        && chars
+            .next()
+            .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "_.-".contains(c))
+}
+
 impl Username {
     /// Parses a login name, saying what is wrong with it when it is not one.
     pub fn parse(raw: &str) -> Result<Self, String> {

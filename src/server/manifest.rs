@@ -140,16 +140,7 @@ pub async fn delete(pool: &PgPool, user: &CurrentUser, name: &str) -> Result<(),
 
 /// Checks a workload type name.
 pub fn check_name(name: &str) -> Result<(), AppError> {
-    let ok = !name.is_empty()
-        && name.len() <= 64
-        && name
-            .chars()
-            .next()
-            .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
-        && name
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "_.-".contains(c));
-    if ok {
+    if crate::model::is_plain_name(name) {
         Ok(())
     } else {
         Err(AppError::invalid(

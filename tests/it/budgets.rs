@@ -6,7 +6,8 @@
 use crate::cli::gpuq_env;
 use crate::support::{one_card_job, true_job, TestApp};
 use gpuq::model::{Budget, BudgetKind, BudgetPeriod, Role};
-use gpuq::server::db::budgets;
+use gpuq::model::{TeamPatch, UserShare};
+use gpuq::server::db::teams;
 use serde_json::json;
 use sqlx::PgPool;
 use uuid::Uuid;
@@ -19,6 +20,15 @@ fn budget(gpu_hours: f64, kind: BudgetKind) -> Option<Budget> {
         period: BudgetPeriod::Week,
         kind,
     })
+}
+
+/// Sets `user`'s own budget as `PATCH /api/v1/users/{id}` does.
+async fn set_user_budget(pool: &PgPool, user: Uuid, budget: Option<Budget>) {
+    let share = UserShare {
+        budget: Some(budget),
+        ..UserShare::default()
+    };
+    assert!(teams::place_user(pool, user, &share).await.unwrap());
 }
 
 /// Charges `user` `hours` GPU-hours `days_ago` days before today (UTC).
@@ -49,9 +59,7 @@ async fn a_used_up_hard_budget_holds_every_new_job_until_it_is_raised(pool: PgPo
     // A manager, who may raise a job's priority (a member may only lower it).
     let alice = app.bearer("alice", Role::Manager).await;
     let alice_id = user_id(&app, &alice).await;
-    budgets::set_user(&app.pool, alice_id, budget(1.0, BudgetKind::Hard))
-        .await
-        .unwrap();
+    set_user_budget(&app.pool, alice_id, budget(1.0, BudgetKind::Hard)).await;
     charge(&app.pool, alice_id, 2.0, 0).await;
 
     // Neither a higher priority, nor an array, nor a dependency gets past it.
@@ -135,9 +143,7 @@ async fn a_used_up_hard_budget_holds_every_new_job_until_it_is_raised(pool: PgPo
     }
 
     // Raised, the held jobs start at the next pass.
-    budgets::set_user(&app.pool, alice_id, budget(100.0, BudgetKind::Hard))
-        .await
-        .unwrap();
+    set_user_budget(&app.pool, alice_id, budget(100.0, BudgetKind::Hard)).await;
     app.pass().await;
     assert_eq!(app.job(&alice, urgent).await["status"], "admitted");
 }
@@ -147,9 +153,7 @@ async fn a_new_period_releases_a_hard_budget(pool: PgPool) {
     let (app, _) = TestApp::with_cards(pool, CARD, "budgets").await;
     let alice = app.bearer("alice", Role::Member).await;
     let alice_id = user_id(&app, &alice).await;
-    budgets::set_user(&app.pool, alice_id, budget(1.0, BudgetKind::Hard))
-        .await
-        .unwrap();
+    set_user_budget(&app.pool, alice_id, budget(1.0, BudgetKind::Hard)).await;
     // Used up, but a week ago: last period's.
     charge(&app.pool, alice_id, 5.0, 7).await;
     let id = app.submit_ok(&alice, true_job(1000)).await;
@@ -166,9 +170,7 @@ async fn a_used_up_soft_budget_puts_its_owner_after_a_later_job_of_the_same_prio
     let alice = app.bearer("alice", Role::Member).await;
     let bob = app.bearer("bob", Role::Member).await;
     let alice_id = user_id(&app, &alice).await;
-    budgets::set_user(&app.pool, alice_id, budget(1.0, BudgetKind::Soft))
-        .await
-        .unwrap();
+    set_user_budget(&app.pool, alice_id, budget(1.0, BudgetKind::Soft)).await;
     charge(&app.pool, alice_id, 1.5, 0).await;
     // One card holds one of the two: alice's came first, bob's goes first.
     let first = app.submit_ok(&alice, one_card_job("alice-first")).await;
@@ -201,11 +203,11 @@ async fn a_team_budget_is_used_up_by_its_members_together(pool: PgPool) {
         .execute(&app.pool)
         .await
         .unwrap();
-    assert!(
-        budgets::set_team(&app.pool, "ml", budget(3.0, BudgetKind::Hard))
-            .await
-            .unwrap()
-    );
+    let patch = TeamPatch {
+        budget: Some(budget(3.0, BudgetKind::Hard)),
+        ..TeamPatch::default()
+    };
+    assert!(teams::update(&app.pool, "ml", &patch).await.unwrap());
     // Each below the budget; together past it.
     charge(&app.pool, alice_id, 1.5, 0).await;
     charge(&app.pool, carol_id, 1.7, 0).await;
