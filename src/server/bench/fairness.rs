@@ -34,6 +34,17 @@ pub struct FairnessOptions {
     /// The policy's `fair_share_half_life_h`.
     #[arg(long, default_value_t = 168.0)]
     pub half_life_h: f64,
+    /// The share weights of A, B and C (each user in a team of their own, of that weight).
+    #[arg(long, value_delimiter = ',', default_values_t = [1.0, 1.0, 1.0])]
+    pub weights: Vec<f64>,
+}
+
+impl FairnessOptions {
+    /// The part of the cards the weights owe user `u` while all three have work.
+    fn owed(&self, u: usize) -> f64 {
+        let total: f64 = self.weights.iter().sum();
+        self.weights.get(u).copied().unwrap_or(1.0) / total
+    }
 }
 
 /// One user's figures.
@@ -97,9 +108,9 @@ fn replay(opts: &FairnessOptions, fair: bool) -> Figures {
         .map(|(i, id)| Member {
             id: *id,
             username: ["a", "b", "c"][i].into(),
-            team: "default".into(),
+            team: ["team-a", "team-b", "team-c"][i].into(),
             weight: 1.0,
-            team_weight: 1.0,
+            team_weight: opts.weights.get(i).copied().unwrap_or(1.0),
             budget: None,
             team_budget: None,
         })
@@ -269,13 +280,19 @@ fn owner_of(users: &[Uuid], id: Uuid) -> usize {
 
 /// Runs the day with fair share off and on and prints both; returns them (off, on).
 pub fn run(opts: &FairnessOptions, out: &mut impl Write) -> Result<(Figures, Figures)> {
+    if opts.weights.len() != 3 || opts.weights.iter().any(|w| !(w.is_finite() && *w > 0.0)) {
+        anyhow::bail!(
+            "--weights: three weights above 0, for A, B and C (e.g. 2,1,1); got {:?}",
+            opts.weights
+        );
+    }
     let off = replay(opts, false);
     let on = replay(opts, true);
     writeln!(
         out,
         "== Fair share: 8 cards, A submits 200 jobs at 9:00, B 40 at 10:00, C 40 at 11:30 \
-         (45-75 min each, one card each; equal weights; half-life {} h) ==",
-        opts.half_life_h
+         (45-75 min each, one card each; weights {:?}; half-life {} h) ==",
+        opts.weights, opts.half_life_h
     )?;
     writeln!(out, "A's jobs run {:.0} min on average", on.a_job_min)?;
     for (name, f) in [("off", &off), ("on", &on)] {
@@ -305,16 +322,22 @@ pub fn run(opts: &FairnessOptions, out: &mut impl Write) -> Result<(Figures, Fig
     }
     writeln!(
         out,
-        "(weights equal: each is owed 33.3 %. Targets with fair share on: a later user's first \
-         start within about one of A's jobs ({:.0} min): B {:.0} min, C {:.0} min; each day \
-         share within 10 % of 33.3 % (30.0 to 36.7 %): A {:.1} %, B {:.1} %, C {:.1} %)",
-        on.a_job_min,
-        on.users[1].first_start_min,
-        on.users[2].first_start_min,
-        on.users[0].day_share * 100.0,
-        on.users[1].day_share * 100.0,
-        on.users[2].day_share * 100.0,
+        "Targets with fair share on: a later user's first start within about one of A's jobs \
+         ({:.0} min): B {:.0} min, C {:.0} min",
+        on.a_job_min, on.users[1].first_start_min, on.users[2].first_start_min,
     )?;
+    for (u, x) in on.users.iter().enumerate() {
+        let owed = opts.owed(u);
+        writeln!(
+            out,
+            "  {}'s day share {:.1} %, owed {:.1} % (within 10 %: {:.1} to {:.1} %)",
+            ["A", "B", "C"][u],
+            x.day_share * 100.0,
+            owed * 100.0,
+            owed * 90.0,
+            owed * 110.0
+        )?;
+    }
     Ok((off, on))
 }
 
@@ -327,6 +350,7 @@ mod tests {
         let opts = FairnessOptions {
             seed: 7,
             half_life_h: 168.0,
+            weights: vec![1.0, 1.0, 1.0],
         };
         let (off, on) = run(&opts, &mut Vec::new()).unwrap();
         // Off: B and C wait behind A's sweep for hours.
@@ -343,6 +367,40 @@ mod tests {
         for u in 0..3 {
             let share = on.users[u].day_share;
             assert!((share - 1.0 / 3.0).abs() <= 0.1 / 3.0, "{on:?}");
+        }
+    }
+
+    #[test]
+    fn shares_follow_unequal_weights() {
+        let opts = FairnessOptions {
+            seed: 7,
+            half_life_h: 168.0,
+            weights: vec![2.0, 1.0, 1.0],
+        };
+        let (_, on) = run(&opts, &mut Vec::new()).unwrap();
+        for u in 0..3 {
+            let (share, owed) = (on.users[u].day_share, opts.owed(u));
+            assert!(
+                (share - owed).abs() <= 0.1 * owed,
+                "{u}: {share} of {owed}: {on:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn weights_must_be_three_and_positive() {
+        for weights in [
+            vec![1.0, 2.0],
+            vec![1.0, 0.0, 1.0],
+            vec![1.0, f64::NAN, 1.0],
+        ] {
+            let opts = FairnessOptions {
+                seed: 7,
+                half_life_h: 168.0,
+                weights,
+            };
+            let e = run(&opts, &mut Vec::new()).unwrap_err().to_string();
+            assert!(e.starts_with("--weights"), "{e}");
         }
     }
 }
