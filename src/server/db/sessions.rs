@@ -174,7 +174,8 @@ pub struct Running {
     pub active_at: DateTime<Utc>,
     /// When its page was warned, since that traffic.
     pub warned_at: Option<DateTime<Utc>>,
-    /// Whether one of its cards was busy (at or above `busy_pct` utilisation) since `active_at`.
+    /// Whether one of the cards it holds alone was busy (at or above `busy_pct` utilisation)
+    /// since `active_at`.
     pub gpu_busy: bool,
 }
 

@@ -97,8 +97,9 @@ pub async fn round(
     Ok(done)
 }
 
-/// Whether a session's cards were busy since its last traffic. One small function so that the
-/// source can change (the idle-reclaim work's per-job activity) without touching the rounds.
+/// Whether a session's cards were busy since its last traffic, by the usage sampler's card
+/// utilisation on cards it holds alone. (On NVML cards the idle engine also writes the session's
+/// own processes' busy samples as its traffic: `server::idle`.)
 fn gpu_active(s: &store::Running) -> bool {
     s.gpu_busy
 }
