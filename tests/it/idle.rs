@@ -134,13 +134,17 @@ async fn drive(
 ) -> Seen {
     let mut seen = Seen::default();
     let t0 = Instant::now();
+    // The engine judges on the test's clock: each round at exactly the elapsed time it is
+    // recorded at.
+    let t0_utc = chrono::Utc::now();
     let mut tick = tokio::time::interval(SAMPLE);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     while t0.elapsed() < total {
         tick.tick().await;
         let at = t0.elapsed();
         fake.set(&state(at));
-        let r = engine.round().await.expect("an idle round");
+        let now = t0_utc + chrono::TimeDelta::from_std(at).expect("a short run");
+        let r = engine.round_at(Some(now)).await.expect("an idle round");
         seen.take(at, &r);
     }
     seen

@@ -131,11 +131,17 @@ impl Engine {
 
     /// A round on a reading taken now (tests and benchmarks drive the engine so).
     pub async fn round(&mut self) -> Result<Round> {
+        self.round_at(None).await
+    }
+
+    /// A round on a reading taken now, judged as at `now` (`None`: the clock's now), so that a
+    /// test's own clock and the engine's are one.
+    pub async fn round_at(&mut self, now: Option<DateTime<Utc>>) -> Result<Round> {
         if self.cards.kind() != InventoryKind::Nvml {
             return Ok(Round::default());
         }
         let snapshot = self.cards.fresh().await?;
-        self.round_on(&snapshot, Utc::now()).await
+        self.round_on(&snapshot, now.unwrap_or_else(Utc::now)).await
     }
 
     /// A round on `snapshot`, read at `now`. Simulated cards are never judged.

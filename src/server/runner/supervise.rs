@@ -48,6 +48,9 @@ impl Runner {
         {
             tracing::warn!(%job, "log follower did not finish in time");
         }
+        // Once more, without following: a follow stream attached as a short job exited can end
+        // before dockerd delivered its lines (seen under load). What the file holds is skipped.
+        read_logs(&self, job, &container, false).await;
         if matches!(outcome, Outcome::RuntimeRestarted(_)) {
             // A job whose start was not yet recorded had not begun its own work: it runs again.
             until_written(job, "queueing a job again", || {
@@ -303,8 +306,13 @@ fn signal_exit(facts: &ContainerFacts) -> Option<i64> {
 /// reaches its cap the output is no longer read from Docker at all (dockerd keeps only its own
 /// capped copy).
 pub(super) async fn follow_logs(runner: Arc<Runner>, job: Uuid, container: String) {
+    read_logs(&runner, job, &container, true).await;
+}
+
+/// Copies the container's output into the job's log: following it while it runs (`follow`), or
+/// reading once what the file does not hold yet (lines the file holds are not written again).
+async fn read_logs(runner: &Runner, job: Uuid, container: &str, mut follow: bool) {
     let path = super::logs::log_path(&runner.cfg.logs_dir, job);
-    let mut follow = true;
     loop {
         // Opened again each round: it knows which lines the file already holds.
         let mut writer = match LogWriter::open(&path, runner.cfg.log_max_bytes) {
@@ -318,7 +326,7 @@ pub(super) async fn follow_logs(runner: Arc<Runner>, job: Uuid, container: Strin
             return;
         }
         let since = writer.last_at().and_then(since_unix);
-        let lines = runner.docker.logs(&container, since, follow);
+        let lines = runner.docker.logs(container, since, follow);
         let broken = match copy_lines(lines, &mut writer, || runner.notifier.log_grew(job)).await {
             Ok(Copied::Cut) => {
                 tracing::info!(
@@ -342,7 +350,7 @@ pub(super) async fn follow_logs(runner: Arc<Runner>, job: Uuid, container: Strin
             return;
         }
         // Followed again while it runs; else read once more for what it wrote meanwhile.
-        follow = match still_running(&runner, &container).await {
+        follow = match still_running(runner, container).await {
             Some(running) => running,
             None => return,
         };
