@@ -132,21 +132,8 @@ async fn a_client_of_the_original_api_runs_succeeding_failing_and_timed_out_jobs
             .await;
         assert!(r.status.is_success(), "{}", r.text);
     }
-    let container = crate::support::isolation::container_of(&app, blocker).await;
     wait_status(&app, &member, blocker, &["cancelled"], 60).await;
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while let Some(c) = &container {
-        let left =
-            crate::support::docker::docker_cli(&["ps", "-aq", "--filter", &format!("id={c}")]);
-        if left.trim().is_empty() {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the runner left container {c}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    }
+    crate::support::isolation::wait_container_removed(&app, blocker).await;
 }
 
 #[sqlx::test(migrations = false)]

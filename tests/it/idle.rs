@@ -5,7 +5,7 @@
 //! the engine decides.
 
 use crate::support::docker::docker_cli;
-use crate::support::isolation::{container_of, event_kinds};
+use crate::support::isolation::{container_of, event_kinds, wait_container_removed};
 use crate::support::nvml::FakeNvml;
 use crate::support::{cancel_and_wait, wait_status, Node, TestApp, PASSWORD};
 use gpuq::model::{gpu_id, Role};
@@ -32,6 +32,8 @@ struct Setup {
     card: Uuid,
     node: Node,
     name: String,
+    /// Every job the test started, for [`Setup::end`].
+    jobs: std::sync::Mutex<Vec<Uuid>>,
 }
 
 async fn setup(pool: PgPool, node: &str) -> Setup {
@@ -46,6 +48,7 @@ async fn setup(pool: PgPool, node: &str) -> Setup {
         card,
         node: started,
         name: node.into(),
+        jobs: Default::default(),
     }
 }
 
@@ -60,6 +63,7 @@ impl Setup {
             spec[k] = v;
         }
         let id = self.app.submit_ok(&self.member, spec).await;
+        self.jobs.lock().unwrap().push(id);
         wait_status(&self.app, &self.member, id, &["running"], 60).await;
         id
     }
@@ -83,10 +87,17 @@ impl Setup {
         Engine::new(self.app.pool.clone(), cards, self.name.clone())
     }
 
-    /// Cancels the member's jobs still running and stops the node.
+    /// Cancels the member's jobs still running, waits until the runner removed every job's
+    /// container (those the engine stopped too), and stops the node.
     async fn end(self, running: &[Uuid]) {
         for &id in running {
             cancel_and_wait(&self.app, &self.member, id).await;
+        }
+        let jobs = self.jobs.lock().unwrap().clone();
+        for id in jobs {
+            let ended = ["succeeded", "failed", "cancelled", "timed_out"];
+            wait_status(&self.app, &self.member, id, &ended, 60).await;
+            wait_container_removed(&self.app, id).await;
         }
         self.node.stop().await;
     }

@@ -36,17 +36,7 @@ async fn run_each(app: &TestApp, member: &str, node: &str, images: &[&String]) {
         assert_eq!(v["status"], "succeeded", "{image}: {v}");
         // The runner removes the container after recording the end: stopping the node before
         // that would leave a container using the image, which no collector may remove.
-        let container = crate::support::isolation::container_of(app, id).await;
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while let Some(c) = &container {
-            let left =
-                crate::support::docker::docker_cli(&["ps", "-aq", "--filter", &format!("id={c}")]);
-            if left.trim().is_empty() {
-                break;
-            }
-            assert!(Instant::now() < deadline, "the runner left container {c}");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        crate::support::isolation::wait_container_removed(app, id).await;
     }
     n.stop().await;
 }

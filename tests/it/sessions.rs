@@ -3,7 +3,7 @@
 //! headers), and the session proxy served on a real listener.
 
 use crate::support::docker::docker_cli;
-use crate::support::isolation::container_of;
+use crate::support::isolation::{container_of, wait_container_removed};
 use crate::support::{wait_status, Node, TestApp};
 use gpuq::model::Role;
 use gpuq::server::http::listen::{self, ListenLimits};
@@ -118,29 +118,13 @@ async fn cookie_for(app: &TestApp, who: &str, id: Uuid) -> String {
 /// Ends sessions as their owner and waits until the runner removed their containers: the tests
 /// leave the host as they found it.
 async fn end(app: &TestApp, owner: &str, ids: &[Uuid]) {
-    let containers: Vec<Option<String>> = {
-        let mut v = Vec::new();
-        for id in ids {
-            v.push(container_of(app, *id).await);
-        }
-        v
-    };
     for id in ids {
         let r = app.post(&format!("/api/v1/jobs/{id}/cancel"), owner).await;
         assert!(r.status.is_success(), "{}", r.text);
     }
     for id in ids {
         wait_status(app, owner, *id, &["cancelled"], 60).await;
-    }
-    let deadline = Instant::now() + Duration::from_secs(30);
-    for c in containers.into_iter().flatten() {
-        while !docker_cli(&["ps", "-aq", "--filter", &format!("id={c}")])
-            .trim()
-            .is_empty()
-        {
-            assert!(Instant::now() < deadline, "the runner left container {c}");
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        wait_container_removed(app, *id).await;
     }
 }
 

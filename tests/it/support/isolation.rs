@@ -67,6 +67,22 @@ pub async fn container_of(app: &TestApp, id: uuid::Uuid) -> Option<String> {
     app.scalar_of(sql, id).await
 }
 
+/// Waits (up to 30 s) until the runner removed job `id`'s container, if it had one: tests leave
+/// the host as they found it, and a container left behind keeps its image in use.
+pub async fn wait_container_removed(app: &TestApp, id: uuid::Uuid) {
+    let Some(c) = container_of(app, id).await else {
+        return;
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !docker_cli(&["ps", "-aq", "--filter", &format!("id={c}")]).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the runner left container {c}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
 /// What dockerd recorded for a job's (running) container.
 pub async fn facts_of(app: &TestApp, id: uuid::Uuid) -> ContainerFacts {
     let c = container_of(app, id).await.expect("a container");
