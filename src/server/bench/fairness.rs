@@ -5,6 +5,8 @@
 //! does). User A submits a 200-job sweep at 9:00; B at 10:00 and C at 11:30 submit 40 jobs each.
 //! Printed with fair share off and on: each user's wait (mean, max), their share of the day's
 //! GPU-hours, and their share while all three had work, against their weight's share (equal).
+//! Then a second day in which all three submit 100 jobs each at 9:00, so that all three have work
+//! from the first moment: their shares of that time against what their weights owe them.
 //! Needs no database.
 
 use crate::model::Standing;
@@ -99,8 +101,22 @@ fn cards() -> Vec<Card> {
         .collect()
 }
 
+/// Who submits what: (submit time, user, jobs).
+type Arrivals = [(i64, usize, usize); 3];
+
+/// A's 200-job sweep at 9:00, then B at 10:00 and C at 11:30, 40 jobs each.
+const SWEEP: Arrivals = [
+    (9 * HOUR, 0, 200),
+    (10 * HOUR, 1, 40),
+    (11 * HOUR + 30 * MIN, 2, 40),
+];
+
+/// All three at 9:00, 100 jobs each: more than the cards run in the day, so all have work
+/// throughout.
+const TOGETHER: Arrivals = [(9 * HOUR, 0, 100), (9 * HOUR, 1, 100), (9 * HOUR, 2, 100)];
+
 /// Runs one day; `fair` turns fair share on.
-fn replay(opts: &FairnessOptions, fair: bool) -> Figures {
+fn replay(opts: &FairnessOptions, arrivals: Arrivals, fair: bool) -> Figures {
     let users: Vec<Uuid> = (0..3).map(|u| Uuid::from_u128(0xA0 + u)).collect();
     let members: Vec<Member> = users
         .iter()
@@ -116,12 +132,6 @@ fn replay(opts: &FairnessOptions, fair: bool) -> Figures {
         })
         .collect();
     let mut rng = Rng::new(opts.seed);
-    // (submit time, owner, count): A's sweep, then B and C.
-    let arrivals = [
-        (9 * HOUR, 0, 200),
-        (10 * HOUR, 1, 40),
-        (11 * HOUR + 30 * MIN, 2, 40),
-    ];
     let mut jobs: Vec<Job> = Vec::new();
     for (at, owner, n) in arrivals {
         for _ in 0..n {
@@ -278,16 +288,31 @@ fn owner_of(users: &[Uuid], id: Uuid) -> usize {
     users.iter().position(|u| *u == id).unwrap_or(0)
 }
 
-/// Runs the day with fair share off and on and prints both; returns them (off, on).
-pub fn run(opts: &FairnessOptions, out: &mut impl Write) -> Result<(Figures, Figures)> {
+/// Both days, fair share off and on.
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    /// A's sweep first, fair share off.
+    pub off: Figures,
+    /// A's sweep first, fair share on.
+    pub on: Figures,
+    /// All three from 9:00, fair share off.
+    pub together_off: Figures,
+    /// All three from 9:00, fair share on.
+    pub together_on: Figures,
+}
+
+/// Runs both days with fair share off and on and prints them.
+pub fn run(opts: &FairnessOptions, out: &mut impl Write) -> Result<Report> {
     if opts.weights.len() != 3 || opts.weights.iter().any(|w| !(w.is_finite() && *w > 0.0)) {
         anyhow::bail!(
             "--weights: three weights above 0, for A, B and C (e.g. 2,1,1); got {:?}",
             opts.weights
         );
     }
-    let off = replay(opts, false);
-    let on = replay(opts, true);
+    let off = replay(opts, SWEEP, false);
+    let on = replay(opts, SWEEP, true);
+    let together_off = replay(opts, TOGETHER, false);
+    let together_on = replay(opts, TOGETHER, true);
     writeln!(
         out,
         "== Fair share: 8 cards, A submits 200 jobs at 9:00, B 40 at 10:00, C 40 at 11:30 \
@@ -338,7 +363,44 @@ pub fn run(opts: &FairnessOptions, out: &mut impl Write) -> Result<(Figures, Fig
             owed * 110.0
         )?;
     }
-    Ok((off, on))
+    writeln!(
+        out,
+        "\n== All busy: A, B and C submit 100 jobs each at 9:00, A's first =="
+    )?;
+    for (name, f) in [("off", &together_off), ("on", &together_on)] {
+        writeln!(
+            out,
+            "fair share {name}: all three had work for {:.1} h",
+            f.all_busy_h
+        )?;
+        writeln!(
+            out,
+            "  {:<5} {:>10} {:>14} {:>8} {:>18}",
+            "user", "mean wait", "all-busy share", "owed", "within 10 % of it"
+        )?;
+        for (u, x) in f.users.iter().enumerate() {
+            let owed = opts.owed(u);
+            writeln!(
+                out,
+                "  {:<5} {:>6.0} min {:>12.1} % {:>6.1} % {:>18}",
+                ["A", "B", "C"][u],
+                x.mean_wait_min,
+                x.busy_share * 100.0,
+                owed * 100.0,
+                if (x.busy_share - owed).abs() <= 0.1 * owed {
+                    "yes"
+                } else {
+                    "no"
+                }
+            )?;
+        }
+    }
+    Ok(Report {
+        off,
+        on,
+        together_off,
+        together_on,
+    })
 }
 
 #[cfg(test)]
@@ -352,7 +414,7 @@ mod tests {
             half_life_h: 168.0,
             weights: vec![1.0, 1.0, 1.0],
         };
-        let (off, on) = run(&opts, &mut Vec::new()).unwrap();
+        let Report { off, on, .. } = run(&opts, &mut Vec::new()).unwrap();
         // Off: B and C wait behind A's sweep for hours.
         assert!(off.users[1].max_wait_min > 5.0 * 60.0, "{off:?}");
         // On: a later user's first job starts within about one of A's job lengths, and each
@@ -377,13 +439,42 @@ mod tests {
             half_life_h: 168.0,
             weights: vec![2.0, 1.0, 1.0],
         };
-        let (_, on) = run(&opts, &mut Vec::new()).unwrap();
+        let Report { on, .. } = run(&opts, &mut Vec::new()).unwrap();
         for u in 0..3 {
             let (share, owed) = (on.users[u].day_share, opts.owed(u));
             assert!(
                 (share - owed).abs() <= 0.1 * owed,
                 "{u}: {share} of {owed}: {on:?}"
             );
+        }
+    }
+
+    #[test]
+    fn while_all_are_busy_shares_follow_the_weights() {
+        for weights in [
+            vec![1.0, 1.0, 1.0],
+            vec![2.0, 1.0, 1.0],
+            vec![1.0, 2.0, 3.0],
+        ] {
+            let opts = FairnessOptions {
+                seed: 7,
+                half_life_h: 168.0,
+                weights,
+            };
+            let r = run(&opts, &mut Vec::new()).unwrap();
+            let (off, on) = (&r.together_off, &r.together_on);
+            // All three had work for most of the day either way.
+            assert!(on.all_busy_h > 10.0, "{on:?}");
+            for u in 0..3 {
+                let (share, owed) = (on.users[u].busy_share, opts.owed(u));
+                assert!(
+                    (share - owed).abs() <= 0.1 * owed,
+                    "{:?} {u}: {share} of {owed}: {on:?}",
+                    opts.weights
+                );
+            }
+            // Off, A's 100 jobs, submitted first, take the cards while all three have work.
+            assert!(off.users[0].busy_share > 0.9, "{off:?}");
         }
     }
 
