@@ -1,7 +1,8 @@
 // Interactive sessions with a real Jupyter Notebook (the image gpuq-test/jupyter:latest that the
 // test command builds): the owner opens it through gpuq and runs a cell over the kernel's
 // WebSocket through the proxy; another member gets 403; a page on the session origin cannot read
-// gpuq's API; the container never saw gpuq's cookie or a token.
+// gpuq's API. Then the image's echo server, which logs every request's headers: the gpuq cookie the
+// browser holds for the session's host, and a token a page sets, never reach the container.
 import { test, expect, type APIRequestContext } from "@playwright/test";
 import { adminBearer, ensureUser, jobStatus, open, signIn, tokenFor, waitForServer } from "./util";
 
@@ -15,10 +16,13 @@ const notebook = [
     "--NotebookApp.allow_remote_access=True --NotebookApp.notebook_dir=/tmp",
 ];
 
-async function startNotebook(request: APIRequestContext, bearer: string): Promise<string> {
+/** The image's echo server (tests/fixtures/jupyter/echo.py): one log line per request. */
+const echo = ["python3", "/opt/gpuq/echo.py"];
+
+async function startSession(request: APIRequestContext, bearer: string, command: string[], name: string): Promise<string> {
   const res = await request.post("/api/v1/jobs", {
     headers: { Authorization: bearer },
-    data: { image: "gpuq-test/jupyter:latest", command: notebook, port: 8888, min_vram_mb: 1000, name: "notebook" },
+    data: { image: "gpuq-test/jupyter:latest", command, port: 8888, min_vram_mb: 1000, name },
   });
   expect(res.status(), await res.text()).toBe(201);
   const id = (await res.json()).job_id as string;
@@ -55,7 +59,7 @@ test("the owner runs a notebook cell through gpuq; nobody else gets in", async (
   await ensureUser(request, "nora");
   await ensureUser(request, "nils");
   const bearer = await tokenFor(request, "nora");
-  const id = await startNotebook(request, bearer);
+  const id = await startSession(request, bearer, notebook, "notebook");
 
   await signIn(page, "nora");
   await open(page, `/jobs/${id}`);
@@ -107,10 +111,54 @@ test("the owner runs a notebook cell through gpuq; nobody else gets in", async (
   expect(direct?.status()).toBe(403);
   await other.close();
 
-  // The container never saw gpuq's cookie or a token (Jupyter logs nothing of it: check the
-  // headers the proxy forwards with the app's own request log is the Rust tests' job; here the
-  // job's log must not hold gpuq's session cookie name).
-  const log = await (await request.get(`/api/v1/jobs/${id}/logs`, { headers: { Authorization: bearer } })).text();
-  expect(log).not.toContain("gpuq_session");
   await request.post(`/api/v1/jobs/${id}/cancel`, { headers: { Authorization: bearer } });
+  await expect.poll(() => jobStatus(request, bearer, id), { timeout: 60_000 }).toBe("cancelled");
+});
+
+test("gpuq's cookie in the browser and a token a page sets never reach the container", async ({ page, request }) => {
+  test.skip(!sessionsUrl, "the server runs without --sessions-listen");
+  await waitForServer(request);
+  await ensureUser(request, "nadia");
+  const bearer = await tokenFor(request, "nadia");
+  const id = await startSession(request, bearer, echo, "echo");
+
+  await signIn(page, "nadia");
+  await open(page, `/jobs/${id}`);
+  const [tab] = await Promise.all([page.context().waitForEvent("page"), page.locator("#open-session").click()]);
+  await expect(tab.locator("body")).toHaveText(`echo GET /s/${id}/`, { timeout: 60_000 });
+
+  // The session listener is on the UI's host, another port: cookies ignore ports, so the browser
+  // sends gpuq's own session cookie with every request to the session origin. Only the proxy
+  // keeps it from the container.
+  const sent = (await page.context().cookies(sessionsUrl)).find((c) => c.name === "gpuq_session");
+  expect(sent, "the browser holds gpuq's cookie for the session's host").toBeTruthy();
+  // A page on the session origin sends a real gpuq token of its own accord.
+  const answer = await tab.evaluate(
+    async ([path, token]) => {
+      const r = await fetch(path, { headers: { Authorization: token }, credentials: "include" });
+      return `${r.status} ${await r.text()}`;
+    },
+    [`/s/${id}/probe`, bearer],
+  );
+  expect(answer).toBe(`200 echo GET /s/${id}/probe`);
+
+  // What reached the container, as its echo server logged it.
+  const log = await (await request.get(`/api/v1/jobs/${id}/logs`, { headers: { Authorization: bearer } })).text();
+  const seen = log
+    .split("\n")
+    .filter((l) => l.startsWith("gpuq-echo-request "))
+    .map((l) => JSON.parse(l.slice("gpuq-echo-request ".length)) as { path: string; headers: [string, string][] });
+  const probe = seen.find((r) => r.path === `/s/${id}/probe`);
+  expect(probe, log).toBeTruthy();
+  expect(seen.length).toBeGreaterThanOrEqual(2);
+  for (const r of seen) {
+    const names = r.headers.map(([k]) => k.toLowerCase());
+    expect(names, JSON.stringify(r)).not.toContain("authorization");
+    const all = JSON.stringify(r.headers);
+    expect(all).not.toContain(sent!.value);
+    expect(all).not.toContain(bearer.slice("Bearer ".length));
+    expect(all).not.toContain("gpuq_");
+  }
+  await request.post(`/api/v1/jobs/${id}/cancel`, { headers: { Authorization: bearer } });
+  await expect.poll(() => jobStatus(request, bearer, id), { timeout: 60_000 }).toBe("cancelled");
 });
