@@ -288,6 +288,15 @@ fn owner_of(users: &[Uuid], id: Uuid) -> usize {
     users.iter().position(|u| *u == id).unwrap_or(0)
 }
 
+/// The line above a replay's table: how long all three had work.
+fn all_busy_line(out: &mut impl Write, fair: &str, f: &Figures) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "fair share {fair}: all three had work for {:.1} h",
+        f.all_busy_h
+    )
+}
+
 /// Both days, fair share off and on.
 #[derive(Debug, Clone, Default)]
 pub struct Report {
@@ -321,11 +330,7 @@ pub fn run(opts: &FairnessOptions, out: &mut impl Write) -> Result<Report> {
     )?;
     writeln!(out, "A's jobs run {:.0} min on average", on.a_job_min)?;
     for (name, f) in [("off", &off), ("on", &on)] {
-        writeln!(
-            out,
-            "fair share {name}: all three had work for {:.1} h",
-            f.all_busy_h
-        )?;
+        all_busy_line(out, name, f)?;
         writeln!(
             out,
             "  {:<5} {:>5} {:>12} {:>10} {:>10} {:>11} {:>14}",
@@ -368,11 +373,7 @@ pub fn run(opts: &FairnessOptions, out: &mut impl Write) -> Result<Report> {
         "\n== All busy: A, B and C submit 100 jobs each at 9:00, A's first =="
     )?;
     for (name, f) in [("off", &together_off), ("on", &together_on)] {
-        writeln!(
-            out,
-            "fair share {name}: all three had work for {:.1} h",
-            f.all_busy_h
-        )?;
+        all_busy_line(out, name, f)?;
         writeln!(
             out,
             "  {:<5} {:>10} {:>14} {:>8} {:>18}",
