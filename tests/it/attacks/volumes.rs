@@ -256,12 +256,28 @@ async fn a_read_only_rule_inside_a_read_write_tree_holds_in_any_order(pool: PgPo
     assert!(r.text.contains("read-only"), "{}", r.text);
 }
 
-/// A minimal image: busybox, a `/tmp` of mode 0755 owned by root, and `VOLUME /cache`. Made once
-/// with `docker import` (nothing is pulled).
+/// A minimal image: busybox, a `/tmp` of mode 0755 owned by root, and `VOLUME /cache`. Made with
+/// `docker import` (nothing is pulled) where the machine has no image of this name and revision
+/// yet, and kept: made again on every run, each run would leave the last one behind untagged.
 fn minimal_image_with_a_volume() -> &'static str {
     const NAME: &str = "gpuq-test/minimal-volume:latest";
+    /// Changed whenever what the image holds changes, so that a kept one of old is made again.
+    const REVISION: &str = "1";
     static MADE: std::sync::OnceLock<()> = std::sync::OnceLock::new();
     MADE.get_or_init(|| {
+        let kept = std::process::Command::new("docker")
+            .args([
+                "image",
+                "inspect",
+                "-f",
+                "{{index .Config.Labels \"org.gpuq.test-image\"}}",
+                NAME,
+            ])
+            .output()
+            .unwrap();
+        if kept.status.success() && String::from_utf8_lossy(&kept.stdout).trim() == REVISION {
+            return;
+        }
         let dir = tempfile::tempdir().unwrap();
         let bin = dir.path().join("bin");
         std::fs::create_dir_all(&bin).unwrap();
@@ -272,7 +288,8 @@ fn minimal_image_with_a_volume() -> &'static str {
         let tar = std::process::Command::new("sh")
             .arg("-c")
             .arg(format!(
-                "tar -C {} -c . | docker import --change 'VOLUME /cache' - {NAME}",
+                "tar -C {} -c . | docker import --change 'VOLUME /cache' \
+                 --change 'LABEL org.gpuq.test-image={REVISION}' - {NAME}",
                 dir.path().display()
             ))
             .output()
