@@ -368,6 +368,8 @@ async fn the_owner_of_a_host_pid_is_the_job_whose_recorded_container_holds_it() 
         gpu_uuid: gpu,
         committed_mib: 1000,
         stopping: false,
+        workload: None,
+        session: false,
     };
     // Only `r`'s job holds cards here (with its recorded container).
     let owners = JobOwners::from_held(&[held(r.job_id, &id)], "/proc".into());

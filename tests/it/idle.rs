@@ -397,7 +397,7 @@ async fn unreadable_samples_and_simulated_cards_are_never_judged(pool: PgPool) {
         seen.flagged.is_empty() && seen.stopped.is_empty(),
         "{seen:?}"
     );
-    assert!(engine.board().activity(job).is_some(), "read, and known");
+    assert!(engine.tracked(job).is_some(), "read, and known");
 
     // Simulated cards: their processes are not seen, so the engine judges nothing.
     let inv: Arc<dyn GpuInventory> =
@@ -415,7 +415,7 @@ async fn unreadable_samples_and_simulated_cards_are_never_judged(pool: PgPool) {
         assert_eq!(r, Round::default());
         tokio::time::sleep(Duration::from_millis(600)).await;
     }
-    assert_eq!(sim.board().activity(job), None);
+    assert_eq!(sim.tracked(job), None);
     assert!(!event_kinds(&s.app, job)
         .await
         .contains(&"idle_flagged".to_string()));

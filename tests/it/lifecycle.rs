@@ -333,11 +333,19 @@ async fn a_stop_carries_its_cause_to_the_end_and_the_record(pool: PgPool) {
     // gpuq's own stop ends failed, with the reason it was asked with.
     let overrun = job_in(&pool, owner, JobStatus::Running).await;
     let cause = gpuq::model::StopCause::VramOveruse;
-    assert!(
-        lifecycle::request_stop(&pool, overrun, cause, "vram_overuse: test")
-            .await
-            .unwrap()
-    );
+    let mut conn = pool.acquire().await.unwrap();
+    let kind = gpuq::model::JobEventKind::VramOveruse;
+    assert!(lifecycle::request_stop(
+        &mut conn,
+        overrun,
+        cause,
+        "vram_overuse: test",
+        kind,
+        json!({})
+    )
+    .await
+    .unwrap());
+    drop(conn);
     let (status, reason) = lifecycle::finish_stopped(&pool, overrun, NODE, Some(137))
         .await
         .unwrap()

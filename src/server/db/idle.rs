@@ -1,45 +1,13 @@
-//! Repository for idle reclaim (docs/admission.md#idle-cards): the jobs whose cards are judged,
-//! and what the judging records: the flag and its clearing as job events, the owner's
+//! Repository for idle reclaim (docs/admission.md#idle-cards): what judging the jobs holding cards
+//! (`vram::held_on`) records: the flag and its clearing as job events, the owner's
 //! notification, and gpuq's stop with the cause `idle`.
 
 use super::{events, lifecycle};
-use crate::model::{JobEventKind, JobStatus, LiveEvent, StopCause};
+use crate::model::{JobEventKind, JobStatus, StopCause};
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use sqlx::{FromRow, PgPool, Postgres, Transaction};
+use sqlx::{PgPool, Postgres, Transaction};
 use uuid::Uuid;
-
-/// One card held by a starting or running job of a node, with what idle judging needs of the job.
-#[derive(Debug, Clone, FromRow)]
-pub struct WatchedCard {
-    /// Job.
-    pub job_id: Uuid,
-    /// Its workload type (exempt types are never judged).
-    pub workload: Option<String>,
-    /// Its container, once created: a job without one has no processes yet and is not judged.
-    pub container_id: Option<String>,
-    /// Card.
-    pub gpu_uuid: Uuid,
-    /// A stop was already asked for (by a person or by gpuq): not judged again.
-    pub stopping: bool,
-    /// An interactive session (a job with a `port`): its idleness is the session watcher's
-    /// (traffic and GPU activity, `session_idle_min`); the engine only reports its GPU activity.
-    pub session: bool,
-}
-
-/// The cards held by this node's starting and running jobs.
-pub async fn watched_on(pool: &PgPool, node: &str) -> sqlx::Result<Vec<WatchedCard>> {
-    sqlx::query_as(
-        "SELECT j.id AS job_id, j.workload, j.container_id, r.gpu_uuid, \
-                j.cancel_requested_at IS NOT NULL AS stopping, \
-                coalesce(j.spec -> 'port' <> 'null'::jsonb, false) AS session \
-         FROM jobs j JOIN reservations r ON r.job_id = j.id AND r.released_at IS NULL \
-         WHERE j.node = $1 AND j.status IN ('starting', 'running') ORDER BY j.seq, r.gpu_uuid",
-    )
-    .bind(node)
-    .fetch_all(pool)
-    .await
-}
 
 /// Records the flag: an `idle_flagged` event with `detail`, the owner's `idle` notifications (those
 /// who asked for them), and a change of the job for its page. Written once per spell.
@@ -91,12 +59,7 @@ pub async fn request_stop(
     reason: &str,
     detail: Value,
 ) -> sqlx::Result<bool> {
-    let asked = lifecycle::request_stop(&mut **tx, job, StopCause::Idle, reason).await?;
-    if asked {
-        events::job_event(&mut **tx, job, "gpuq", JobEventKind::Idle, detail).await?;
-        events::announce(&mut **tx, &LiveEvent::cancel_requested(job)).await?;
-    }
-    Ok(asked)
+    lifecycle::request_stop(tx, job, StopCause::Idle, reason, JobEventKind::Idle, detail).await
 }
 
 /// The last idle event of a job (`idle_flagged`, `idle_cleared` or `idle`): when, which, and its

@@ -2,7 +2,7 @@
 //! leaves, simulated per-job usage, and gpuq's own stops of jobs that overran.
 
 use super::{events, lifecycle};
-use crate::model::{JobEventKind, JobStatus, LiveEvent, StopCause};
+use crate::model::{JobEventKind, JobStatus, StopCause};
 use serde_json::json;
 use sqlx::{FromRow, PgExecutor, PgPool, Postgres, Transaction};
 use uuid::Uuid;
@@ -20,13 +20,19 @@ pub struct HeldCard {
     pub committed_mib: i64,
     /// A stop was already asked for (by a person or by gpuq).
     pub stopping: bool,
+    /// Its workload type (idle judging never judges an exempt type).
+    pub workload: Option<String>,
+    /// An interactive session (a job with a `port`): its idleness is the session watcher's
+    /// (traffic and GPU activity, `session_idle_min`); idle judging only reports its GPU activity.
+    pub session: bool,
 }
 
 /// The cards held by this node's starting and running jobs.
 pub async fn held_on(pool: &PgPool, node: &str) -> sqlx::Result<Vec<HeldCard>> {
     sqlx::query_as(
         "SELECT j.id AS job_id, j.container_id, r.gpu_uuid, r.vram_mib AS committed_mib, \
-                j.cancel_requested_at IS NOT NULL AS stopping \
+                j.cancel_requested_at IS NOT NULL AS stopping, j.workload, \
+                coalesce(j.spec -> 'port' <> 'null'::jsonb, false) AS session \
          FROM jobs j JOIN reservations r ON r.job_id = j.id AND r.released_at IS NULL \
          WHERE j.node = $1 AND j.status IN ('starting', 'running') ORDER BY j.seq, r.gpu_uuid",
     )
@@ -123,12 +129,8 @@ pub async fn request_stop(
     reason: &str,
     detail: serde_json::Value,
 ) -> sqlx::Result<bool> {
-    let asked = lifecycle::request_stop(&mut **tx, job, StopCause::VramOveruse, reason).await?;
-    if asked {
-        events::job_event(&mut **tx, job, "gpuq", JobEventKind::VramOveruse, detail).await?;
-        events::announce(&mut **tx, &LiveEvent::cancel_requested(job)).await?;
-    }
-    Ok(asked)
+    let (cause, kind) = (StopCause::VramOveruse, JobEventKind::VramOveruse);
+    lifecycle::request_stop(tx, job, cause, reason, kind, detail).await
 }
 
 /// Stores NVML accounting's peak of a finished job's processes on a card.

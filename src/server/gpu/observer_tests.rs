@@ -10,6 +10,8 @@ fn held(job: Uuid, container: Option<&str>, gpu: Uuid) -> HeldCard {
         gpu_uuid: gpu,
         committed_mib: 1000,
         stopping: false,
+        workload: None,
+        session: false,
     }
 }
 

@@ -6,7 +6,8 @@ use crate::model::IdleAction;
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use std::collections::VecDeque;
 
-/// Readings a track keeps (its short history, for the job page and for judging activity).
+/// Readings a track keeps: its short history, newest last (what [`super::Engine::tracked`] shows
+/// of a job; the verdicts need only the times in the track).
 pub const HISTORY: usize = 64;
 
 /// What one reading says of one job's cards.
@@ -64,8 +65,6 @@ pub fn sample_time(at_us: u64) -> DateTime<Utc> {
 /// What the engine remembers of one job.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Track {
-    /// First reading of it (the clock starts here: a restart of gpuq starts it again).
-    pub watched_since: DateTime<Utc>,
     /// Its last activity: the newest busy sample, an unknown reading, or the first reading.
     pub last_active: DateTime<Utc>,
     /// Since when it has had no process on its cards (`None` while it has some).
@@ -101,7 +100,6 @@ impl Track {
     /// A job first read at `now`.
     pub fn new(now: DateTime<Utc>) -> Self {
         Track {
-            watched_since: now,
             last_active: now,
             no_process_since: None,
             flagged_at: None,

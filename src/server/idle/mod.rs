@@ -3,7 +3,8 @@
 //!
 //! At every snapshot of the card observer (on NVML cards; never on simulated ones, whose processes
 //! are not seen) the engine of a node:
-//! 1. reads the jobs holding its cards (`db::idle::watched_on`) and the launch policy;
+//! 1. reads the jobs holding its cards (`db::vram::held_on`, as the VRAM sampler does) and the
+//!    launch policy;
 //! 2. says of each started job what the snapshot shows of it ([`judge::Seen`]): busy (a process
 //!    of it on its cards at or above `idle_sm_percent` in an NVML process utilisation sample, with
 //!    the sample's own time), quiet (processes, all below), no process, or unknown (samples not
@@ -16,11 +17,13 @@
 //!
 //! The tracks live in memory: a restart of gpuq starts every job's clock again (a job is never
 //! stopped sooner than the window after gpuq first saw it). The flags and stops are in the
-//! database, for the job page and the usage report.
+//! database, for the job page and the usage report. A round decides on copies of the tracks and
+//! keeps them only once what it decided is written: a round whose writes fail leaves the tracks
+//! as they were, so the next one decides again.
 
 pub mod judge;
 
-use crate::server::db::{idle, sessions, settings};
+use crate::server::db::{idle, sessions, settings, vram};
 use crate::server::gpu::observer::{Cards, Snapshot};
 use crate::server::gpu::InventoryKind;
 use anyhow::{Context, Result};
@@ -29,51 +32,9 @@ use judge::{Rules, Seen, Track, Verdict};
 use serde_json::json;
 use sqlx::PgPool;
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use tokio::sync::watch;
 use uuid::Uuid;
-
-/// What the engine knows of one job's GPU activity now.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Activity {
-    /// Since when the engine reads it (its clock starts there).
-    pub watched_since: DateTime<Utc>,
-    /// Its last activity: the newest busy sample of its processes (or an unknown reading, or the
-    /// first reading).
-    pub last_active: DateTime<Utc>,
-    /// Since when it has had no process on its cards, while it has none.
-    pub no_process_since: Option<DateTime<Utc>>,
-    /// When it was flagged idle, while it is.
-    pub flagged_at: Option<DateTime<Utc>>,
-    /// When it will be stopped unless it gets busy (flagged, under `idle_action: stop`).
-    pub stop_at: Option<DateTime<Utc>>,
-}
-
-/// The engine's judgement of every job it reads, shared with whoever asks (the board is updated
-/// after every round).
-#[derive(Debug, Clone, Default)]
-pub struct Board(Arc<RwLock<HashMap<Uuid, Activity>>>);
-
-impl Board {
-    /// What is known of `job`'s activity; `None` for a job the engine does not read (another
-    /// node's, not started, simulated cards).
-    pub fn activity(&self, job: Uuid) -> Option<Activity> {
-        self.0
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&job)
-            .cloned()
-    }
-
-    /// When `job`'s cards were last seen active (see [`Activity::last_active`]).
-    pub fn gpu_active_since(&self, job: Uuid) -> Option<DateTime<Utc>> {
-        self.activity(job).map(|a| a.last_active)
-    }
-
-    fn publish(&self, now: HashMap<Uuid, Activity>) {
-        *self.0.write().unwrap_or_else(|p| p.into_inner()) = now;
-    }
-}
 
 /// What one round did, for tests, benchmarks and logs.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -100,15 +61,30 @@ struct Held {
     gpus: Vec<Uuid>,
 }
 
+/// What the engine keeps of one started job between rounds.
+#[derive(Debug, Clone)]
+struct Watch {
+    track: Track,
+    /// For a session: the newest activity written as its traffic.
+    marked: Option<DateTime<Utc>>,
+}
+
+/// What a round writes, once it has decided on every job.
+enum Write {
+    /// A session's processes were busy at this time.
+    Touch(Uuid, DateTime<Utc>),
+    Flag(Uuid, serde_json::Value),
+    Clear(Uuid, serde_json::Value),
+    /// A stop with its reason and the job's last activity.
+    Stop(Uuid, String, serde_json::Value, DateTime<Utc>),
+}
+
 /// The engine of one node, with its tracks.
 pub struct Engine {
     pool: PgPool,
     cards: Cards,
     node: String,
-    tracks: HashMap<Uuid, Track>,
-    /// The newest activity written for each session.
-    marked: HashMap<Uuid, DateTime<Utc>>,
-    board: Board,
+    watches: HashMap<Uuid, Watch>,
 }
 
 impl Engine {
@@ -118,15 +94,14 @@ impl Engine {
             pool,
             cards,
             node,
-            tracks: HashMap::new(),
-            marked: HashMap::new(),
-            board: Board::default(),
+            watches: HashMap::new(),
         }
     }
 
-    /// Its judgement, as it is after each round.
-    pub fn board(&self) -> Board {
-        self.board.clone()
+    /// Its track of `job`, as the last round left it; `None` for a job it does not read
+    /// (another node's, not started, simulated cards).
+    pub fn tracked(&self, job: Uuid) -> Option<&Track> {
+        self.watches.get(&job).map(|w| &w.track)
     }
 
     /// A round on a reading taken now (tests and benchmarks drive the engine so).
@@ -149,9 +124,22 @@ impl Engine {
         if snapshot.kind != InventoryKind::Nvml {
             return Ok(Round::default());
         }
-        let watched = idle::watched_on(&self.pool, &self.node)
+        let held = vram::held_on(&self.pool, &self.node)
             .await
             .context("reading the jobs holding this node's cards")?;
+        let mut jobs: BTreeMap<Uuid, Held> = BTreeMap::new();
+        for h in held {
+            let job = jobs.entry(h.job_id).or_default();
+            job.workload = h.workload;
+            job.started = h.container_id.is_some();
+            job.stopping = h.stopping;
+            job.session = h.session;
+            job.gpus.push(h.gpu_uuid);
+        }
+        if jobs.is_empty() {
+            self.watches.clear();
+            return Ok(Round::default());
+        }
         let policy = settings::launch_policy(&self.pool)
             .await
             .context("reading the launch policy")?;
@@ -161,39 +149,38 @@ impl Engine {
             policy.idle_sm_percent,
             policy.idle_grace_min,
         );
-        let mut jobs: BTreeMap<Uuid, Held> = BTreeMap::new();
-        for w in watched {
-            let held = jobs.entry(w.job_id).or_default();
-            held.workload = w.workload;
-            held.started = w.container_id.is_some();
-            held.stopping = w.stopping;
-            held.session = w.session;
-            held.gpus.push(w.gpu_uuid);
-        }
         // A failed reading, or processes that cannot be put to jobs: nothing is known.
         let readable = snapshot.cards.is_ok() && snapshot.owners_unknown.is_none();
         let mut round = Round::default();
-        let mut tx = self.pool.begin().await?;
+        let mut watches: HashMap<Uuid, Watch> = HashMap::with_capacity(jobs.len());
+        let mut writes = Vec::new();
         for (&job, held) in &jobs {
+            let kept = self.watches.get(&job).cloned();
             if !held.started || held.stopping {
+                // Not judged (no container yet, or a stop asked for); what was kept stays.
+                watches.extend(kept.map(|w| (job, w)));
                 continue;
             }
+            let watch = watches.entry(job).or_insert(kept.unwrap_or(Watch {
+                track: Track::new(now),
+                marked: None,
+            }));
             let seen = if readable {
                 seen(snapshot, job, &held.gpus, rules.sm_percent)
             } else {
                 Seen::Unknown
             };
-            let track = self.tracks.entry(job).or_insert_with(|| Track::new(now));
+            let track = &mut watch.track;
             track.see(now, seen);
             if held.session {
                 // A session is never judged here (someone may be reading a notebook with nothing
                 // on the card): its processes' activity counts as the session's traffic, and
                 // the session watcher ends it when neither comes for `session_idle_min`.
                 if matches!(seen, Seen::Busy(_))
-                    && self.marked.get(&job).is_none_or(|m| track.last_active > *m)
+                    && watch.marked.is_none_or(|m| track.last_active > m)
                 {
-                    sessions::touch(&mut *tx, &[job], track.last_active).await?;
-                    self.marked.insert(job, track.last_active);
+                    writes.push(Write::Touch(job, track.last_active));
+                    watch.marked = Some(track.last_active);
                     round.session_active.push(job);
                 }
                 continue;
@@ -213,12 +200,13 @@ impl Engine {
                         "after_min": policy.idle_after_min,
                         "stop_at": track.stop_at(&rules),
                     });
-                    idle::flag(&mut tx, job, detail).await?;
+                    writes.push(Write::Flag(job, detail));
                     tracing::info!(%job, %quiet_since, "job flagged idle");
                     round.flagged.push(job);
                 }
                 Verdict::Clear => {
-                    idle::clear(&mut tx, job, json!({ "busy_at": track.last_active })).await?;
+                    let detail = json!({ "busy_at": track.last_active });
+                    writes.push(Write::Clear(job, detail));
                     round.cleared.push(job);
                 }
                 Verdict::Stop { quiet_since } => {
@@ -229,31 +217,28 @@ impl Engine {
                         "no_process": no_process,
                         "grace_min": policy.idle_grace_min,
                     });
-                    if idle::request_stop(&mut tx, job, &why, detail).await? {
-                        tracing::warn!(%job, %quiet_since, "stopping a job whose cards stayed idle");
-                        round.stopped.push(job);
-                    }
+                    writes.push(Write::Stop(job, why, detail, quiet_since));
                 }
             }
         }
-        tx.commit().await?;
-        self.tracks.retain(|job, _| jobs.contains_key(job));
-        self.marked.retain(|job, _| jobs.contains_key(job));
-        self.board.publish(
-            self.tracks
-                .iter()
-                .map(|(&job, t)| {
-                    let activity = Activity {
-                        watched_since: t.watched_since,
-                        last_active: t.last_active,
-                        no_process_since: t.no_process_since,
-                        flagged_at: t.flagged_at,
-                        stop_at: t.stop_at(&rules),
-                    };
-                    (job, activity)
-                })
-                .collect(),
-        );
+        if !writes.is_empty() {
+            let mut tx = self.pool.begin().await?;
+            for write in writes {
+                match write {
+                    Write::Touch(job, at) => sessions::touch(&mut *tx, &[job], at).await?,
+                    Write::Flag(job, detail) => idle::flag(&mut tx, job, detail).await?,
+                    Write::Clear(job, detail) => idle::clear(&mut tx, job, detail).await?,
+                    Write::Stop(job, why, detail, quiet_since) => {
+                        if idle::request_stop(&mut tx, job, &why, detail).await? {
+                            tracing::warn!(%job, %quiet_since, "stopping a job whose cards stayed idle");
+                            round.stopped.push(job);
+                        }
+                    }
+                }
+            }
+            tx.commit().await?;
+        }
+        self.watches = watches;
         Ok(round)
     }
 }

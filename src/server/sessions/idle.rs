@@ -4,7 +4,7 @@
 //! only on a round after the one that warned it.
 
 use super::Sessions;
-use crate::model::{JobEventKind, JobStatus, LiveEvent, StopCause};
+use crate::model::{JobEventKind, JobStatus, StopCause};
 use crate::server::db::{events, lifecycle, sessions as store, settings};
 use chrono::{DateTime, TimeDelta, Utc};
 use serde_json::json;
@@ -59,16 +59,9 @@ pub async fn round(
                  (session_idle_min)"
             );
             let mut tx = pool.begin().await?;
-            if lifecycle::request_stop(&mut *tx, s.id, StopCause::SessionIdle, &reason).await? {
-                events::job_event(
-                    &mut *tx,
-                    s.id,
-                    "gpuq",
-                    JobEventKind::SessionIdleStop,
-                    json!({ "reason": reason }),
-                )
-                .await?;
-                events::announce(&mut *tx, &LiveEvent::cancel_requested(s.id)).await?;
+            let (cause, kind) = (StopCause::SessionIdle, JobEventKind::SessionIdleStop);
+            let detail = json!({ "reason": reason });
+            if lifecycle::request_stop(&mut tx, s.id, cause, &reason, kind, detail).await? {
                 done.stopped += 1;
             }
             tx.commit().await?;

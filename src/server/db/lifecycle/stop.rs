@@ -3,8 +3,10 @@
 
 use super::{permit, Actor, Move};
 use crate::model::JobStatus::{self, *};
-use crate::model::StopCause;
-use sqlx::PgExecutor;
+use crate::model::{JobEventKind, LiveEvent, StopCause};
+use crate::server::db::events;
+use serde_json::Value;
+use sqlx::{PgConnection, PgExecutor};
 use uuid::Uuid;
 
 pub(super) const CANCEL_UNSTARTED: Move = Move {
@@ -99,14 +101,18 @@ pub async fn request_cancel(db: impl PgExecutor<'_>, id: Uuid, by: Actor) -> sql
     Ok(res.rows_affected() == 1)
 }
 
-/// Asks the runner to stop a started job for one of gpuq's own causes (VRAM overuse), with the
-/// reason it will end `failed` with. Returns false when the job is no longer started or a stop was
-/// already asked for.
+/// Asks the runner to stop a started job for one of gpuq's own causes (VRAM overuse, idle cards,
+/// an idle session), with the reason it will end `failed` with; where it asked, records the job
+/// event `kind` with `detail` and announces the request (the runner and the job's pages wake on
+/// it). Returns false, and writes nothing, when the job is no longer started or a stop was already
+/// asked for.
 pub async fn request_stop(
-    db: impl PgExecutor<'_>,
+    db: &mut PgConnection,
     id: Uuid,
     cause: StopCause,
     reason: &str,
+    kind: JobEventKind,
+    detail: Value,
 ) -> sqlx::Result<bool> {
     let r = sqlx::query(&format!(
         "UPDATE jobs SET cancel_requested_at = now(), stop_cause = $2, stop_reason = $3 \
@@ -116,9 +122,14 @@ pub async fn request_stop(
     .bind(id)
     .bind(cause)
     .bind(reason)
-    .execute(db)
+    .execute(&mut *db)
     .await?;
-    Ok(r.rows_affected() == 1)
+    if r.rows_affected() != 1 {
+        return Ok(false);
+    }
+    events::job_event(&mut *db, id, "gpuq", kind, detail).await?;
+    events::announce(&mut *db, &LiveEvent::cancel_requested(id)).await?;
+    Ok(true)
 }
 
 /// Asks the runners to stop every started job of `owner` for `cause` (a disabled owner), ending
