@@ -3,8 +3,8 @@
 //! headers), and the session proxy served on a real listener.
 
 use crate::support::docker::docker_cli;
-use crate::support::isolation::{container_of, wait_container_removed};
-use crate::support::{wait_status, Node, TestApp};
+use crate::support::isolation::{container_of, log, wait_container_removed};
+use crate::support::{cancel_and_wait, wait_status, Node, TestApp};
 use gpuq::model::Role;
 use gpuq::server::http::listen::{self, ListenLimits};
 use gpuq::server::http::HttpOptions;
@@ -128,13 +128,6 @@ async fn end(app: &TestApp, owner: &str, ids: &[Uuid]) {
     }
 }
 
-/// The echo server's log of what reached the container.
-async fn seen_by_container(app: &TestApp, owner: &str, id: Uuid) -> String {
-    let r = app.get(&format!("/api/v1/jobs/{id}/logs"), owner).await;
-    assert_eq!(r.status, 200, "{}", r.text);
-    r.text
-}
-
 #[sqlx::test(migrations = false)]
 async fn only_the_owner_gets_through_and_no_gpuq_credential_reaches_the_container(pool: PgPool) {
     let (app, _sessions, base, owner, _node) = setup(pool, "sess1").await;
@@ -217,7 +210,7 @@ async fn only_the_owner_gets_through_and_no_gpuq_credential_reaches_the_containe
         .collect();
     assert_eq!(set, vec!["app=1; Path=/".to_owned()]);
 
-    let seen = seen_by_container(&app, &owner, id).await;
+    let seen = log(&app, &owner, id).await;
     assert!(seen.contains("/hello?x=1"), "{seen}");
     assert!(
         seen.contains("app-cookie"),
@@ -241,9 +234,7 @@ async fn only_the_owner_gets_through_and_no_gpuq_credential_reaches_the_containe
     assert_eq!(r.status, 303, "{}", r.text);
 
     // The session ends: its cookie opens nothing any more.
-    let c = app.post(&format!("/api/v1/jobs/{id}/cancel"), &owner).await;
-    assert_eq!(c.status, 200, "{}", c.text);
-    wait_status(&app, &owner, id, &["cancelled"], 30).await;
+    cancel_and_wait(&app, &owner, id).await;
     // An admitted cookie is trusted for up to two seconds without asking the database again.
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {

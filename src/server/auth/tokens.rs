@@ -6,14 +6,19 @@ use sha2::{Digest, Sha256};
 /// Every token starts with this, so a leaked one is easy to recognise in logs and scanners.
 pub const PREFIX: &str = "gpuq_";
 
-/// A fresh token: the prefix and 32 random bytes in hex.
+/// A fresh token: the prefix and a [`random_hex`] secret.
 pub fn generate() -> String {
-    let mut bytes = [0u8; 32];
-    rand::rngs::OsRng.fill_bytes(&mut bytes);
-    format!("{PREFIX}{}", hex::encode(bytes))
+    format!("{PREFIX}{}", random_hex())
 }
 
-/// The digest stored for, and looked up by, a token.
+/// A fresh secret: 32 random bytes from the OS, in hex.
+pub fn random_hex() -> String {
+    let mut bytes = [0u8; 32];
+    rand::rngs::OsRng.fill_bytes(&mut bytes);
+    hex::encode(bytes)
+}
+
+/// The digest stored for, and looked up by, a token (or any other secret kept only so).
 pub fn digest(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
 }

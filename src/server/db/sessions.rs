@@ -215,8 +215,3 @@ pub async fn set_warned(db: impl PgExecutor<'_>, job: Uuid) -> sqlx::Result<bool
     .await?;
     Ok(r.rows_affected() == 1)
 }
-
-/// GPU activity counts as traffic: a session whose cards were busy is marked active now.
-pub async fn mark_active(pool: &PgPool, job: Uuid, at: DateTime<Utc>) -> sqlx::Result<()> {
-    touch(pool, &[job], at).await
-}

@@ -40,18 +40,11 @@ pub(super) async fn open(
     user: CurrentUser,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let id: Uuid = id
-        .parse()
-        .map_err(|_| AppError::invalid("id", format!("`{id}` is not a job id (a UUID)")))?;
+    let id = super::jobs::job_id(&id)?;
     let url = sessions::open(&state.ctx.pool, state.ctx.sessions.as_ref(), &user, id).await?;
-    let location = HeaderValue::from_str(&url).map_err(|_| AppError::Internal)?;
-    let mut r = StatusCode::SEE_OTHER.into_response();
-    r.headers_mut().insert(header::LOCATION, location);
-    r.headers_mut()
-        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    r.headers_mut()
-        .insert("referrer-policy", HeaderValue::from_static("no-referrer"));
-    Ok(r)
+    // A URL no header can carry is gpuq's own fault: say so rather than send a 303 to nowhere.
+    HeaderValue::from_str(&url).map_err(|_| AppError::Internal)?;
+    Ok(redirect(&url))
 }
 
 /// The proxy's state.
@@ -194,6 +187,11 @@ fn clean_request(headers: &mut HeaderMap, upgrade: bool) {
             headers.insert(header::COOKIE, v);
         }
     }
+    strip_hop_by_hop(headers, upgrade);
+}
+
+/// Removes the hop-by-hop headers, except an upgrade's own `Connection` and `Upgrade`.
+fn strip_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
     if !upgrade {
         for h in HOP_BY_HOP {
             headers.remove(h);
@@ -220,12 +218,7 @@ fn clean_response(headers: &mut HeaderMap, upgrade: bool) {
     for c in cookies {
         headers.append(header::SET_COOKIE, c);
     }
-    if !upgrade {
-        for h in HOP_BY_HOP {
-            headers.remove(h);
-        }
-        headers.remove(header::UPGRADE);
-    }
+    strip_hop_by_hop(headers, upgrade);
 }
 
 /// The session cookie's `Set-Cookie`: HttpOnly, only for the job's path, expiring with the job.

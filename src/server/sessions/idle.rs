@@ -4,7 +4,7 @@
 //! only on a round after the one that warned it.
 
 use super::Sessions;
-use crate::model::{JobEventKind, JobStatus, StopCause};
+use crate::model::{JobEventKind, JobStatus, LaunchPolicy, StopCause};
 use crate::server::db::{events, lifecycle, sessions as store, settings};
 use chrono::{DateTime, TimeDelta, Utc};
 use serde_json::json;
@@ -29,10 +29,22 @@ pub struct Round {
     pub stopped: usize,
 }
 
-/// One round at `now`: writes the traffic the proxy saw, then warns or stops idle sessions.
+/// One round at `now` under the launch policy as it is now: writes the traffic the proxy saw,
+/// then warns or stops idle sessions.
 pub async fn round(
     pool: &PgPool,
     sessions: Option<&Sessions>,
+    now: DateTime<Utc>,
+) -> sqlx::Result<Round> {
+    let policy = settings::launch_policy(pool).await?;
+    round_under(pool, sessions, &policy, now).await
+}
+
+/// [`round`] under `policy`.
+async fn round_under(
+    pool: &PgPool,
+    sessions: Option<&Sessions>,
+    policy: &LaunchPolicy,
     now: DateTime<Utc>,
 ) -> sqlx::Result<Round> {
     if let Some(s) = sessions {
@@ -41,18 +53,24 @@ pub async fn round(
             store::touch(pool, &seen, now).await?;
         }
     }
-    let policy = settings::launch_policy(pool).await?;
     let idle_min = policy.session_idle_min;
     let busy_pct = i32::try_from(policy.idle_sm_percent).unwrap_or(i32::MAX);
+    let limit = TimeDelta::milliseconds((idle_min * 60_000.0) as i64);
+    let warn_after = TimeDelta::milliseconds((idle_min * 60_000.0 * WARN_AT) as i64);
     let mut done = Round::default();
-    for s in store::running(pool, busy_pct).await? {
-        if gpu_active(&s) {
-            store::mark_active(pool, s.id, now).await?;
-            continue;
-        }
+    let (busy, quiet): (Vec<_>, Vec<_>) = store::running(pool, busy_pct)
+        .await?
+        .into_iter()
+        .partition(|s| s.gpu_busy);
+    // A session whose cards were busy since its last traffic (the usage sampler's utilisation,
+    // on cards it holds alone) was active now. (On NVML cards the idle engine also writes its
+    // own processes' busy samples as its traffic: `server::idle`.)
+    if !busy.is_empty() {
+        let ids: Vec<_> = busy.iter().map(|s| s.id).collect();
+        store::touch(pool, &ids, now).await?;
+    }
+    for s in quiet {
         let idle = now - s.active_at;
-        let limit = TimeDelta::milliseconds((idle_min * 60_000.0) as i64);
-        let warn_after = TimeDelta::milliseconds((idle_min * 60_000.0 * WARN_AT) as i64);
         if idle >= limit && s.warned_at.is_some() {
             let reason = format!(
                 "idle: no HTTP or WebSocket traffic and no GPU activity for {idle_min} min \
@@ -90,26 +108,22 @@ pub async fn round(
     Ok(done)
 }
 
-/// Whether a session's cards were busy since its last traffic, by the usage sampler's card
-/// utilisation on cards it holds alone. (On NVML cards the idle engine also writes the session's
-/// own processes' busy samples as its traffic: `server::idle`.)
-fn gpu_active(s: &store::Running) -> bool {
-    s.gpu_busy
-}
-
 /// Runs rounds until the process ends, at the pace the policy's window asks for; a failed round
 /// is logged and tried again on the next.
 pub async fn run(pool: PgPool, sessions: Option<Sessions>) {
     loop {
-        let wait = match round(&pool, sessions.as_ref(), Utc::now()).await {
-            Ok(r) => {
+        let done = match settings::launch_policy(&pool).await {
+            Ok(policy) => round_under(&pool, sessions.as_ref(), &policy, Utc::now())
+                .await
+                .map(|r| (r, period(policy.session_idle_min))),
+            Err(e) => Err(e),
+        };
+        let wait = match done {
+            Ok((r, wait)) => {
                 if r.warned + r.stopped > 0 {
                     tracing::info!(warned = r.warned, stopped = r.stopped, "idle sessions");
                 }
-                settings::launch_policy(&pool)
-                    .await
-                    .map(|p| period(p.session_idle_min))
-                    .unwrap_or(Duration::from_secs(30))
+                wait
             }
             Err(e) => {
                 tracing::warn!(error = %e, "an idle-session round failed");

@@ -16,12 +16,11 @@ mod origin;
 pub use origin::SessionOrigin;
 
 use crate::model::{AppError, Role};
+use crate::server::auth::tokens::{digest, random_hex};
 use crate::server::auth::CurrentUser;
 use crate::server::db::{sessions as store, settings};
 use crate::server::error::OrInternal;
 use chrono::{DateTime, TimeDelta, Utc};
-use rand::RngCore;
-use sha2::{Digest, Sha256};
 use sqlx::PgPool;
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
@@ -121,17 +120,6 @@ impl Sessions {
     }
 }
 
-/// A fresh secret (a code or a cookie): 32 random bytes in hex.
-fn secret() -> String {
-    let mut bytes = [0u8; 32];
-    rand::rngs::OsRng.fill_bytes(&mut bytes);
-    hex::encode(bytes)
-}
-
-fn digest(secret: &str) -> [u8; 32] {
-    Sha256::digest(secret.as_bytes()).into()
-}
-
 /// Who may open a session: its owner; an admin only where the launch policy says so
 /// (`admins_open_sessions`). Managers never: a session runs as its owner.
 pub fn may_open(user: Uuid, role: Role, owner: Uuid, admins_open_sessions: bool) -> bool {
@@ -177,7 +165,7 @@ pub async fn open(
             "job {id} does not run: its session opens while it runs"
         )));
     }
-    let code = secret();
+    let code = random_hex();
     let expires = Utc::now() + TimeDelta::seconds(CODE_TTL_S);
     store::grant(pool, &digest(&code), "code", id, user.id, expires)
         .await
@@ -215,7 +203,7 @@ pub async fn exchange(pool: &PgPool, id: Uuid, code: &str) -> Result<Cookie, App
     let expires = target
         .deadline_at
         .unwrap_or_else(|| Utc::now() + TimeDelta::hours(COOKIE_FALLBACK_H));
-    let value = secret();
+    let value = random_hex();
     store::grant(pool, &digest(&value), "cookie", id, user, expires)
         .await
         .or_internal("storing a session cookie")?;
@@ -300,7 +288,7 @@ mod tests {
 
     #[test]
     fn secrets_are_fresh_and_digests_stable() {
-        let (a, b) = (secret(), secret());
+        let (a, b) = (random_hex(), random_hex());
         assert_ne!(a, b);
         assert_eq!(a.len(), 64);
         assert_eq!(digest(&a), digest(&a));
