@@ -230,7 +230,8 @@ impl Engine {
                     Write::Clear(job, detail) => idle::clear(&mut tx, job, detail).await?,
                     Write::Stop(job, why, detail, quiet_since) => {
                         if idle::request_stop(&mut tx, job, &why, detail).await? {
-                            tracing::warn!(%job, %quiet_since, "stopping a job whose cards stayed idle");
+                            let what = "stopping a job whose cards stayed idle";
+                            tracing::warn!(%job, %quiet_since, "{what}");
                             round.stopped.push(job);
                         }
                     }
