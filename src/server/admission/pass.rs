@@ -5,6 +5,7 @@
 //! The steps are public so tests can interleave them deliberately (and show what the lock
 //! prevents); [`run_pass`] is the only correct composition.
 
+use super::estimate::Holding;
 use super::gates::{DepState, Gates};
 use super::images::{Gate, ImageGate};
 use super::planner::{
@@ -75,6 +76,9 @@ pub struct PassState {
     /// The owners past a budget as this pass read them: a soft one puts their jobs after the
     /// others of a priority, a hard one holds them.
     pub budgets: budgets::Over,
+    /// The jobs holding cards, where backfill read them (the policy's `backfill`, and a queue
+    /// to plan): the start estimate takes them rather than reading them again.
+    pub holding: Option<Vec<Holding>>,
 }
 
 impl PassState {
@@ -475,11 +479,13 @@ pub async fn read_state(
             Some(reason) => capped.push((to_job(q), reason)),
         }
     }
-    let backfill = if policy.backfill {
-        Some(backfill(tx, &rows_q, now).await?)
+    // With nothing to plan the planner keeps no card, so the holders are not read for it.
+    let holding = if policy.backfill && !queue.is_empty() {
+        Some(super::estimate::holding(tx).await?)
     } else {
         None
     };
+    let backfill = holding.as_deref().map(|h| backfill(h, &rows_q, now));
     Ok(PassState {
         input: PlanInput {
             cards,
@@ -499,25 +505,21 @@ pub async fn read_state(
         gates,
         standings,
         budgets: over,
+        holding,
     })
 }
 
-/// Backfill's bounds: when each job holding cards ends at the latest (the start estimate's own
+/// Backfill's bounds: when each job `holding` cards ends at the latest (the start estimate's own
 /// reading of them) and each queued job's timeout, with the estimate's slack.
-async fn backfill(
-    tx: &mut Transaction<'_, Postgres>,
-    queued: &[QueueRow],
-    now: DateTime<Utc>,
-) -> Result<Backfill> {
+fn backfill(holding: &[Holding], queued: &[QueueRow], now: DateTime<Utc>) -> Backfill {
     let now_ms = now.timestamp_millis();
-    let holding = super::estimate::holding(tx).await?;
-    Ok(Backfill {
+    Backfill {
         releases: holding
-            .into_iter()
+            .iter()
             .map(|h| Release {
                 job_id: h.id,
                 deadline_ms: h.deadline_ms(now_ms),
-                grants: h.grants,
+                grants: h.grants.clone(),
                 exclusive: h.exclusive,
             })
             .collect(),
@@ -525,8 +527,8 @@ async fn backfill(
             .iter()
             .map(|q| (q.id, q.timeout_s.saturating_mul(1000)))
             .collect(),
-        slack_ms: super::estimate::EstimateConfig::default().slack.as_millis() as i64,
-    })
+        slack_ms: super::estimate::SLACK.as_millis() as i64,
+    }
 }
 
 /// Writes a plan: job statuses first, guarded by `status = 'queued'` (a job cancelled since the

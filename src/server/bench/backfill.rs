@@ -15,7 +15,7 @@
 //!   queue (mean, p90, max), and of the big jobs (`train-large`, `train-multi`);
 //! - **mean wait** of every job.
 
-use super::replay::{self, trace};
+use super::replay::{self, trace, MIN, SLACK_MS};
 use crate::server::admission::estimate::sim::{Sim, SimBackfill, SimJob};
 use crate::server::admission::pass::Caps;
 use crate::server::admission::planner::{Need, QueuedJob};
@@ -40,9 +40,6 @@ pub struct BackfillOptions {
     pub seed: u64,
 }
 
-const MIN: i64 = 60_000;
-/// The pass's slack (`EstimateConfig::default`).
-const SLACK_MS: i64 = 30_000;
 const HEADROOM_MIB: i64 = 256;
 
 /// One job of the trace.

@@ -68,9 +68,9 @@ impl RunFigure {
     }
 }
 
-const MIN: i64 = 60_000;
-/// The slack the server adds to every deadline in the bound (`EstimateConfig::default`).
-const SLACK_MS: i64 = 30_000;
+pub(super) const MIN: i64 = 60_000;
+/// The slack the server adds to every deadline in the bound (`estimate::SLACK`).
+pub(super) const SLACK_MS: i64 = crate::server::admission::estimate::SLACK.as_millis() as i64;
 /// Finished runs kept per workload type, as the server keeps.
 const HISTORY_RUNS: usize = 200;
 /// Earlier runs of each type the replay starts with (the team's previous days).

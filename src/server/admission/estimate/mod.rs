@@ -23,7 +23,7 @@ mod store;
 
 pub use history::{Durations, History, Typical};
 pub(crate) use store::holding;
-pub use store::{read, refresh, run, EstimateConfig, StoredEstimate, ESTIMATE_LOCK};
+pub use store::{read, refresh, run, EstimateConfig, StoredEstimate, ESTIMATE_LOCK, SLACK};
 
 use crate::server::admission::pass::Caps;
 use crate::server::admission::planner::{Card, CardGrant, QueuedJob};

@@ -25,14 +25,15 @@ pub const ESTIMATE_LOCK: i64 = 0x6770_7571_0000_0005;
 /// `gpuq bench replay` measured as the most accurate.
 pub const TYPICAL: (Typical, Typical) = (Typical::Median, Typical::Mean);
 
+/// Added to every deadline in the bound (and to backfill's): the stop's grace (10 s by default),
+/// the release by the next pass and the next job's launch.
+pub const SLACK: Duration = Duration::from_secs(30);
+
 /// Settings of the estimate.
 #[derive(Debug, Clone)]
 pub struct EstimateConfig {
     /// How often the figures are refreshed (by whichever node gets there first).
     pub every: Duration,
-    /// Added to every deadline in the bound: the stop's grace (10 s by default), the release by
-    /// the next pass and the next job's launch.
-    pub slack: Duration,
     /// Queued jobs estimated, in queue order; those after them have no figures.
     pub max_queued: i64,
     /// Job ends each simulation goes through before it gives up on the jobs left.
@@ -48,7 +49,6 @@ impl Default for EstimateConfig {
     fn default() -> Self {
         EstimateConfig {
             every: Duration::from_secs(5),
-            slack: Duration::from_secs(30),
             max_queued: 2_000,
             max_steps: 10_000,
             history_runs: 200,
@@ -130,7 +130,7 @@ async fn snapshot(
     cfg: &EstimateConfig,
     now: DateTime<Utc>,
 ) -> Result<Snapshot> {
-    let state = pass::read_state(tx, pass_cfg, now).await?;
+    let mut state = pass::read_state(tx, pass_cfg, now).await?;
     let policy = settings::launch_policy(&mut **tx)
         .await
         .context("reading the launch policy")?;
@@ -198,13 +198,16 @@ async fn snapshot(
         .collect();
     Ok(Snapshot {
         cards: state.input.cards.clone(),
-        holding: holding(tx).await?,
+        holding: match state.holding.take() {
+            Some(read) => read,
+            None => holding(tx).await?,
+        },
         queued,
         caps,
         array_limits,
         headroom_mib: pass_cfg.headroom_mib,
         starvation_after_ms: state.input.starvation_after_ms,
-        slack_ms: cfg.slack.as_millis() as i64,
+        slack_ms: SLACK.as_millis() as i64,
         history: history(tx, cfg.history_runs).await?,
         typical: cfg.typical,
         now_ms: now.timestamp_millis(),
