@@ -5,17 +5,12 @@
 use super::alert::{action_error, loaded, Fetched};
 use super::widgets::{table_or_note, text_input};
 use crate::api::{CreateTeam, PlaceUser, UpdateTeam};
-use crate::model::{check_weight, Budget, NewTeam, TeamPatch, TeamView, UserShare, UserView};
+use crate::model::{Budget, NewTeam, TeamPatch, TeamView, UserShare, UserView};
 use leptos::prelude::*;
 
 /// A weight as typed: a number more than 0 and at most 1,000,000; the error names `field`.
 pub fn parse_weight(field: &str, text: &str) -> Result<f64, String> {
-    let w = text
-        .trim()
-        .parse::<f64>()
-        .map_err(|_| format!("{field}: `{text}` is not a number"))?;
-    check_weight(field, w).map_err(|(_, m)| format!("{field}: {m}"))?;
-    Ok(w)
+    crate::model::parse_weight(text).map_err(|e| format!("{field}: {e}"))
 }
 
 /// A budget as typed, `GPU_HOURS/PERIOD/KIND` (`50/week/hard`); empty is no budget. The error

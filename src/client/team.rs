@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 
 use super::api::{path_segment, ApiClient};
 use super::{credentials, ConnArgs};
-use crate::model::{check_weight, Budget, Secret, TeamView, UserView};
+use crate::model::{parse_weight, Budget, Secret, TeamView, UserView};
 
 /// Arguments of `gpuq team`.
 #[derive(Debug, Clone, clap::Args)]
@@ -54,7 +54,7 @@ pub enum TeamAction {
         /// Team name (a-z, 0-9, `_`, `.`, `-`)
         name: String,
         /// Share weight against the other teams (more than 0; default 1)
-        #[arg(long, value_parser = weight)]
+        #[arg(long, value_parser = parse_weight)]
         weight: Option<f64>,
         /// A GPU-hour budget: GPU_HOURS/PERIOD/KIND (e.g. 50/week/hard)
         #[arg(long, value_name = "H/PERIOD/KIND", value_parser = budget)]
@@ -65,7 +65,7 @@ pub enum TeamAction {
         /// Team name
         name: String,
         /// New share weight
-        #[arg(long, value_parser = weight)]
+        #[arg(long, value_parser = parse_weight)]
         weight: Option<f64>,
         /// New budget, or its removal
         #[command(flatten)]
@@ -82,20 +82,11 @@ pub struct UserSetArgs {
     #[arg(long)]
     pub team: Option<String>,
     /// The user's share weight within their team (more than 0)
-    #[arg(long, value_parser = weight)]
+    #[arg(long, value_parser = parse_weight)]
     pub weight: Option<f64>,
     /// The user's own budget, or its removal
     #[command(flatten)]
     pub budget: BudgetFlags,
-}
-
-fn weight(text: &str) -> Result<f64, String> {
-    let w: f64 = text
-        .trim()
-        .parse()
-        .map_err(|_| format!("`{text}` is not a number"))?;
-    check_weight("weight", w).map_err(|(_, m)| m)?;
-    Ok(w)
 }
 
 fn budget(text: &str) -> Result<Budget, String> {

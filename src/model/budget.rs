@@ -107,6 +107,16 @@ pub fn check_weight(field: &str, weight: f64) -> Result<(), (String, String)> {
     Ok(())
 }
 
+/// A weight as typed (a form's field, a CLI flag): a number [`check_weight`] accepts.
+pub fn parse_weight(text: &str) -> Result<f64, String> {
+    let w: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{text}` is not a number"))?;
+    check_weight("weight", w).map_err(|(_, m)| m)?;
+    Ok(w)
+}
+
 /// Checks a team's name: the same alphabet as user names.
 pub fn check_team_name(name: &str) -> Result<(), (String, String)> {
     if super::user::is_plain_name(name) {

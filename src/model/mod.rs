@@ -26,7 +26,7 @@ pub(crate) mod vocab;
 
 pub use admin::{AuditEntry, CreatedToken, ManifestState, TokenView};
 pub use budget::{
-    check_team_name, check_weight, Budget, BudgetKind, BudgetPeriod, DEFAULT_TEAM,
+    check_team_name, check_weight, parse_weight, Budget, BudgetKind, BudgetPeriod, DEFAULT_TEAM,
     MAX_BUDGET_GPU_HOURS, MAX_WEIGHT,
 };
 pub use budget_use::{used_up as budget_used_up, BudgetScope, BudgetUse};

@@ -90,15 +90,7 @@ pub async fn place_user(
     share: &UserShare,
 ) -> Result<UserView, AppError> {
     checked(share.check())?;
-    let mut tx = ctx
-        .pool
-        .begin()
-        .await
-        .or_internal("beginning a user edit")?;
-    let user = users::by_id(&mut *tx, id)
-        .await
-        .or_internal("reading a user")?
-        .ok_or_else(|| AppError::NotFound(format!("no user {id}")))?;
+    let (mut tx, user) = super::user_for_edit(ctx, id, "beginning a user edit").await?;
     if share.is_empty() {
         return user.view().or_internal("reading a user");
     }
@@ -117,15 +109,7 @@ pub async fn place_user(
         .await
         .or_internal("placing a user in a team")?;
     let detail = serde_json::to_value(share).or_internal("encoding a user edit")?;
-    events::commit_audited(
-        tx,
-        &admin.username,
-        AuditKind::UserUpdate,
-        &user.username,
-        detail,
-    )
-    .await
-    .or_internal("recording a user edit")?;
+    super::record_user_edit(tx, admin, &user.username, detail).await?;
     users::by_id(&ctx.pool, id)
         .await
         .or_internal("reading a user")?

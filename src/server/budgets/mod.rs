@@ -39,24 +39,19 @@ pub async fn standing(
     now: DateTime<Utc>,
 ) -> sqlx::Result<Vec<BudgetUse>> {
     let defined = budgets::defined(&mut *conn, Some(user)).await?;
-    used(conn, defined, now).await
+    used(conn, &defined, now).await
 }
 
 /// Whose budgets are used up at `now`: one read of the budgets, and one of the GPU-hours per
 /// period kind in use (none at all when no budget is set).
 pub async fn over(conn: &mut sqlx::PgConnection, now: DateTime<Utc>) -> sqlx::Result<Over> {
     let defined = budgets::defined(&mut *conn, None).await?;
-    let members: HashMap<(crate::model::BudgetScope, String), Vec<Uuid>> = defined
-        .iter()
-        .map(|d| ((d.scope, d.name.clone()), d.members.clone()))
-        .collect();
     let mut out = Over::default();
-    for u in used(conn, defined, now).await? {
+    for (d, u) in defined.iter().zip(used(conn, &defined, now).await?) {
         if !u.exhausted {
             continue;
         }
-        let who = members.get(&(u.scope, u.name.clone())).cloned();
-        for m in who.unwrap_or_default() {
+        for &m in &d.members {
             match u.budget.kind {
                 BudgetKind::Soft => {
                     out.soft.insert(m);
@@ -70,21 +65,22 @@ pub async fn over(conn: &mut sqlx::PgConnection, now: DateTime<Utc>) -> sqlx::Re
     Ok(out)
 }
 
-/// The figures of `defined` at `now`: each summed over its members from its period's start.
+/// The figures of `defined` at `now`, in its order: each summed over its members from its
+/// period's start.
 async fn used(
     conn: &mut sqlx::PgConnection,
-    defined: Vec<Defined>,
+    defined: &[Defined],
     now: DateTime<Utc>,
 ) -> sqlx::Result<Vec<BudgetUse>> {
     let mut per_period: HashMap<BudgetPeriod, HashMap<Uuid, f64>> = HashMap::new();
-    for d in &defined {
+    for d in defined {
         let p = d.budget.period;
         if let std::collections::hash_map::Entry::Vacant(slot) = per_period.entry(p) {
             slot.insert(gpu_hours::since(&mut *conn, p.start_of(now), now).await?);
         }
     }
     Ok(defined
-        .into_iter()
+        .iter()
         .map(|d| {
             let hours = per_period.get(&d.budget.period);
             let used: f64 = d
@@ -92,7 +88,7 @@ async fn used(
                 .iter()
                 .filter_map(|m| hours.and_then(|h| h.get(m)))
                 .sum();
-            BudgetUse::new(d.scope, d.name, d.budget, used, now)
+            BudgetUse::new(d.scope, d.name.clone(), d.budget, used, now)
         })
         .collect())
 }
