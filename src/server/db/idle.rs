@@ -62,22 +62,6 @@ pub async fn request_stop(
     lifecycle::request_stop(tx, job, StopCause::Idle, reason, JobEventKind::Idle, detail).await
 }
 
-/// The last idle event of a job (`idle_flagged`, `idle_cleared` or `idle`): when, which, and its
-/// detail; `None` when it was never flagged.
-pub async fn last_event(
-    pool: &PgPool,
-    job: Uuid,
-) -> sqlx::Result<Option<(DateTime<Utc>, JobEventKind, Value)>> {
-    sqlx::query_as(
-        "SELECT at, kind, detail FROM job_events \
-         WHERE job_id = $1 AND kind IN ('idle_flagged', 'idle_cleared', 'idle') \
-         ORDER BY id DESC LIMIT 1",
-    )
-    .bind(job)
-    .fetch_optional(pool)
-    .await
-}
-
 /// GPU-hours reclaimed from idle jobs per owner, for the jobs stopped idle in `[from, to)`:
 /// `(owner name, jobs, GPU-hours)`, most first. A stopped job reclaims the share of the cards it
 /// held × the time between its end and its deadline (start + timeout): what it could still have

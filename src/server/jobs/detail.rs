@@ -3,7 +3,7 @@
 
 use crate::model::{AppError, IdleFlag, JobDetail, JobEventKind, JobEventView, Role};
 use crate::server::auth::CurrentUser;
-use crate::server::db::{events, idle};
+use crate::server::db::events::{self, JobEventRow};
 use crate::server::error::OrInternal;
 use crate::server::Ctx;
 use chrono::{DateTime, Utc};
@@ -12,17 +12,18 @@ use uuid::Uuid;
 /// A job with its timeline, and whether the viewer may cancel or resubmit it.
 pub async fn detail(ctx: &Ctx, user: &CurrentUser, id: Uuid) -> Result<JobDetail, AppError> {
     let job = super::get(ctx, user, id).await?;
-    // The trail holds reasons and details: only for those who see the job's details.
-    let events = if job.details_hidden {
-        Vec::new()
+    // The trail holds reasons and details: only for those who see the job's details. The idle
+    // flag is a detail too (it says what the job's processes do), read from the same trail.
+    let (events, idle) = if job.details_hidden {
+        (Vec::new(), None)
     } else {
-        trail(ctx, id).await?
-    };
-    // The flag is a detail too (it says what the job's processes do).
-    let idle = if job.details_hidden || job.status.is_terminal() {
-        None
-    } else {
-        idle_flag(ctx, id).await?
+        let rows = trail_rows(ctx, id).await?;
+        let idle = if job.status.is_terminal() {
+            None
+        } else {
+            idle_flag(&rows)
+        };
+        (in_words(rows), idle)
     };
     let owner = job.owner == user.username;
     // Where the owner stands against their budgets, beside why their job waits.
@@ -41,14 +42,23 @@ pub async fn detail(ctx: &Ctx, user: &CurrentUser, id: Uuid) -> Result<JobDetail
     })
 }
 
-/// The job's idle flag, when its last idle event flagged it (not cleared since, not stopped).
-async fn idle_flag(ctx: &Ctx, id: Uuid) -> Result<Option<IdleFlag>, AppError> {
-    let last = idle::last_event(&ctx.pool, id)
-        .await
-        .or_internal("reading a job's idle flag")?;
-    Ok(match last {
-        Some((at, JobEventKind::IdleFlagged, d)) => Some(IdleFlag {
-            flagged_at: at,
+/// The job's idle flag, when the last idle event of its trail (`idle_flagged`, `idle_cleared` or
+/// `idle`) flagged it: not cleared since, not stopped.
+fn idle_flag(trail: &[JobEventRow]) -> Option<IdleFlag> {
+    let last = trail.iter().rev().find(|e| {
+        matches!(
+            e.kind,
+            JobEventKind::IdleFlagged | JobEventKind::IdleCleared | JobEventKind::Idle
+        )
+    });
+    match last {
+        Some(JobEventRow {
+            at,
+            kind: JobEventKind::IdleFlagged,
+            detail: d,
+            ..
+        }) => Some(IdleFlag {
+            flagged_at: *at,
             quiet_since: serde_json::from_value::<DateTime<Utc>>(d["quiet_since"].clone()).ok(),
             no_process: d["no_process"].as_bool().unwrap_or(false),
             sm_percent: d["sm_percent"].as_u64().and_then(|p| u32::try_from(p).ok()),
@@ -57,7 +67,7 @@ async fn idle_flag(ctx: &Ctx, id: Uuid) -> Result<Option<IdleFlag>, AppError> {
                 .flatten(),
         }),
         _ => None,
-    })
+    }
 }
 
 /// A job's trail, oldest first (`GET /api/v1/jobs/{id}/events`), for those who may read its
@@ -75,23 +85,26 @@ pub async fn events(
             job.owner
         )));
     }
-    trail(ctx, id).await
+    Ok(in_words(trail_rows(ctx, id).await?))
 }
 
-/// Job `id`'s trail in plain words, oldest first (whoever may read it decided by the caller).
-async fn trail(ctx: &Ctx, id: Uuid) -> Result<Vec<JobEventView>, AppError> {
-    let rows = events::job_events_of(&ctx.pool, id)
+/// Job `id`'s trail, oldest first (whoever may read it decided by the caller).
+async fn trail_rows(ctx: &Ctx, id: Uuid) -> Result<Vec<JobEventRow>, AppError> {
+    events::job_events_of(&ctx.pool, id)
         .await
-        .or_internal("reading a job's events")?;
-    Ok(rows
-        .into_iter()
+        .or_internal("reading a job's events")
+}
+
+/// A trail in plain words.
+fn in_words(rows: Vec<JobEventRow>) -> Vec<JobEventView> {
+    rows.into_iter()
         .map(|e| JobEventView {
             at: e.at,
             actor: e.actor,
             detail: describe(e.kind, &e.detail),
             kind: e.kind,
         })
-        .collect())
+        .collect()
 }
 
 fn describe(kind: JobEventKind, detail: &serde_json::Value) -> String {
