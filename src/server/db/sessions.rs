@@ -9,11 +9,13 @@ use uuid::Uuid;
 /// The statuses in which a session job counts against `max_sessions_per_user`.
 const LIVE: &str = "('queued', 'admitted', 'starting', 'running')";
 
+/// True for a row of `jobs` that is a session: its spec has a `port` (false, not NULL, without).
+pub(crate) const IS_SESSION: &str = "coalesce(spec -> 'port' <> 'null'::jsonb, false)";
+
 /// `owner`'s sessions (jobs with a `port`) that wait or run, in the caller's transaction.
 pub async fn count_live(db: impl PgExecutor<'_>, owner: Uuid) -> sqlx::Result<i64> {
     sqlx::query_scalar(&format!(
-        "SELECT count(*) FROM jobs WHERE owner_id = $1 AND status IN {LIVE} \
-           AND spec -> 'port' IS NOT NULL AND spec -> 'port' <> 'null'::jsonb"
+        "SELECT count(*) FROM jobs WHERE owner_id = $1 AND status IN {LIVE} AND {IS_SESSION}"
     ))
     .bind(owner)
     .fetch_one(db)
@@ -47,8 +49,6 @@ pub async fn reachable(pool: &PgPool, jobs: &[Uuid]) -> sqlx::Result<Vec<Uuid>> 
 /// What the session origin needs of a job to let one request through.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct Target {
-    /// The job.
-    pub job_id: Uuid,
     /// Its owner.
     pub owner_id: Uuid,
     /// Where the container serves (`None` until the runner recorded it).
@@ -61,10 +61,10 @@ pub struct Target {
 
 /// Job `id` as a session target; `None` when it does not exist or is no session.
 pub async fn target(pool: &PgPool, id: Uuid) -> sqlx::Result<Option<Target>> {
-    sqlx::query_as(
-        "SELECT id AS job_id, owner_id, session_addr, status = 'running' AS running, deadline_at \
-         FROM jobs WHERE id = $1 AND spec -> 'port' IS NOT NULL AND spec -> 'port' <> 'null'::jsonb",
-    )
+    sqlx::query_as(&format!(
+        "SELECT owner_id, session_addr, status = 'running' AS running, deadline_at \
+         FROM jobs WHERE id = $1 AND {IS_SESSION}"
+    ))
     .bind(id)
     .fetch_optional(pool)
     .await
@@ -140,11 +140,10 @@ pub async fn cookie_holder(
 
 /// Deletes codes and cookies that expired, and those of jobs that ended.
 pub async fn sweep(pool: &PgPool) -> sqlx::Result<u64> {
-    let r = sqlx::query(
+    let r = sqlx::query(&format!(
         "DELETE FROM session_grants g WHERE g.expires_at <= now() \
-           OR EXISTS (SELECT 1 FROM jobs j WHERE j.id = g.job_id \
-                      AND j.status NOT IN ('queued', 'admitted', 'starting', 'running'))",
-    )
+           OR EXISTS (SELECT 1 FROM jobs j WHERE j.id = g.job_id AND j.status NOT IN {LIVE})"
+    ))
     .execute(pool)
     .await?;
     Ok(r.rows_affected())
@@ -186,7 +185,7 @@ pub struct Running {
 /// session's cards: on a shared card a neighbour's work counts too, which can only keep a session
 /// alive, never stop it early.
 pub async fn running(pool: &PgPool, busy_pct: i32) -> sqlx::Result<Vec<Running>> {
-    sqlx::query_as(
+    sqlx::query_as(&format!(
         "SELECT j.id, coalesce(j.session_active_at, j.started_at, now()) AS active_at, \
                 j.session_warned_at AS warned_at, \
                 EXISTS (SELECT 1 FROM reservations r JOIN gpu_samples s ON s.gpu_uuid = r.gpu_uuid \
@@ -198,8 +197,8 @@ pub async fn running(pool: &PgPool, busy_pct: i32) -> sqlx::Result<Vec<Running>>
                                             AND o.released_at IS NULL AND o.job_id <> j.id)) \
                   AS gpu_busy \
          FROM jobs j WHERE j.status = 'running' AND j.cancel_requested_at IS NULL \
-           AND j.spec -> 'port' IS NOT NULL AND j.spec -> 'port' <> 'null'::jsonb",
-    )
+           AND {IS_SESSION}"
+    ))
     .bind(busy_pct)
     .fetch_all(pool)
     .await

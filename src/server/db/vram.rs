@@ -1,6 +1,7 @@
 //! Repository for observed VRAM: what each running job holds on each of its cards, the record it
 //! leaves, simulated per-job usage, and gpuq's own stops of jobs that overran.
 
+use super::sessions::IS_SESSION;
 use super::{events, lifecycle};
 use crate::model::{JobEventKind, JobStatus, StopCause};
 use serde_json::json;
@@ -29,13 +30,12 @@ pub struct HeldCard {
 
 /// The cards held by this node's starting and running jobs.
 pub async fn held_on(pool: &PgPool, node: &str) -> sqlx::Result<Vec<HeldCard>> {
-    sqlx::query_as(
+    sqlx::query_as(&format!(
         "SELECT j.id AS job_id, j.container_id, r.gpu_uuid, r.vram_mib AS committed_mib, \
-                j.cancel_requested_at IS NOT NULL AS stopping, j.workload, \
-                coalesce(j.spec -> 'port' <> 'null'::jsonb, false) AS session \
+                j.cancel_requested_at IS NOT NULL AS stopping, j.workload, {IS_SESSION} AS session \
          FROM jobs j JOIN reservations r ON r.job_id = j.id AND r.released_at IS NULL \
          WHERE j.node = $1 AND j.status IN ('starting', 'running') ORDER BY j.seq, r.gpu_uuid",
-    )
+    ))
     .bind(node)
     .fetch_all(pool)
     .await
