@@ -4,19 +4,17 @@
 //! [`SAMPLE`]), as the card observer's snapshots pace them in `gpuq serve`; the runner stops what
 //! the engine decides.
 
-use crate::support::docker::docker_cli;
-use crate::support::isolation::{container_of, event_kinds, wait_container_removed};
-use crate::support::nvml::FakeNvml;
+use crate::support::isolation::{event_kinds, host_pid_of, wait_container_removed};
+use crate::support::nvml::{sim_source, spawn_observer, FakeNvml};
 use crate::support::{cancel_and_wait, wait_status, Node, TestApp, PASSWORD};
 use gpuq::model::{gpu_id, Role};
-use gpuq::server::gpu::{self, GpuInventory, GpuMode};
+use gpuq::server::gpu::GpuInventory;
 use gpuq::server::idle::{Engine, Round};
 use gpuq::server::metrics::snapshot;
 use gpuq::server::runtime::LaunchMode;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 use uuid::Uuid;
 
@@ -103,15 +101,8 @@ impl Setup {
     }
 }
 
-/// The container's main process, as the host sees it.
-fn host_pid(container: &str) -> u32 {
-    docker_cli(&["inspect", "-f", "{{.State.Pid}}", container])
-        .parse()
-        .unwrap()
-}
-
 async fn pid_of(s: &Setup, job: Uuid) -> u32 {
-    host_pid(&container_of(&s.app, job).await.unwrap())
+    host_pid_of(&s.app, job).await
 }
 
 /// When each job was flagged and stopped, from the engine's first round.
@@ -400,15 +391,7 @@ async fn unreadable_samples_and_simulated_cards_are_never_judged(pool: PgPool) {
     assert!(engine.tracked(job).is_some(), "read, and known");
 
     // Simulated cards: their processes are not seen, so the engine judges nothing.
-    let inv: Arc<dyn GpuInventory> =
-        Arc::from(gpu::from_config(GpuMode::Sim, Some(CARD), "idl3").unwrap());
-    let source = gpuq::server::gpu::observer::Source {
-        pool: s.app.pool.clone(),
-        inventory: inv,
-        node: "idl3".into(),
-        proc_root: "/proc".into(),
-    };
-    let cards = gpuq::server::gpu::observer::spawn(source, Duration::from_secs(3600)).await;
+    let cards = spawn_observer(sim_source(&s.app.pool, CARD, "idl3")).await;
     let mut sim = Engine::new(s.app.pool.clone(), cards, "idl3".into());
     for _ in 0..3 {
         let r = sim.round().await.unwrap();

@@ -1,6 +1,7 @@
 //! Usage: the sampler and its retention, the report's figures against hand-computed ones, range
 //! checks, the CSV exports and who may see any of it.
 
+use crate::support::nvml::sim_source;
 use crate::support::{true_job, TestApp, PASSWORD};
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use gpuq::model::Role;
@@ -11,17 +12,6 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 const RTX: &str = "NVIDIA GeForce RTX 3090";
-
-/// Simulated cards as `gpuq serve --gpu-source sim --sim-gpus <spec>` on `node` reads them.
-fn sim_source(app: &TestApp, spec: &str, node: &str) -> observer::Source {
-    use gpuq::server::gpu::{from_config, GpuMode};
-    observer::Source {
-        pool: app.pool.clone(),
-        inventory: std::sync::Arc::from(from_config(GpuMode::Sim, Some(spec), node).unwrap()),
-        node: node.into(),
-        proc_root: "/proc".into(),
-    }
-}
 
 fn at(h: u32, m: u32, s: u32) -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2025, 1, 1, h, m, s).unwrap()
@@ -53,7 +43,7 @@ async fn the_sampler_records_each_card_of_its_node_and_prunes_past_the_retention
     assert_eq!(r.status, 204, "{}", r.text);
 
     // A simulated card: reserved from the ledger, foreign memory as set, no measured use.
-    let snapshot = sim_source(&app, &format!("2x24576:{RTX}"), "node-s")
+    let snapshot = sim_source(&app.pool, &format!("2x24576:{RTX}"), "node-s")
         .read()
         .await;
     let now = Utc::now();
@@ -132,7 +122,7 @@ async fn the_sampler_records_each_card_of_its_node_and_prunes_past_the_retention
 async fn the_sampling_task_samples_until_stopped_and_records_its_settings(pool: PgPool) {
     let app = TestApp::new(pool).await;
     app.sim_cards(&format!("1x24576:{RTX}"), "node-t").await;
-    let source = sim_source(&app, &format!("1x24576:{RTX}"), "node-t");
+    let source = sim_source(&app.pool, &format!("1x24576:{RTX}"), "node-t");
     let (stop, rx) = tokio::sync::watch::channel(false);
     let sampling = Sampling {
         every: std::time::Duration::from_millis(50),
@@ -415,7 +405,7 @@ async fn ranges_are_checked_and_name_their_field(pool: PgPool) {
 async fn the_samples_csv_has_a_header_and_a_row_per_sample(pool: PgPool) {
     let app = TestApp::new(pool).await;
     let cards = app.sim_cards(&format!("2x24576:{RTX}"), "node-c").await;
-    let snapshot = sim_source(&app, &format!("2x24576:{RTX}"), "node-c")
+    let snapshot = sim_source(&app.pool, &format!("2x24576:{RTX}"), "node-c")
         .read()
         .await;
     let now = Utc::now();

@@ -4,19 +4,15 @@
 //! Simulated cards get their usage through the admin API; real-card reading goes through the fake
 //! NVML with the job container's real host PID, mapped by its `/proc/<pid>/cgroup`.
 
-use crate::support::docker::docker_cli;
-use crate::support::isolation::{container_of, event_kinds};
-use crate::support::nvml::FakeNvml;
+use crate::support::isolation::{event_kinds, host_pid_of};
+use crate::support::nvml::{sim_source, spawn_observer, FakeNvml};
 use crate::support::{cancel_and_wait, wait_status, Node, TestApp};
 use gpuq::model::gpu_id;
-use gpuq::server::gpu::observer::{self, Cards};
-use gpuq::server::gpu::{self, GpuInventory, GpuMode};
 use gpuq::server::metrics::snapshot;
 use gpuq::server::runtime::LaunchMode;
 use gpuq::server::vram::{Round, Sampler, VramConfig};
 use serde_json::{json, Value};
 use sqlx::PgPool;
-use std::sync::Arc;
 use std::time::Duration;
 use uuid::Uuid;
 
@@ -64,27 +60,11 @@ fn config(node: &str) -> VramConfig {
     }
 }
 
-/// A card observer of `inventory` for `node` that reads when asked.
-async fn observe(s: &Setup, inventory: Arc<dyn GpuInventory>, node: &str) -> Cards {
-    let source = observer::Source {
-        pool: s.app.pool.clone(),
-        inventory,
-        node: node.into(),
-        proc_root: "/proc".into(),
-    };
-    observer::spawn(source, Duration::from_secs(3600)).await
-}
-
 /// [`setup`] and a sampler that reads the card's simulated usage (what [`use_mib`] sets).
 async fn sim_setup(pool: PgPool, node: &str) -> (Setup, Sampler) {
     let s = setup(pool, node).await;
-    let inv: Arc<dyn GpuInventory> =
-        Arc::from(gpu::from_config(GpuMode::Sim, Some(CARD), node).unwrap());
-    let sampler = Sampler::new(
-        s.app.pool.clone(),
-        observe(&s, inv, node).await,
-        config(node),
-    );
+    let cards = spawn_observer(sim_source(&s.app.pool, CARD, node)).await;
+    let sampler = Sampler::new(s.app.pool.clone(), cards, config(node));
     (s, sampler)
 }
 
@@ -337,19 +317,12 @@ async fn simulated_usage_is_for_admins_and_for_jobs_holding_the_card(pool: PgPoo
     s.end(&[job]).await;
 }
 
-/// The container's main process, as the host sees it.
-fn host_pid(container: &str) -> u32 {
-    docker_cli(&["inspect", "-f", "{{.State.Pid}}", container])
-        .parse()
-        .unwrap()
-}
-
 #[sqlx::test(migrations = false)]
 async fn real_card_readings_go_to_the_job_by_its_container_cgroup(pool: PgPool) {
     let s = setup(pool, "vr5").await;
     let (greedy, polite) = two_sleepers(&s).await;
-    let pid_g = host_pid(&container_of(&s.app, greedy).await.unwrap());
-    let pid_p = host_pid(&container_of(&s.app, polite).await.unwrap());
+    let pid_g = host_pid_of(&s.app, greedy).await;
+    let pid_p = host_pid_of(&s.app, polite).await;
     // A foreign process: this test itself, in no gpuq container.
     let foreign = std::process::id();
     let uuid = gpu_id(&s.card);

@@ -67,6 +67,14 @@ pub async fn container_of(app: &TestApp, id: uuid::Uuid) -> Option<String> {
     app.scalar_of(sql, id).await
 }
 
+/// The main process of job `id`'s container, as the host sees it.
+pub async fn host_pid_of(app: &TestApp, id: uuid::Uuid) -> u32 {
+    let container = container_of(app, id).await.expect("the job's container");
+    docker_cli(&["inspect", "-f", "{{.State.Pid}}", &container])
+        .parse()
+        .unwrap()
+}
+
 /// Waits (up to 30 s) until the runner removed job `id`'s container, if it had one: tests leave
 /// the host as they found it, and a container left behind keeps its image in use.
 pub async fn wait_container_removed(app: &TestApp, id: uuid::Uuid) {

@@ -3,10 +3,36 @@
 //! own state file (`<library>.state`) even when tests share a process.
 
 use gpuq::server::gpu::observer::{self, Cards};
-use gpuq::server::gpu::NvmlInventory;
+use gpuq::server::gpu::{from_config, GpuInventory, GpuMode, NvmlInventory};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+
+/// What a card observer of `inventory` on `node` reads (processes looked up in `/proc`).
+pub fn source(
+    pool: &sqlx::PgPool,
+    inventory: Arc<dyn GpuInventory>,
+    node: &str,
+) -> observer::Source {
+    observer::Source {
+        pool: pool.clone(),
+        inventory,
+        node: node.to_owned(),
+        proc_root: "/proc".into(),
+    }
+}
+
+/// Simulated cards as `gpuq serve --gpu-source sim --sim-gpus <spec>` on `node` reads them.
+pub fn sim_source(pool: &sqlx::PgPool, spec: &str, node: &str) -> observer::Source {
+    let inventory = Arc::from(from_config(GpuMode::Sim, Some(spec), node).unwrap());
+    source(pool, inventory, node)
+}
+
+/// A card observer of `source`, running until its handles are dropped. Its own tick is an hour:
+/// it reads when asked ([`Cards::fresh`]).
+pub async fn spawn_observer(source: observer::Source) -> Cards {
+    observer::spawn(source, std::time::Duration::from_secs(3600)).await
+}
 
 const SOURCES: [&str; 2] = ["fake_nvml.c", "stubs.c"];
 
@@ -103,13 +129,7 @@ impl FakeNvml {
     /// A card observer of this copy for `node` (processes looked up in `/proc`), running until
     /// its handles are dropped. Its own tick is an hour: it reads when asked ([`Cards::fresh`]).
     pub async fn observe(&self, pool: &sqlx::PgPool, node: &str) -> Cards {
-        let source = observer::Source {
-            pool: pool.clone(),
-            inventory: std::sync::Arc::new(self.inventory()),
-            node: node.to_owned(),
-            proc_root: "/proc".into(),
-        };
-        observer::spawn(source, std::time::Duration::from_secs(3600)).await
+        spawn_observer(source(pool, Arc::new(self.inventory()), node)).await
     }
 
     /// Starts the library's call counter (`<library>.calls`); [`FakeNvml::calls`] reads it.
