@@ -1,6 +1,6 @@
 //! Why a job is behind others in fair share: how many jobs of its priority (and soft budget)
-//! submitted after it go
-//! before it because their owners used the cards less recently (for their share). The read side
+//! submitted after it go before it because their owners used the cards less recently (for their
+//! share). The read side
 //! words it ("behind 3 jobs of users with less recent use"); counted for the whole queue in
 //! O(n log n), so a 10k queue costs a few milliseconds.
 
@@ -20,24 +20,27 @@ pub fn passed_by(queue: &[QueuedJob]) -> HashMap<Uuid, usize> {
     let mut tree = Fenwick::new(seqs.len());
     let mut inserted: Vec<usize> = Vec::new();
     let mut out = HashMap::new();
+    // The queue key's parts before the standing (priority, soft budget) make a level, within
+    // which fair share passes jobs; with the standing they make a run, within which none passes
+    // another (submission decides). Jobs of owners past a soft budget go after the others of
+    // their priority for that, not for fair share.
+    let level = |j: &QueuedJob| {
+        let k = j.queue_key();
+        (k.0, k.1)
+    };
+    let run = |j: &QueuedJob| {
+        let k = j.queue_key();
+        (k.0, k.1, k.2)
+    };
     let mut i = 0;
     while i < order.len() {
-        // A run of jobs with the same priority, budget and standing: none passes another. Jobs
-        // of owners past a soft budget go after the others for that, not for fair share.
-        let (p, b, s) = (
-            order[i].priority,
-            order[i].past_soft_budget,
-            order[i].standing,
-        );
-        if i > 0 && (order[i - 1].priority != p || order[i - 1].past_soft_budget != b) {
+        if i > 0 && level(order[i - 1]) != level(order[i]) {
             for r in inserted.drain(..) {
                 tree.add(r, -1);
             }
         }
-        let end = i + order[i..]
-            .iter()
-            .take_while(|j| j.priority == p && j.past_soft_budget == b && j.standing == s)
-            .count();
+        let this = run(order[i]);
+        let end = i + order[i..].iter().take_while(|j| run(j) == this).count();
         for j in &order[i..end] {
             let later = inserted.len() as i64 - tree.prefix(rank(j.seq) + 1);
             if later > 0 {
