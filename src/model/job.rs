@@ -366,6 +366,13 @@ pub struct JobView {
     pub session_url: Option<String>,
 }
 
+/// The path under which job `id`'s session lives on its origin: `/s/<id>/` on either kind of
+/// origin (a path per job, or a host per job), so the runner need not know which serves it. Its
+/// container is told it as `GPUQ_SESSION_BASE`, the base URL its app serves under.
+pub fn session_path(id: Uuid) -> String {
+    format!("/s/{id}/")
+}
+
 /// One page of jobs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]

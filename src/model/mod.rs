@@ -39,7 +39,7 @@ pub use gpu::{
     SkippedGpuView, WorkloadView,
 };
 pub use job::{
-    queue_key, AssignedGpu, JobAck, JobPage, JobStatus, JobView, QueueKey, StopCause,
+    queue_key, session_path, AssignedGpu, JobAck, JobPage, JobStatus, JobView, QueueKey, StopCause,
     QUEUE_ORDER_SQL,
 };
 pub use job::{Standing, SUBMIT_ORDER_SQL};

@@ -9,7 +9,7 @@
 
 use super::error::ErrorBody;
 use super::ApiError;
-use crate::model::AppError;
+use crate::model::{session_path, AppError};
 use crate::server::auth::CurrentUser;
 use crate::server::sessions::{self, Refusal, Sessions, CODE_PARAM, COOKIE};
 use crate::server::AppState;
@@ -232,7 +232,7 @@ fn set_cookie(sessions: &Sessions, job: Uuid, cookie: &sessions::Cookie) -> Opti
     HeaderValue::from_str(&format!(
         "{COOKIE}={}; Path={}; Max-Age={max_age}; HttpOnly; SameSite=Lax{secure}",
         cookie.value,
-        sessions.origin().prefix(job)
+        session_path(job)
     ))
     .ok()
 }
@@ -247,7 +247,7 @@ async fn proxy(State(p): State<Proxy>, mut req: Request) -> Response {
     let Some(job) = p.sessions.origin().job_of(host.as_deref(), &path) else {
         return text(StatusCode::NOT_FOUND, "no session here");
     };
-    let prefix = p.sessions.origin().prefix(job);
+    let prefix = session_path(job);
     if !path.starts_with(&prefix) {
         let query = req
             .uri()

@@ -409,7 +409,10 @@ fn build_env(req: &LaunchRequest) -> Result<Vec<String>, RuntimeError> {
         env.push(format!("GPUQ_ARRAY_INDEX={index}"));
     }
     if let Some(port) = req.session_port {
-        env.push(format!("GPUQ_SESSION_BASE=/s/{}/", req.job_id));
+        env.push(format!(
+            "GPUQ_SESSION_BASE={}",
+            crate::model::session_path(req.job_id)
+        ));
         env.push(format!("GPUQ_SESSION_PORT={port}"));
     }
     Ok(env)

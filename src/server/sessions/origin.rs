@@ -2,6 +2,7 @@
 //! listener of their own with a path prefix per job (`--sessions-listen`). Either way an origin
 //! that is not gpuq's, so code a session serves never runs where gpuq's cookie and API are.
 
+use crate::model::session_path;
 use uuid::Uuid;
 
 /// The origin sessions are served at.
@@ -27,18 +28,11 @@ impl SessionOrigin {
     /// The URL job `id`'s session opens at.
     pub fn url(&self, id: Uuid) -> String {
         match self {
-            SessionOrigin::Path { base } => format!("{base}{}", self.prefix(id)),
+            SessionOrigin::Path { base } => format!("{base}{}", session_path(id)),
             SessionOrigin::Domain { scheme, domain } => {
-                format!("{scheme}://{id}.{domain}{}", self.prefix(id))
+                format!("{scheme}://{id}.{domain}{}", session_path(id))
             }
         }
-    }
-
-    /// The path under which job `id`'s session lives on its origin (`GPUQ_SESSION_BASE`, the base
-    /// URL the app is told to serve under): `/s/<id>/` on either kind of origin, so the runner
-    /// need not know which one serves it.
-    pub fn prefix(&self, id: Uuid) -> String {
-        format!("/s/{id}/")
     }
 
     /// Whether the origin is served over HTTPS (its cookie is then `Secure`).
