@@ -385,18 +385,7 @@ impl Docker {
     /// The container's IPv4 address on its network (the job network), where gpuq's session proxy
     /// reaches it from the host; `None` when it has none (no network, not running).
     pub async fn container_ip(&self, id: &str) -> Result<Option<std::net::IpAddr>, RuntimeError> {
-        let resp = self
-            .inner
-            .inspect_container(id, None::<InspectContainerOptions>)
-            .await
-            .map_err(map_err)?;
-        Ok(resp
-            .network_settings
-            .and_then(|n| n.networks)
-            .into_iter()
-            .flat_map(|nets| nets.into_values())
-            .filter_map(|e| e.ip_address)
-            .find_map(|ip| ip.parse().ok()))
+        Ok(self.inspect(id).await?.ip)
     }
 
     /// Starts a created container. [`RuntimeError::NetworkGone`] when its network was removed

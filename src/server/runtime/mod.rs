@@ -217,6 +217,9 @@ pub struct ContainerFacts {
     pub network_mode: String,
     /// Names of the networks the container is attached to.
     pub networks: Vec<String>,
+    /// Its IP address on one of them (the job network: where gpuq's session proxy reaches it);
+    /// `None` without one (no network, not running).
+    pub ip: Option<std::net::IpAddr>,
     /// `HostConfig.NanoCpus` (0: no limit).
     pub nano_cpus: i64,
     /// `HostConfig.ShmSize`, bytes.

@@ -97,11 +97,15 @@ pub(super) fn facts(resp: ContainerInspectResponse) -> ContainerFacts {
             read_only: !m.rw.unwrap_or(true),
         })
         .collect();
-    let mut networks: Vec<String> = resp
+    let attached = resp
         .network_settings
         .and_then(|n| n.networks)
-        .map(|n| n.into_keys().collect())
         .unwrap_or_default();
+    let ip = attached
+        .values()
+        .filter_map(|e| e.ip_address.as_deref())
+        .find_map(|ip| ip.parse().ok());
+    let mut networks: Vec<String> = attached.into_keys().collect();
     networks.sort();
     let user = resp
         .config
@@ -115,6 +119,7 @@ pub(super) fn facts(resp: ContainerInspectResponse) -> ContainerFacts {
         user,
         network_mode: hc.network_mode.clone().unwrap_or_default(),
         networks,
+        ip,
         nano_cpus: hc.nano_cpus.unwrap_or(0),
         shm_size: hc.shm_size.unwrap_or(0),
         memory: hc.memory.unwrap_or(0),
