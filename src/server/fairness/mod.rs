@@ -232,12 +232,18 @@ pub async fn read_standings(
     Ok(standings(&members, &usage, active))
 }
 
-/// The standings as a pass would order the queue by them at `now` (the read side's queue order).
-pub async fn current(pool: &sqlx::PgPool, now: DateTime<Utc>) -> sqlx::Result<Standings> {
+/// The queue's order columns as a pass would order it at `now` (the read side's queue order):
+/// each owner's standing and whether a soft budget puts them last, read on one connection.
+pub async fn queue_columns(
+    pool: &sqlx::PgPool,
+    now: DateTime<Utc>,
+) -> sqlx::Result<QueueStandings> {
     let mut conn = pool.acquire().await?;
     let policy = crate::server::db::settings::launch_policy(&mut *conn).await?;
     let active = active_owners(&mut *conn).await?;
-    read_standings(&mut conn, &policy, &active, now).await
+    let standings = read_standings(&mut conn, &policy, &active, now).await?;
+    let soft = crate::server::budgets::over(&mut conn, now).await?.soft;
+    Ok(standings.columns(&soft))
 }
 
 #[cfg(test)]

@@ -73,22 +73,9 @@ pub async fn list(ctx: &Ctx, viewer: &CurrentUser, q: &ListQuery) -> Result<JobP
     let sort = JobSort::parse(q.sort.as_deref().unwrap_or_default())
         .map_err(|e| AppError::invalid("sort", e))?;
     let standings = if sort == JobSort::Queue {
-        let now = chrono::Utc::now();
-        let soft = {
-            let mut conn = ctx
-                .pool
-                .acquire()
-                .await
-                .or_internal("acquiring a connection")?;
-            crate::server::budgets::over(&mut conn, now)
-                .await
-                .or_internal("reading budgets")?
-                .soft
-        };
-        crate::server::fairness::current(&ctx.pool, now)
+        crate::server::fairness::queue_columns(&ctx.pool, chrono::Utc::now())
             .await
-            .or_internal("reading fair-share standings")?
-            .columns(&soft)
+            .or_internal("reading fair-share standings and budgets")?
     } else {
         Default::default()
     };
