@@ -83,11 +83,16 @@ unit_check() {
 SERVICES_UP=
 SERVER_PID=
 SMOKE_CONTAINER=
+# The jobs' network the runner makes on first use (server::runtime::JOB_NETWORK): removed at the
+# end unless the host had it before, as a gpuq already serving there would.
+JOB_NETWORK=gpuq-jobs
+JOB_NETWORK_AT_START=
 services() {
   [ -n "$SERVICES_UP" ] && return 0
   . scripts/services.sh
   start_dockerd --nvidia-hook-stub   # tests only: the stub NVIDIA hook where no real toolkit exists
   has_docker0 && DOCKER0_AT_START=yes
+  docker network inspect "$JOB_NETWORK" >/dev/null 2>&1 && JOB_NETWORK_AT_START=yes
   build_test_image
   build_jupyter_image   # the session tests' real Jupyter (debootstrap + docker import, cached)
   build_fake_nvml
@@ -101,6 +106,8 @@ cleanup() {
   [ -n "$SMOKE_CONTAINER" ] && docker rm -fv "$SMOKE_CONTAINER" >/dev/null 2>&1 || true
   [ -n "$SMOKE_CONTAINER" ] && docker network rm "$SMOKE_CONTAINER" >/dev/null 2>&1 || true
   [ -n "$SERVICES_UP" ] && stop_test_postgres
+  # Refused, and so kept, while a container still uses it.
+  [ -n "$SERVICES_UP" ] && [ -z "$JOB_NETWORK_AT_START" ] && docker network rm "$JOB_NETWORK" >/dev/null 2>&1 || true
   return 0
 }
 trap cleanup EXIT
