@@ -29,15 +29,9 @@ use uuid::Uuid;
 /// Flags of `gpuq bench backfill`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct BackfillOptions {
-    /// Hours of submissions replayed (each run then goes on until the queue is empty).
-    #[arg(long, default_value_t = 24, value_parser = clap::value_parser!(i64).range(1..=24 * 14))]
-    pub hours: i64,
-    /// Submissions per busy hour (9:00–19:00; a tenth of it at night).
-    #[arg(long, default_value_t = 7.0)]
-    pub per_hour: f64,
-    /// Seed of the trace.
-    #[arg(long, default_value_t = 0x9E37_79B9_7F4A_7C15)]
-    pub seed: u64,
+    /// The trace replayed.
+    #[command(flatten)]
+    pub trace: trace::TraceOptions,
 }
 
 const HEADROOM_MIB: i64 = 256;
@@ -75,8 +69,9 @@ pub struct RunFigures {
 
 /// The trace's jobs, the same for both runs.
 fn jobs(opts: &BackfillOptions) -> (Vec<Job>, HashMap<Uuid, u32>) {
-    let mut rng = Rng::new(opts.seed ^ 0xBAC4_F111);
-    let arrivals = trace::day(&mut rng, opts.hours, opts.per_hour);
+    let t = &opts.trace;
+    let mut rng = Rng::new(t.seed ^ 0xBAC4_F111);
+    let arrivals = trace::day(&mut rng, t.hours, t.per_hour);
     let users: Vec<Uuid> = (0..trace::USERS)
         .map(|u| Uuid::from_u128(0x05E4_0000 + u as u128))
         .collect();
@@ -250,8 +245,8 @@ pub fn run(opts: &BackfillOptions, out: &mut impl Write) -> Result<(RunFigures, 
         out,
         "backfill: {} jobs over {} h ({} per busy hour), 4x A100 80GB + 4x RTX 3090",
         jobs.len(),
-        opts.hours,
-        opts.per_hour
+        opts.trace.hours,
+        opts.trace.per_hour
     )?;
     writeln!(
         out,
@@ -296,9 +291,11 @@ mod tests {
     #[test]
     fn a_short_day_runs_both_ways_and_every_job_ends() {
         let opts = BackfillOptions {
-            hours: 4,
-            per_hour: 7.0,
-            seed: 3,
+            trace: trace::TraceOptions {
+                hours: 4,
+                per_hour: 7.0,
+                seed: 3,
+            },
         };
         let mut out = Vec::new();
         let (on, off) = run(&opts, &mut out).expect("the bench runs");
@@ -315,9 +312,11 @@ mod tests {
     #[test]
     fn on_a_trace_no_head_starts_after_its_first_promised_start() {
         let opts = BackfillOptions {
-            hours: 24,
-            per_hour: 12.0,
-            seed: 11,
+            trace: trace::TraceOptions {
+                hours: 24,
+                per_hour: 12.0,
+                seed: 11,
+            },
         };
         let (mut jobs, _) = jobs(&opts);
         for j in &mut jobs {

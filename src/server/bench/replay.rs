@@ -28,15 +28,9 @@ use uuid::Uuid;
 /// Flags of `gpuq bench replay`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ReplayOptions {
-    /// Hours of submissions replayed (the replay then runs until the queue is empty).
-    #[arg(long, default_value_t = 24, value_parser = clap::value_parser!(i64).range(1..=24 * 14))]
-    pub hours: i64,
-    /// Submissions per busy hour (9:00–19:00; a tenth of it at night).
-    #[arg(long, default_value_t = 7.0)]
-    pub per_hour: f64,
-    /// Seed of the trace.
-    #[arg(long, default_value_t = 0x9E37_79B9_7F4A_7C15)]
-    pub seed: u64,
+    /// The trace replayed.
+    #[command(flatten)]
+    pub trace: trace::TraceOptions,
     /// The launch policy's `max_running_per_user` (0: none).
     #[arg(long, default_value_t = 4)]
     pub max_running_per_user: u32,
@@ -125,7 +119,7 @@ pub(super) fn cards() -> Vec<Card> {
 impl Replay {
     fn new(opts: &ReplayOptions) -> Self {
         // Spread the seed (splitmix64's finaliser): nearby seeds give unrelated traces.
-        let mut z = opts.seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = opts.trace.seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         let mut rng = Rng::new(z ^ (z >> 31));
@@ -391,7 +385,7 @@ pub struct Figures {
 pub fn run(opts: &ReplayOptions, out: &mut impl Write) -> Result<Figures> {
     let started = Instant::now();
     let mut replay = Replay::new(opts);
-    let arrivals = trace::day(&mut replay.rng, opts.hours, opts.per_hour);
+    let arrivals = trace::day(&mut replay.rng, opts.trace.hours, opts.trace.per_hour);
     let submissions = arrivals.len();
     replay.run(arrivals);
     let wall = started.elapsed();
@@ -450,7 +444,11 @@ pub fn run(opts: &ReplayOptions, out: &mut impl Write) -> Result<Figures> {
     writeln!(
         out,
         "gpuq bench replay: {} h of a team's jobs (seed {:#x}, {} submissions/busy hour), 4x A100 80GB + 4x RTX 3090, max_running_per_user {}, run times taken as {:?}",
-        opts.hours, opts.seed, opts.per_hour, opts.max_running_per_user, opts.typical
+        opts.trace.hours,
+        opts.trace.seed,
+        opts.trace.per_hour,
+        opts.max_running_per_user,
+        opts.typical
     )?;
     writeln!(
         out,
@@ -517,9 +515,11 @@ mod tests {
     fn a_short_replay_starts_every_job_and_measures_it() {
         let opts = ReplayOptions {
             // Past 9:00, when the team's day starts.
-            hours: 12,
-            per_hour: 6.0,
-            seed: 7,
+            trace: trace::TraceOptions {
+                hours: 12,
+                per_hour: 6.0,
+                seed: 7,
+            },
             max_running_per_user: 2,
             typical: RunFigure::Mixed,
         };
@@ -533,7 +533,7 @@ mod tests {
         );
         // Every job of a replay starts: none is left in the queue at the end.
         let mut replay = Replay::new(&opts);
-        let arrivals = trace::day(&mut replay.rng, opts.hours, opts.per_hour);
+        let arrivals = trace::day(&mut replay.rng, opts.trace.hours, opts.trace.per_hour);
         replay.run(arrivals);
         assert!(replay.sim.pending.is_empty());
         assert!(replay.meta.values().all(|m| m.started_ms.is_some()));

@@ -3,6 +3,20 @@
 
 use crate::server::bench::synth::Rng;
 
+/// The flags of the trace, shared by `gpuq bench replay` and `gpuq bench backfill`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct TraceOptions {
+    /// Hours of submissions replayed (each run then goes on until the queue is empty).
+    #[arg(long, default_value_t = 24, value_parser = clap::value_parser!(i64).range(1..=24 * 14))]
+    pub hours: i64,
+    /// Submissions per busy hour (9:00–19:00; a tenth of it at night).
+    #[arg(long, default_value_t = 7.0)]
+    pub per_hour: f64,
+    /// Seed of the trace.
+    #[arg(long, default_value_t = 0x9E37_79B9_7F4A_7C15)]
+    pub seed: u64,
+}
+
 /// A workload type of the trace: what it needs per card model and how long it runs.
 pub(in crate::server::bench) struct Kind {
     /// Its name (the history is kept per name).
