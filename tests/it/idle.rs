@@ -6,12 +6,11 @@
 
 use crate::support::isolation::{event_kinds, host_pid_of, wait_container_removed};
 use crate::support::nvml::{sim_source, spawn_observer, FakeNvml};
-use crate::support::{cancel_and_wait, wait_status, Node, TestApp, PASSWORD};
+use crate::support::{wait_status, FencedCard, PASSWORD};
 use gpuq::model::{gpu_id, Role};
 use gpuq::server::gpu::GpuInventory;
 use gpuq::server::idle::{Engine, Round};
 use gpuq::server::metrics::snapshot;
-use gpuq::server::runtime::LaunchMode;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 use std::collections::HashMap;
@@ -24,27 +23,23 @@ const CARD: &str = "1x24576:NVIDIA GeForce RTX 3090";
 const SAMPLE: Duration = Duration::from_millis(250);
 
 struct Setup {
-    app: TestApp,
-    admin: String,
-    member: String,
-    card: Uuid,
-    node: Node,
+    base: FencedCard,
     name: String,
     /// Every job the test started, for [`Setup::end`].
     jobs: std::sync::Mutex<Vec<Uuid>>,
 }
 
+impl std::ops::Deref for Setup {
+    type Target = FencedCard;
+
+    fn deref(&self) -> &FencedCard {
+        &self.base
+    }
+}
+
 async fn setup(pool: PgPool, node: &str) -> Setup {
-    let app = TestApp::with_sim_devices(pool, 1).await;
-    let card = app.sim_cards(CARD, node).await[0];
-    let (admin, member) = app.admin_and_member("alice").await;
-    let started = Node::start(&app, node, LaunchMode::Fenced).await;
     Setup {
-        app,
-        admin,
-        member,
-        card,
-        node: started,
+        base: FencedCard::start(pool, CARD, node).await,
         name: node.into(),
         jobs: Default::default(),
     }
@@ -88,16 +83,14 @@ impl Setup {
     /// Cancels the member's jobs still running, waits until the runner removed every job's
     /// container (those the engine stopped too), and stops the node.
     async fn end(self, running: &[Uuid]) {
-        for &id in running {
-            cancel_and_wait(&self.app, &self.member, id).await;
-        }
+        self.cancel(running).await;
         let jobs = self.jobs.lock().unwrap().clone();
         for id in jobs {
             let ended = ["succeeded", "failed", "cancelled", "timed_out"];
             wait_status(&self.app, &self.member, id, &ended, 60).await;
             wait_container_removed(&self.app, id).await;
         }
-        self.node.stop().await;
+        self.base.node.stop().await;
     }
 }
 

@@ -6,10 +6,9 @@
 
 use crate::support::isolation::{event_kinds, host_pid_of};
 use crate::support::nvml::{sim_source, spawn_observer, FakeNvml};
-use crate::support::{cancel_and_wait, wait_status, Node, TestApp};
+use crate::support::{wait_status, FencedCard};
 use gpuq::model::gpu_id;
 use gpuq::server::metrics::snapshot;
-use gpuq::server::runtime::LaunchMode;
 use gpuq::server::vram::{Round, Sampler, VramConfig};
 use serde_json::{json, Value};
 use sqlx::PgPool;
@@ -19,36 +18,10 @@ use uuid::Uuid;
 const IMAGE: &str = "gpuq-test/busybox:latest";
 const CARD: &str = "1x24576:NVIDIA GeForce RTX 3090";
 
-struct Setup {
-    app: TestApp,
-    admin: String,
-    member: String,
-    card: Uuid,
-    node: Node,
-}
+type Setup = FencedCard;
 
 async fn setup(pool: PgPool, node: &str) -> Setup {
-    let app = TestApp::with_sim_devices(pool, 1).await;
-    let card = app.sim_cards(CARD, node).await[0];
-    let (admin, member) = app.admin_and_member("alice").await;
-    let node = Node::start(&app, node, LaunchMode::Fenced).await;
-    Setup {
-        app,
-        admin,
-        member,
-        card,
-        node,
-    }
-}
-
-impl Setup {
-    /// Cancels the member's jobs still `running` (each must be cancelled) and stops the node.
-    async fn end(self, running: &[Uuid]) {
-        for &id in running {
-            cancel_and_wait(&self.app, &self.member, id).await;
-        }
-        self.node.stop().await;
-    }
+    FencedCard::start(pool, CARD, node).await
 }
 
 fn config(node: &str) -> VramConfig {

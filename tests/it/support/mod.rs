@@ -16,7 +16,7 @@ pub mod specs;
 pub use app::{pass_config, read_stream_until, Reply, TestApp, ORIGIN, PASSWORD};
 pub use json::{rows, text, text_pairs};
 pub use ledger::ledger_violations;
-pub use node::{cancel_and_wait, failure_reason, wait_status, Node};
+pub use node::{cancel_and_wait, failure_reason, wait_status, FencedCard, Node};
 pub use server::{
     api_as_admin, database_url, free_port, get_with, json_of, post_job, start_server, Serve,
 };

@@ -146,3 +146,48 @@ pub async fn cancel_and_wait(app: &TestApp, bearer: &str, id: uuid::Uuid) -> Val
     assert_eq!(c.status, 200, "{}", c.text);
     wait_status(app, bearer, id, &["cancelled"], 30).await
 }
+
+/// One simulated card (`spec`, as `--sim-gpus` takes it) on a fenced node of this process, an
+/// admin and the member `alice`: what the tests of jobs on a card (VRAM, idle) start from.
+pub struct FencedCard {
+    /// The app.
+    pub app: TestApp,
+    /// An admin's bearer token.
+    pub admin: String,
+    /// `alice`'s bearer token.
+    pub member: String,
+    /// The card.
+    pub card: uuid::Uuid,
+    /// The node.
+    pub node: Node,
+}
+
+impl FencedCard {
+    /// Starts it, the node named `node`.
+    pub async fn start(pool: sqlx::PgPool, spec: &str, node: &str) -> Self {
+        let app = TestApp::with_sim_devices(pool, 1).await;
+        let card = app.sim_cards(spec, node).await[0];
+        let (admin, member) = app.admin_and_member("alice").await;
+        let node = Node::start(&app, node, gpuq::server::runtime::LaunchMode::Fenced).await;
+        FencedCard {
+            app,
+            admin,
+            member,
+            card,
+            node,
+        }
+    }
+
+    /// Cancels the member's jobs in `running` (each must be running, and be cancelled).
+    pub async fn cancel(&self, running: &[uuid::Uuid]) {
+        for &id in running {
+            cancel_and_wait(&self.app, &self.member, id).await;
+        }
+    }
+
+    /// [`FencedCard::cancel`]s `running` and stops the node.
+    pub async fn end(self, running: &[uuid::Uuid]) {
+        self.cancel(running).await;
+        self.node.stop().await;
+    }
+}
