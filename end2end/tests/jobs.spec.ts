@@ -66,6 +66,11 @@ test("a big job waits with its reason on the queue page, then starts when the ca
     data: { image: "gpuq-test/busybox:latest", command: ["sleep", "15"], gpu_count: 2, min_vram_mb: 20000, name: "holder" },
   });
   expect(first.status()).toBe(201);
+  // Maria ran a job in an earlier test and Marco did not, so under fair share a pass that saw
+  // both queued would rightly start Marco's first. The holder must hold the cards before the
+  // big job exists (a loaded machine coalesced the two submissions into one pass).
+  const holderId = (await first.json()).job_id as string;
+  await expect.poll(() => jobStatus(request, maria, holderId), { timeout: 30_000 }).toBe("running");
   const second = await request.post("/api/v1/jobs", {
     headers: { Authorization: marco },
     data: { image: "gpuq-test/busybox:latest", command: ["true"], min_vram_mb: 20000, name: "big-wait" },
