@@ -151,13 +151,18 @@ e2e() {
     >"$repo/target/e2e/server.log" 2>&1) &
   SERVER_PID=$!
   # PLAYWRIGHT_ARGS narrows or repeats a run by hand (e.g. `-g resubmits --repeat-each=10`).
-  # On a failure the server's last words go to the output too: CI keeps nothing else of a run.
+  # On a failure the server's last words go to the output too, and then Playwright's account of
+  # what failed once more: CI keeps only the end of a run's output, so that must come last.
+  local report=target/e2e/playwright.log rc=0
   # shellcheck disable=SC2086
-  (cd end2end && npx playwright test ${PLAYWRIGHT_ARGS:-}) || {
-    step "browser tests failed: the last 200 lines of target/e2e/server.log"
-    tail -n 200 target/e2e/server.log
+  (cd end2end && npx playwright test ${PLAYWRIGHT_ARGS:-}) 2>&1 | tee "$report" || rc=$?
+  if [ "$rc" -ne 0 ]; then
+    step "browser tests failed: the last 120 lines of target/e2e/server.log"
+    tail -n 120 target/e2e/server.log
+    step "browser tests failed: Playwright's failures again (all of it in $report)"
+    sed -n '/^  [0-9][0-9]*) /,$p' "$report" | head -n 150
     return 1
-  }
+  fi
 }
 
 # `make image`, then the image alone (embedded Postgres in its volume, simulated cards, no runner):
