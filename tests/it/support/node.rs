@@ -125,10 +125,25 @@ pub async fn wait_status(
         if statuses.iter().any(|s| v["status"] == *s) {
             return v;
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "job {id} never reached {statuses:?}: {v}"
-        );
+        if std::time::Instant::now() >= deadline {
+            // Its trail says where it stood still (a deferred launch names why).
+            let trail: Vec<(String, String, String, Value)> = sqlx::query_as(
+                "SELECT to_char(at, 'HH24:MI:SS.MS'), actor, kind, detail \
+                 FROM job_events WHERE job_id = $1 ORDER BY id",
+            )
+            .bind(id)
+            .fetch_all(&app.pool)
+            .await
+            .unwrap_or_default();
+            let trail: Vec<String> = trail
+                .into_iter()
+                .map(|(at, actor, kind, detail)| format!("{at} {actor} {kind} {detail}"))
+                .collect();
+            panic!(
+                "job {id} never reached {statuses:?}: {v}\nits events:\n{}",
+                trail.join("\n")
+            );
+        }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
 }
