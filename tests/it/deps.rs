@@ -80,6 +80,41 @@ async fn a_dependent_waits_naming_its_parent_then_runs_when_it_succeeded(pool: P
     node.stop().await;
 }
 
+/// The race CI met: a dependent's submission, still open, references its just-admitted parent
+/// (its `job_deps` row holds `FOR KEY SHARE` on the parent's row until it commits). The runner's
+/// claim, woken by the pass that admitted the parent, must still take the parent; had it passed
+/// over the locked row, nothing would wake it again before the backstop (120 s here).
+#[sqlx::test(migrations = false)]
+async fn a_parent_is_claimed_while_a_dependents_submission_still_references_it(pool: PgPool) {
+    let (app, node, member) = node(pool, "deps-claim").await;
+    // The admission lock first, so the parent is queued, not admitted, when the reference begins.
+    let mut admission = app.pool.begin().await.unwrap();
+    gpuq::server::admission::pass::lock(&mut admission)
+        .await
+        .unwrap();
+    let parent = app.submit_ok(&member, sh("echo parent")).await;
+    // What the foreign key check of a row referencing the parent takes, in a transaction left open.
+    let mut reference = app.pool.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM jobs WHERE id = $1 FOR KEY SHARE")
+        .bind(parent)
+        .execute(&mut *reference)
+        .await
+        .unwrap();
+    admission.commit().await.unwrap();
+    let v = wait_status(
+        &app,
+        &member,
+        parent,
+        &["running", "succeeded", "failed"],
+        20,
+    )
+    .await;
+    assert_ne!(v["status"], "failed", "{v}");
+    reference.commit().await.unwrap();
+    wait_status(&app, &member, parent, &["succeeded"], 30).await;
+    node.stop().await;
+}
+
 #[sqlx::test(migrations = false)]
 async fn a_failed_parent_cancels_its_chain_at_once_and_after_any_and_after_failed_run(
     pool: PgPool,

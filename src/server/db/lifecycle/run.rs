@@ -34,6 +34,12 @@ pub(super) const FINISH: Move = Move {
 /// with `epoch`, only while the node's row still holds that lease and is not forgotten. Taken by
 /// priority, then submit order, not fair share: admitted jobs already hold their cards, and the
 /// order only says which of them launch first within the node's launch slots.
+///
+/// The rows are locked `FOR NO KEY UPDATE`, the lock the claim's own update of non-key columns
+/// needs, not `FOR UPDATE`: every row inserted that references a job (a dependent's `job_deps`
+/// row, an event) holds `FOR KEY SHARE` on it until its transaction ends, which `FOR UPDATE`
+/// conflicts with. `SKIP LOCKED` would then pass the job over, and no notification comes when
+/// that other transaction ends: the job stayed admitted until the next backstop.
 pub async fn claim(
     pool: &PgPool,
     node: &str,
@@ -45,7 +51,7 @@ pub async fn claim(
     let rows: Vec<RunRow> = sqlx::query_as(&format!(
         "UPDATE jobs SET status = 'starting', attempt = attempt + 1 \
          WHERE id IN (SELECT id FROM jobs WHERE {guard} AND node = $1 \
-                      ORDER BY {SUBMIT_ORDER_SQL} FOR UPDATE SKIP LOCKED LIMIT $2) \
+                      ORDER BY {SUBMIT_ORDER_SQL} FOR NO KEY UPDATE SKIP LOCKED LIMIT $2) \
            AND ($3::bigint IS NULL OR EXISTS (SELECT 1 FROM nodes n \
                 WHERE n.name = $1 AND n.epoch = $3 AND n.forgotten_at IS NULL)) \
          RETURNING {RUN_COLUMNS}",
