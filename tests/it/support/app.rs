@@ -139,6 +139,7 @@ impl TestApp {
         hashing: gpuq::server::auth::password::HashGate,
         edit: impl FnOnce(&mut Ctx),
     ) -> Self {
+        super::capture_logs();
         let notifier = Notifier::new(backstop);
         let mut ctx = Ctx::new(
             pool.clone(),
