@@ -126,22 +126,13 @@ pub async fn wait_status(
             return v;
         }
         if std::time::Instant::now() >= deadline {
-            // Its trail says where it stood still (a deferred launch names why).
-            let trail: Vec<(String, String, String, Value)> = sqlx::query_as(
-                "SELECT to_char(at, 'HH24:MI:SS.MS'), actor, kind, detail \
-                 FROM job_events WHERE job_id = $1 ORDER BY id",
-            )
-            .bind(id)
-            .fetch_all(&app.pool)
-            .await
-            .unwrap_or_default();
-            let trail: Vec<String> = trail
-                .into_iter()
-                .map(|(at, actor, kind, detail)| format!("{at} {actor} {kind} {detail}"))
-                .collect();
+            // Its trail (the API's, as its page shows it) says where it stood still: a deferred
+            // launch names why.
+            let path = format!("/api/v1/jobs/{id}/events");
+            let trail = app.api("GET", &path, Some(bearer), None).await;
             panic!(
-                "job {id} never reached {statuses:?}: {v}\nits events:\n{}",
-                trail.join("\n")
+                "job {id} never reached {statuses:?}: {v}\nits events: {}",
+                trail.text
             );
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
