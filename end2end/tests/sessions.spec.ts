@@ -3,7 +3,7 @@
 // WebSocket through the proxy; another member gets 403; a page on the session origin cannot read
 // gpuq's API. Then the image's echo server, which logs every request's headers: the gpuq cookie the
 // browser holds for the session's host, and a token a page sets, never reach the container.
-import { test, expect, type APIRequestContext } from "@playwright/test";
+import { test, expect, type APIRequestContext, type Page } from "@playwright/test";
 import { adminBearer, ensureUser, jobStatus, open, signIn, tokenFor, waitForServer } from "./util";
 
 const sessionsUrl = process.env.GPUQ_E2E_SESSIONS_URL ?? "";
@@ -35,6 +35,14 @@ async function startSession(request: APIRequestContext, bearer: string, command:
   return id;
 }
 
+/** Signs `user` in and opens their session with its job page's Open button: the tab it opens. */
+async function openFromJobPage(page: Page, user: string, id: string): Promise<Page> {
+  await signIn(page, user);
+  await open(page, `/jobs/${id}`);
+  const [tab] = await Promise.all([page.context().waitForEvent("page"), page.locator("#open-session").click()]);
+  return tab;
+}
+
 /** Sets the launch policy's `network` (the browser tests run with `none`: global-setup.ts). */
 async function setNetwork(request: APIRequestContext, network: string) {
   const headers = { Authorization: await adminBearer(request) };
@@ -61,9 +69,7 @@ test("the owner runs a notebook cell through gpuq; nobody else gets in", async (
   const bearer = await tokenFor(request, "nora");
   const id = await startSession(request, bearer, notebook, "notebook");
 
-  await signIn(page, "nora");
-  await open(page, `/jobs/${id}`);
-  const [tab] = await Promise.all([page.context().waitForEvent("page"), page.locator("#open-session").click()]);
+  const tab = await openFromJobPage(page, "nora", id);
   await tab.waitForURL(new RegExp(`/s/${id}/`), { timeout: 30_000 });
   expect(tab.url()).not.toContain("gpuq_code");
   // Until Jupyter listens, gpuq answers with a page that reloads itself; then Jupyter sends the
@@ -122,9 +128,7 @@ test("gpuq's cookie in the browser and a token a page sets never reach the conta
   const bearer = await tokenFor(request, "nadia");
   const id = await startSession(request, bearer, echo, "echo");
 
-  await signIn(page, "nadia");
-  await open(page, `/jobs/${id}`);
-  const [tab] = await Promise.all([page.context().waitForEvent("page"), page.locator("#open-session").click()]);
+  const tab = await openFromJobPage(page, "nadia", id);
   await expect(tab.locator("body")).toHaveText(`echo GET /s/${id}/`, { timeout: 60_000 });
 
   // The session listener is on the UI's host, another port: cookies ignore ports, so the browser
