@@ -146,11 +146,16 @@ pub async fn failure_reason(app: &TestApp, bearer: &str, id: uuid::Uuid) -> Stri
     v["status_reason"].as_str().unwrap().to_owned()
 }
 
-/// Cancels a job as `bearer` (the API must accept) and waits (up to 30 s) until it is cancelled.
+/// Cancels a job as `bearer` (the API must accept) and waits (up to 30 s each) until it is
+/// cancelled and its runner has removed its container.
 pub async fn cancel_and_wait(app: &TestApp, bearer: &str, id: uuid::Uuid) -> Value {
     let c = app.post(&format!("/api/v1/jobs/{id}/cancel"), bearer).await;
     assert_eq!(c.status, 200, "{}", c.text);
-    wait_status(app, bearer, id, &["cancelled"], 30).await
+    let v = wait_status(app, bearer, id, &["cancelled"], 30).await;
+    // The runner removes the container after recording the end: a test that ends (and stops its
+    // server) at `cancelled` could leave the container behind on the host.
+    super::isolation::wait_container_removed(app, id).await;
+    v
 }
 
 /// One simulated card (`spec`, as `--sim-gpus` takes it) on a fenced node of this process, an
