@@ -74,11 +74,13 @@ impl Runner {
                 }
             }
         }
+        // The image was in use until now: its keep counts from here. Recorded before the container
+        // goes, so that once it has gone the run's bookkeeping is complete (the container still
+        // keeps the collector off the image meanwhile).
+        super::image_gc::used(&self.pool, &self.cfg.node, job).await;
         if let Err(e) = self.docker.remove(&container).await {
             tracing::warn!(%container, error = %e, "could not remove a finished container");
         }
-        // The image was in use until now: its keep counts from here.
-        super::image_gc::used(&self.pool, &self.cfg.node, job).await;
     }
 
     async fn watch(
