@@ -389,9 +389,8 @@ async fn gpuq_logs_follows_a_running_job_to_its_end(pool: PgPool) {
     let (server, port) = (serve.base(), serve.port);
     let (client, bearer) = api_as_admin(port).await;
     let script = "for i in 1 2 3 4 5; do echo tick $i; sleep 0.3; done";
-    let id = post_job(&client, port, &bearer, &sh(script, json!({})))
-        .await
-        .to_string();
+    let job = post_job(&client, port, &bearer, &sh(script, json!({}))).await;
+    let id = job.to_string();
     let token = bearer.trim_start_matches("Bearer ").to_owned();
     let out = tokio::task::spawn_blocking(move || {
         std::process::Command::new(env!("CARGO_BIN_EXE_gpuq"))
@@ -411,4 +410,7 @@ async fn gpuq_logs_follows_a_running_job_to_its_end(pool: PgPool) {
     let text = String::from_utf8_lossy(&out.stdout);
     let expected: Vec<String> = (1..=5).map(|i| format!("tick {i}")).collect();
     assert_eq!(text.lines().collect::<Vec<_>>(), expected);
+    // `logs -f` returns at the job's end; its runner removes the container just after. Stopping
+    // the server before that would leave the container on the host.
+    crate::support::isolation::wait_container_removed(&app, job).await;
 }
